@@ -1,0 +1,3 @@
+from kdtree_cli.app import main
+
+main()
