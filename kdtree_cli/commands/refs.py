@@ -21,7 +21,7 @@ def refs(
     ] = None,
     refs_dir: Annotated[
         Optional[Path],
-        typer.Option("--refs-dir", help="Bundle folder [default: the project's refs/].",
+        typer.Option("--refs-dir", help="Bundle folder (default: the project's refs/).",
                      file_okay=False, show_default=False),
     ] = None,
 ) -> None:
