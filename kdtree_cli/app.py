@@ -10,13 +10,17 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from python_engine.errors import KdtreeError
 
 # Order is the order `kdtree --help` lists them in.
 COMMAND_MODULES = [
     "refs",
+    "build",
     "test",
+    "deploy",
+    "hosts",
 ]
 
 app = typer.Typer(
@@ -41,5 +45,5 @@ def main() -> None:
     try:
         app(standalone_mode=True)
     except KdtreeError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         sys.exit(1)

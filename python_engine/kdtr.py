@@ -29,6 +29,7 @@ MAX_NDIM = 8
 MAX_ENTRIES = 65536  # far above any bundle; bounds the table before it is read
 ALIGN = 64  # data alignment: a cache line, and enough for any dtype when memory-mapped
 U64_MAX = (1 << 64) - 1
+I64_MAX = (1 << 63) - 1  # dims are int64 in the C++ reader
 
 # header: magic, version, entry_count, file_size, table_offset, data_offset, checksum,
 # entry_size, reserved
@@ -216,6 +217,8 @@ def decode(blob: bytes, source: str = "<bytes>") -> dict[str, Tensor]:
         if any(dims[ndim:]) or entry_reserved:
             raise fail(f"{where}: unused dims or reserved bytes are not zero")
         dtype = BY_CODE[code]
+        if any(d > I64_MAX for d in dims[:ndim]):
+            raise fail(f"{where}: a dimension exceeds the int64 range")
         numel = 1
         for d in dims[:ndim]:
             numel *= d  # Python ints do not overflow: compare against 64 bits explicitly
@@ -230,7 +233,10 @@ def decode(blob: bytes, source: str = "<bytes>") -> dict[str, Tensor]:
             raise fail(f"{where}: offset {offset} overlaps the previous entry or the table")
         if offset + nbytes > size:
             raise fail(f"{where}: data [{offset}, {offset + nbytes}) past the end of the file")
-        out[name] = Tensor(dtype.name, tuple(dims[:ndim]), bytes(blob[offset : offset + nbytes]))
+        data = bytes(blob[offset : offset + nbytes])
+        if dtype.name == "bool" and data.strip(b"\0\1"):
+            raise fail(f"{where}: bool bytes other than 0 and 1")
+        out[name] = Tensor(dtype.name, tuple(dims[:ndim]), data)
         prev_end = offset + nbytes
     return out
 

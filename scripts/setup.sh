@@ -27,4 +27,18 @@ if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
 fi
 step "installing kdtree and its test dependencies"
 "${PIP[@]}" install -q -e '.[test]'
+# Native builds: nvcc compiles here even without a GPU; cuBLAS comes from the toolkit or,
+# where the toolkit has none, from the nvidia-cublas wheel (asked of kdtree's own discovery).
+needs_cublas_wheel='
+from kdtree_cli.build.toolchain import find_cuda, _cublas_in_toolkit
+import sys
+try:
+    cuda = find_cuda()
+except Exception:
+    sys.exit(1)  # no CUDA toolkit: nothing native to build here
+sys.exit(0 if _cublas_in_toolkit(cuda) is None else 1)'
+if .venv/bin/python -c "$needs_cublas_wheel" 2>/dev/null; then
+  step "the CUDA toolkit has no cuBLAS: installing the nvidia-cublas wheel"
+  "${PIP[@]}" install -q -e '.[native]'
+fi
 step "ready: .venv/bin/kdtree --help"

@@ -15,6 +15,7 @@ from typing import Callable
 # when it runs.
 GENERATORS: dict[str, str] = {
     "ddtree": "python_engine.refgen.ddtree_refs:write_ddtree_refs",
+    "kdtr_format": "python_engine.refgen.kdtr_golden:write_kdtr_golden",
 }
 
 

@@ -1,0 +1,104 @@
+"""What to build, found by glob under csrc/ so that a new file just works.
+
+Source layout convention:
+  csrc/common/**/*.{cpp,cu}     -> lib/libkd_common.a   (check macros, KDTR reader, ...)
+  csrc/kernels/**/*.cu          -> lib/libkd_kernels.a  (.cuh headers beside them; .cpp files
+                                   there are not part of it: kernels/emu/ builds kernels on the
+                                   CPU for its own tests)
+  csrc/engine/**/*.{cpp,cu}     -> lib/libkd_engine.a
+  csrc/tests/test_*.{cpp,cu}    -> bin/test_*   one binary per file, linked with every lib
+  csrc/tests/<other>.{cpp,cu}   -> lib/libkd_tests_support.a, linked into the test binaries
+  csrc/bench/bench_*.{cpp,cu}   -> bin/bench_*  likewise, with lib/libkd_bench_support.a
+Headers (.h, .cuh) are not listed: nvcc/g++ depfiles tell ninja who includes what.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from python_engine.errors import KdtreeError
+
+SOURCE_SUFFIXES = (".cpp", ".cu")
+# Library directories in link order (a static library must come before the ones it uses),
+# with the source suffixes each compiles.
+LIB_DIRS = {"engine": SOURCE_SUFFIXES, "kernels": (".cu",), "common": SOURCE_SUFFIXES}
+# Directories whose test_*/bench_* files each become a program.
+PROGRAM_DIRS = {"tests": "test_", "bench": "bench_"}
+
+
+@dataclass(frozen=True)
+class Library:
+    name: str  # "kd_common"
+    sources: tuple[Path, ...]  # relative to the csrc root
+
+    @property
+    def output(self) -> str:
+        return f"lib/lib{self.name}.a"
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str  # "test_kdtr"
+    kind: str  # "tests" | "bench"
+    source: Path  # relative to the csrc root
+
+    @property
+    def output(self) -> str:
+        return f"bin/{self.name}"
+
+
+@dataclass(frozen=True)
+class SourceLayout:
+    csrc: Path  # absolute
+    libraries: tuple[Library, ...]  # link order
+    support: dict[str, Library]  # kind -> helper library for that kind's programs
+    programs: tuple[Program, ...]
+    unknown_dirs: tuple[str, ...]  # csrc/<dir> holding sources that no rule covers
+
+    def all_sources(self) -> list[Path]:
+        out = [s for lib in self.libraries for s in lib.sources]
+        out += [s for lib in self.support.values() for s in lib.sources]
+        out += [p.source for p in self.programs]
+        return out
+
+
+def _sources_in(directory: Path, recursive: bool, suffixes: tuple[str, ...] = SOURCE_SUFFIXES) -> list[Path]:
+    pattern = "**/*" if recursive else "*"
+    return sorted(p for p in directory.glob(pattern) if p.suffix in suffixes and p.is_file())
+
+
+def discover(csrc: Path) -> SourceLayout:
+    csrc = csrc.resolve()
+    libraries = []
+    for name, suffixes in LIB_DIRS.items():
+        sources = _sources_in(csrc / name, recursive=True, suffixes=suffixes)
+        if sources:
+            libraries.append(Library(f"kd_{name}", tuple(s.relative_to(csrc) for s in sources)))
+    programs, support = [], {}
+    for kind, prefix in PROGRAM_DIRS.items():
+        helpers = []
+        for path in _sources_in(csrc / kind, recursive=False):
+            rel = path.relative_to(csrc)
+            if path.stem.startswith(prefix):
+                programs.append(Program(path.stem, kind, rel))
+            else:
+                helpers.append(rel)
+        if helpers:
+            support[kind] = Library(f"kd_{kind}_support", tuple(helpers))
+    known = set(LIB_DIRS) | set(PROGRAM_DIRS)
+    unknown = sorted(
+        d.name for d in csrc.iterdir() if d.is_dir() and d.name not in known and _sources_in(d, True)
+    ) if csrc.is_dir() else []
+    _check_unique_program_names(programs)
+    return SourceLayout(csrc, tuple(libraries), support, tuple(programs), tuple(unknown))
+
+
+def _check_unique_program_names(programs: list[Program]) -> None:
+    seen: dict[str, Path] = {}
+    for prog in programs:
+        if prog.name in seen:
+            raise KdtreeError(
+                f"csrc/{seen[prog.name]} and csrc/{prog.source} would both build bin/{prog.name}; rename one"
+            )
+        seen[prog.name] = prog.source

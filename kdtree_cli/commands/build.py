@@ -1,0 +1,102 @@
+"""`kdtree build`: build the native engine, its tests and benchmarks (nvcc + ninja, no CMake)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+PROFILE_HELP = "release (-O3 -lineinfo) or debug (-G, host -O0 -g); each has its own build/<profile>/."
+
+
+def build(
+    targets: Annotated[
+        Optional[list[str]],
+        typer.Argument(help="What to build: a program (test_kdtr), tests, bench, libs \\[default: all].",
+                       show_default=False),
+    ] = None,
+    arch: Annotated[
+        Optional[str],
+        typer.Option("--arch", help="CUDA targets: 90a,120 or names (hopper, blackwell, h200, "
+                     "rtx-pro-6000, all), or auto \\[default: $KDTREE_CUDA_ARCH, else the visible GPUs, "
+                     "else 90a,120].", show_default=False),
+    ] = None,
+    cuda_home: Annotated[
+        Optional[str],
+        typer.Option("--cuda-home", help="CUDA toolkit directory \\[default: $CUDA_HOME, $CUDA_PATH, "
+                     "nvcc on PATH, /usr/local/cuda, /opt/cuda].", show_default=False),
+    ] = None,
+    profile: Annotated[str, typer.Option("--profile", help=PROFILE_HELP)] = "release",
+    jobs: Annotated[
+        Optional[int], typer.Option("-j", "--jobs", help="Parallel jobs \\[default: ninja's, cores + 2].",
+                                    min=1, show_default=False),
+    ] = None,
+    build_root: Annotated[
+        Optional[Path], typer.Option("--build-dir", help="Build root \\[default: <repo>/build].",
+                                     file_okay=False, show_default=False),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every command line.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands a build would run; build nothing.")] = False,
+    list_targets: Annotated[bool, typer.Option("--list", help="List the targets and exit.")] = False,
+    clean: Annotated[bool, typer.Option("--clean", help="Remove this profile's build directory and exit.")] = False,
+) -> None:
+    """Build csrc/ (libraries, test and bench programs) with nvcc, driven by ninja."""
+    from rich.console import Console
+
+    from kdtree_cli.build import driver
+
+    out, err = Console(soft_wrap=True), Console(stderr=True, soft_wrap=True)
+    request = driver.BuildRequest(
+        profile=profile, arch=arch, cuda_home=cuda_home, jobs=jobs, verbose=verbose,
+        targets=tuple(targets or ()), build_root=build_root or driver.DEFAULT_BUILD_ROOT,
+    )
+    if clean:
+        removed = driver.clean(request)
+        err.print(f"removed {removed}" if removed else f"nothing to clean at {driver.build_dir_for(request)}",
+                  highlight=False)
+        return
+    if list_targets:
+        _print_targets(out, *driver.plan(request))
+        return
+    if dry_run:
+        commands = driver.dry_run(request)
+        out.print(commands or "# nothing to do: everything is up to date", highlight=False, markup=False)
+        return
+    outcome = driver.build(request, console=err)
+    _print_summary(err, outcome, verbose)
+
+
+def _print_targets(out, config, choice) -> None:
+    layout = config.layout
+    out.print(f"# {config.build_dir} (targets {choice.names})", highlight=False)
+    for prog in layout.programs:
+        out.print(f"{prog.name:28} {prog.output:32} csrc/{prog.source.as_posix()}", highlight=False)
+    for lib in list(layout.libraries) + list(layout.support.values()):
+        out.print(f"{lib.name:28} {lib.output:32} {len(lib.sources)} source(s)", highlight=False)
+    out.print("groups: all (default), tests, bench, libs", highlight=False)
+
+
+def _print_summary(err, outcome, verbose: bool) -> None:
+    cfg = outcome.configured.config
+    tc = cfg.toolchain
+    where = f"{cfg.build_dir}"
+    if outcome.steps_run == 0:
+        err.print(f"[green]up to date[/] ({where}, {outcome.seconds:.2f} s)", highlight=False)
+    else:
+        err.print(f"[green]built[/] {outcome.steps_run} step(s) in {outcome.seconds:.1f} s -> {where}",
+                  highlight=False)
+    choice = outcome.configured.arch_choice
+    err.print(f"[dim]{cfg.profile.name}; targets {', '.join(a.sm for a in choice.archs)} ({choice.source}); "
+              f"CUDA {tc.cuda.version_str} ({tc.cuda.found_by}); cuBLAS: {tc.cublas.found_by}[/]",
+              highlight=False)
+    if verbose:
+        for note in tc.cuda.skipped:
+            err.print(f"[dim]  skipped {note}[/]", highlight=False)
+    for name in outcome.configured.layout.unknown_dirs:
+        err.print(f"[yellow]warning:[/] csrc/{name}/ has sources but no build rule "
+                  "(see kdtree_cli/build/layout.py)", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("build")(build)

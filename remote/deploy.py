@@ -1,0 +1,272 @@
+"""`kdtree deploy`: put the local tree on a host, build and test it there, bring the
+results back. One host per call of deploy_host(); parallel.py runs several.
+
+The steps, each a plain function of the open Connection (see releases.py for why a cut
+connection at any point leaves the previous release current and working):
+
+    preflight   remote $HOME, Python >= 3.11, nvcc (when building)  - nothing written yet
+    lock        <dir>/.deploy.lock, held until the end
+    sync        stage (hard links from current) + upload (one tar of what changed)
+                + finalize (verify against the manifest, rename into releases/)
+    env         <dir>/venv up to date (pyenv.py)
+    build/test  in the new release, output streamed as `[host] line`
+    fetch       <release>/results/ -> results/<host>/ (also after a failed step)
+    switch      `current` -> the new release, only when build and test passed
+    prune       keep the newest N releases and current
+
+Test hooks: DeployOptions.hook(host, point) is called at each point named in POINTS,
+so fault tests can cut the connection exactly there.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from fabric import Connection
+
+from remote import channel, pyenv, releases
+from remote.connection import connect
+from remote.errors import RemoteError
+from remote.inventory import HostConfig
+from remote.lock import RemoteLock
+from remote.manifest import Manifest, SyncPlan, build_manifest, plan_sync
+from remote.output import HostOutput, Reporter
+from remote.paths import RemotePaths, resolve_paths
+from remote.shell import q
+from remote.steps import RESULTS_SUBDIR, step_command
+from python_engine.errors import KdtreeError
+
+POINTS = ("connected", "preflight", "locked", "staged", "uploaded", "finalized", "env",
+          "build", "test", "fetched", "switch", "switched", "done")
+
+
+@dataclass
+class DeployOptions:
+    project_root: Path
+    results_root: Path  # results/<host>/ go under it
+    build: bool = True
+    test: bool = True
+    dry_run: bool = False
+    keep: int | None = None  # None: the host's `keep`
+    wheels: Path | None = None
+    accept_new_host_key: bool = False
+    hook: Callable[[str, str], None] | None = None
+
+
+@dataclass
+class StepResult:
+    name: str
+    ok: bool
+    seconds: float
+    detail: str = ""
+
+
+@dataclass
+class HostResult:
+    host: str
+    ok: bool = False
+    error: str | None = None
+    release: str | None = None
+    previous: str | None = None  # current before this deploy
+    switched: bool = False
+    uploaded: int = 0
+    upload_bytes: int = 0
+    linked: int = 0
+    removed_releases: list[str] = field(default_factory=list)
+    steps: list[StepResult] = field(default_factory=list)
+    results_dir: str | None = None
+    plan: dict | None = None  # --dry-run: what would happen
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1) + "\n"
+
+
+class StepFailed(RemoteError):
+    """A build or test command exited non-zero (its output has been streamed already)."""
+
+
+def deploy_host(host: HostConfig, opts: DeployOptions, reporter: Reporter) -> HostResult:
+    """Deploy to one host; never raises: the outcome, or the error, is in the result."""
+    result = HostResult(host.name)
+    results_dir = Path(opts.results_root) / host.name
+    if not opts.dry_run:
+        shutil.rmtree(results_dir, ignore_errors=True)
+    out = HostOutput(reporter, host.name, None if opts.dry_run else results_dir / "logs")
+    conn = None
+    try:
+        conn = connect(host, accept_new_host_key=opts.accept_new_host_key)
+        _hook(opts, host, "connected")
+        deploy_over(conn, host, opts, out, result)
+        result.ok = True
+    except KdtreeError as exc:
+        result.error = str(exc)
+    except Exception as exc:  # a bug, or an error we did not map: keep the host's report going
+        result.error = f"unexpected {type(exc).__name__}: {exc}"
+        if not opts.dry_run:
+            results_dir.mkdir(parents=True, exist_ok=True)
+            (results_dir / "traceback.txt").write_text(traceback.format_exc())
+    finally:
+        if conn is not None:
+            conn.close()
+    if result.error and result.switched:  # e.g. the link dropped while pruning
+        result.error = f"current was switched to {result.release}, but then: {result.error}"
+    if result.error:
+        out.note(f"FAILED: {result.error}")
+    if not opts.dry_run:
+        results_dir.mkdir(parents=True, exist_ok=True)
+        result.results_dir = str(results_dir)
+        (results_dir / "deploy.json").write_text(result.to_json())
+    return result
+
+
+def _hook(opts: DeployOptions, host: HostConfig, point: str) -> None:
+    if opts.hook is not None:
+        opts.hook(host.name, point)
+
+
+def preflight(conn: Connection, host: HostConfig, build: bool) -> tuple[RemotePaths, str]:
+    """Resolve the remote paths and check Python (and nvcc when building) in one round
+    trip; returns the paths and a one-line summary. Raises RemoteEnvError saying what to
+    install."""
+    paths = resolve_paths(conn, host)
+    answers = pyenv.query_versions(conn, [paths.python] + ([paths.nvcc] if build else []))
+    version = pyenv.python_version(host, paths.python, answers[0])
+    summary = f"python {'.'.join(map(str, version))}"
+    if build:
+        nv = pyenv.nvcc_version(host, paths.nvcc, answers[1])
+        summary += f", nvcc {nv[0]}.{nv[1]}"
+    return paths, summary
+
+
+def deploy_over(conn: Connection, host: HostConfig, opts: DeployOptions, out: HostOutput,
+                result: HostResult) -> None:
+    paths, summary = preflight(conn, host, opts.build)
+    layout = paths.layout
+    out.note(f"{host.describe_target()} -> {layout.dir} ({summary})")
+    _hook(opts, host, "preflight")
+    if opts.dry_run:
+        _dry_run(conn, host, opts, out, result, paths, build_manifest(opts.project_root))
+        return
+    lock = RemoteLock(conn, paths.python, layout.lock, wait_s=host.lock_timeout,
+                      on_wait=lambda owner: out.note(f"waiting for the deploy lock held by {owner}"))
+    with lock:
+        _hook(opts, host, "locked")
+        manifest = build_manifest(opts.project_root)  # the tree as it is once it is our turn
+        state = releases.read_state(conn, paths.python, layout)
+        previous = state.current if state.current_ok else None
+        result.previous = previous
+        plan = plan_sync(manifest, state.manifest if previous else None)
+        name = _sync(conn, host, opts, out, result, paths, manifest, plan, previous)
+        release = layout.release(name)
+
+        _hook(opts, host, "env")
+        with out.step_sink("env") as sink:
+            python = pyenv.setup_env(conn, host, layout, paths.python, opts.project_root,
+                                     opts.wheels, out.note, sink)
+        failure = None
+        try:
+            for step, enabled in (("build", opts.build), ("test", opts.test)):
+                if enabled:
+                    _hook(opts, host, step)
+                    _run_step(conn, host, out, result, paths, python, release, step)
+        except StepFailed as exc:
+            failure = exc
+        finally:
+            _fetch(conn, host, opts, out, result, paths, release)
+        if failure is not None:
+            raise StepFailed(f"{failure}; current stays {previous or '(none)'}; the new release "
+                             f"is kept at {release} for a look")
+        _hook(opts, host, "switch")
+        releases.switch(conn, paths.python, layout, name)
+        result.switched = True
+        _hook(opts, host, "switched")
+        out.note(f"current -> {name}" + (f" (was {previous})" if previous else ""))
+        keep = opts.keep if opts.keep is not None else host.keep
+        result.removed_releases = releases.prune(conn, paths.python, layout, keep)
+        if result.removed_releases:
+            out.note(f"removed {len(result.removed_releases)} old release(s), keeping {keep}")
+    _hook(opts, host, "done")
+
+
+def _sync(conn, host, opts, out, result, paths, manifest: Manifest, plan: SyncPlan,
+          previous: str | None) -> str:
+    layout = paths.layout
+    staged = releases.stage(conn, paths.python, layout, releases.release_name(manifest),
+                            previous, plan, manifest, host.carry)
+    _hook(opts, host, "staged")
+    send = sorted(set(plan.upload) | set(staged.missing))
+    result.release = staged.name
+    result.uploaded = len(send)
+    result.upload_bytes = sum(manifest.files[p].size for p in send)
+    result.linked = staged.linked + staged.copied
+    out.note(f"sync {staged.name}: {len(send)} file(s) to upload "
+             f"({result.upload_bytes / 1e6:.2f} MB), {result.linked} unchanged from "
+             f"{previous or 'nothing'}" + (f", carried {', '.join(staged.carried)}" if staged.carried else ""))
+    meta = {"name": staged.name, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    releases.upload(conn, paths.python, staged.partial, opts.project_root, send, manifest,
+                    manifest.to_json(**meta))
+    _hook(opts, host, "uploaded")
+    releases.finalize(conn, paths.python, layout, staged.name)
+    _hook(opts, host, "finalized")
+    return staged.name
+
+
+def _run_step(conn, host, out, result, paths, python, release, step) -> None:
+    command = step_command(host, paths, python, release, step)
+    out.note(f"{step}: {command.split(' && exec ', 1)[-1]}")
+    started = time.monotonic()
+    with out.step_sink(step) as sink:
+        code = channel.stream(conn, command, on_line=sink, what=f"the {step} step")
+    seconds = time.monotonic() - started
+    result.steps.append(StepResult(step, code == 0, round(seconds, 3), f"exit {code}"))
+    if code != 0:
+        raise StepFailed(f"{step} failed (exit {code}) after {seconds:.1f}s; its output is in "
+                         f"results/{host.name}/logs/{step}.log")
+    out.note(f"{step}: ok ({seconds:.1f}s)")
+
+
+def _fetch(conn, host, opts, out, result, paths, release) -> None:
+    """Bring <release>/results/ home; a lost connection here must not hide the step error."""
+    dest = Path(opts.results_root) / host.name
+    try:
+        warnings = releases.fetch_dir(conn, paths.python, f"{release}/{RESULTS_SUBDIR}", dest)
+    except RemoteError as exc:
+        out.note(f"could not fetch the results: {exc}")
+        return
+    for w in warnings:
+        out.note(f"results: {w}")
+    _hook(opts, host, "fetched")
+    out.note(f"results in {dest}")
+
+
+def _dry_run(conn, host, opts, out, result, paths, manifest: Manifest) -> None:
+    layout = paths.layout
+    exists = channel.run(conn, f"test -d {q(layout.dir)}", what="looking at the remote dir").exit_code == 0
+    state = releases.read_state(conn, paths.python, layout) if exists else None
+    previous = state.current if state and state.current_ok else None
+    plan = plan_sync(manifest, state.manifest if previous else None)
+    python = f"{layout.venv}/bin/python" if host.venv else paths.python
+    release = layout.release(releases.release_name(manifest))
+    commands = {s: step_command(host, paths, python, release, s)
+                for s, on in (("build", opts.build), ("test", opts.test)) if on}
+    result.previous = previous
+    result.plan = {
+        "upload": plan.upload, "upload_bytes": plan.upload_bytes(manifest),
+        "unchanged": len(plan.link), "dropped": plan.removed, "commands": commands,
+    }
+    out.note(f"dry run: would upload {len(plan.upload)} file(s) "
+             f"({plan.upload_bytes(manifest) / 1e6:.2f} MB), reuse {len(plan.link)} from "
+             f"{previous or 'nothing'}, drop {len(plan.removed)}")
+    for path in plan.upload[:20]:
+        out.note(f"  upload {path}")
+    if len(plan.upload) > 20:
+        out.note(f"  ... and {len(plan.upload) - 20} more")
+    for step, command in commands.items():
+        out.note(f"would run {step}: {command.split(' && exec ', 1)[-1]}")
+    out.note("dry run: nothing was changed")

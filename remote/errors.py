@@ -1,0 +1,42 @@
+"""Errors of the remote layer. Each one carries a message a person can act on; the CLI
+prints it as one line (KdtreeError) and, for several hosts, one line per host."""
+
+from __future__ import annotations
+
+from python_engine.errors import KdtreeError
+
+
+class RemoteError(KdtreeError):
+    """Something went wrong on or on the way to a remote host."""
+
+
+class InventoryError(RemoteError):
+    """kdtree.toml / hosts.toml is missing a host, or holds a value that cannot be used."""
+
+
+class HostKeyError(RemoteError):
+    """The server's host key is unknown (and not accepted) or differs from known_hosts."""
+
+
+class UnreachableError(RemoteError):
+    """No SSH session could be set up: DNS, TCP, banner or authentication failed."""
+
+
+class ConnectionLostError(RemoteError):
+    """The SSH connection dropped while a step was running."""
+
+
+class RemoteCommandError(RemoteError):
+    """A remote command exited with a non-zero status."""
+
+    def __init__(self, message: str, exit_code: int | None = None):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class RemoteEnvError(RemoteError):
+    """The remote lacks something kdtree needs (Python >= 3.11, nvcc, flock, ...)."""
+
+
+class LockBusyError(RemoteError):
+    """Another deploy held the host's lock for longer than the lock timeout."""

@@ -1,0 +1,114 @@
+"""`kdtree hosts` checks: for each host, is it reachable (with a known host key), which
+Python and nvcc it has, which GPUs (and so which SM arch) nvidia-smi sees, and which
+release is current. Every problem comes with the message of the check that found it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from remote import channel, pyenv, releases
+from remote.connection import connect
+from remote.inventory import HostConfig
+from remote.paths import resolve_paths
+from remote.shell import q
+from python_engine.errors import KdtreeError
+
+
+@dataclass
+class HostCheck:
+    name: str
+    target: str
+    dir: str
+    reachable: bool = False
+    python: str = "-"
+    nvcc: str = "-"
+    gpus: str = "-"
+    arch: str = "-"
+    current: str = "-"
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.reachable and not self.problems
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ok": self.ok}
+
+
+def parse_nvidia_smi(text: str) -> list[tuple[str, int]]:
+    """`name, compute_cap` CSV lines -> [(name, sm)], e.g. ("NVIDIA H200", 90)."""
+    gpus = []
+    for line in text.strip().splitlines():
+        name, _, cap = line.rpartition(",")
+        try:
+            major, minor = cap.strip().split(".")
+            gpus.append((name.strip(), int(major) * 10 + int(minor)))
+        except ValueError:
+            continue
+    return gpus
+
+
+def check_host(host: HostConfig, *, accept_new_host_key: bool = False) -> HostCheck:
+    check = HostCheck(host.name, host.describe_target(), host.dir)
+    try:
+        conn = connect(host, accept_new_host_key=accept_new_host_key)
+    except KdtreeError as exc:
+        check.problems.append(str(exc))
+        return check
+    check.reachable = True
+    try:
+        paths = resolve_paths(conn, host)
+        check.dir = paths.dir
+        try:
+            check.python = ".".join(map(str, pyenv.check_python(conn, host, paths.python)))
+        except KdtreeError as exc:
+            check.python = "missing/old"
+            check.problems.append(str(exc))
+        try:
+            major, minor = pyenv.check_nvcc(conn, host, paths.nvcc)
+            check.nvcc = f"{major}.{minor}"
+        except KdtreeError as exc:
+            check.nvcc = "missing/old"
+            if host.arch or host.gpus:  # a CPU-only host needs no nvcc
+                check.problems.append(str(exc))
+        _check_gpus(conn, host, check)
+        if check.python != "missing/old":
+            state = releases.read_state(conn, paths.python, paths.layout, with_manifest=False)
+            check.current = state.current if state.current_ok else "none"
+    except KdtreeError as exc:
+        check.problems.append(str(exc))
+    finally:
+        conn.close()
+    return check
+
+
+def _check_gpus(conn, host: HostConfig, check: HostCheck) -> None:
+    result = channel.run(conn, f"{q(host.nvidia_smi)} --query-gpu=name,compute_cap "
+                               f"--format=csv,noheader 2>&1", what="asking nvidia-smi", timeout=60)
+    gpus = parse_nvidia_smi(result.text) if result.exit_code == 0 else []
+    if result.exit_code != 0:
+        check.gpus = "none"
+        if host.gpus > 0:
+            check.problems.append(
+                f"{host.name}: nvidia-smi failed (exit {result.exit_code}: "
+                f"{result.text.strip()[:200]!r}) but {host.gpus} GPU(s) are configured: install "
+                f"the NVIDIA driver there, or set gpus = 0"
+            )
+        return
+    check.gpus = f"{len(gpus)}" + (f" x {gpus[0][0]}" if gpus else "")
+    seen = sorted({sm for _, sm in gpus})
+    check.arch = ",".join(f"sm_{sm}" for sm in seen) or "-"
+    if host.gpus and len(gpus) != host.gpus:
+        check.problems.append(f"{host.name}: nvidia-smi sees {len(gpus)} GPU(s), the inventory "
+                              f"says gpus = {host.gpus}")
+    uncovered = [sm for sm in seen if sm not in host.arch_sms]
+    if uncovered:
+        check.problems.append(
+            f"{host.name}: the GPUs are {', '.join(f'sm_{s}' for s in seen)} but arch = "
+            f"{list(host.arch)}: add {uncovered} to arch so the native build runs there"
+        )
+
+
+def checks_to_json(checks: list[HostCheck]) -> str:
+    return json.dumps([c.to_dict() for c in checks], indent=1)

@@ -1,0 +1,311 @@
+"""kdtree's helper that runs ON the remote host, with the host's Python and only its
+standard library. releases.py sends this file's source as `python -I -S -c SOURCE COMMAND JSON`
+(nothing is installed there), so a deploy needs no tool beyond a Python on the remote.
+
+Layout under the host's directory D:
+
+    D/current -> releases/<name>       the release in use (a relative symlink)
+    D/releases/<name>/                 complete releases, each with .kdtree-release.json
+    D/releases/.partial-<name>/        a release being assembled (never used, removed
+                                       by the next deploy)
+    D/.deploy.lock (+ .owner)          the deploy lock
+
+Commands print one JSON object on stdout (`pack` prints a tar stream instead; `lock`
+prints status lines). Errors go to stderr with exit status 2.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tarfile
+import time
+
+MANIFEST = ".kdtree-release.json"
+PARTIAL = ".partial-"
+
+
+def _emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _safe_rel(path):
+    """A relative path inside the release: no absolute paths, no '..', no empty parts."""
+    parts = path.split("/")
+    if path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ValueError("unsafe path in request: %r" % path)
+    return path
+
+
+def _releases(d):
+    return os.path.join(d, "releases")
+
+
+def _current_name(d):
+    try:
+        target = os.readlink(os.path.join(d, "current"))
+    except OSError:
+        return None
+    return os.path.basename(target.rstrip("/"))
+
+
+def _read_json(path):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def _complete(rel):
+    if not os.path.isdir(rel):
+        return []
+    return sorted(
+        n for n in os.listdir(rel)
+        if not n.startswith(".") and os.path.isfile(os.path.join(rel, n, MANIFEST))
+    )
+
+
+def cmd_state(a):
+    d = a["dir"]
+    rel = _releases(d)
+    cur = _current_name(d)
+    cur_dir = os.path.join(rel, cur) if cur else None
+    cur_ok = bool(cur_dir) and os.path.isfile(os.path.join(cur_dir, MANIFEST))
+    partials = sorted(n for n in os.listdir(rel) if n.startswith(PARTIAL)) if os.path.isdir(rel) else []
+    _emit({
+        "current": cur,
+        "current_ok": cur_ok,
+        "releases": _complete(rel),
+        "partials": partials,
+        "manifest": _read_json(os.path.join(cur_dir, MANIFEST)) if cur_ok and a.get("manifest") else None,
+    })
+
+
+def cmd_stage(a):
+    """Start .partial-<name> (with an empty results/): drop stale partials, hard-link
+    unchanged files from the previous release (copy where linking fails), copy the
+    carried folders. Files whose size no longer matches the previous manifest are
+    reported back as missing."""
+    a = json.load(sys.stdin)
+    rel = _releases(a["dir"])
+    os.makedirs(rel, exist_ok=True)
+    for n in os.listdir(rel):
+        if n.startswith(PARTIAL):
+            shutil.rmtree(os.path.join(rel, n), ignore_errors=True)
+    name = a["name"]
+    suffix = 1
+    while os.path.lexists(os.path.join(rel, name)):
+        name = "%s-%d" % (a["name"], suffix)
+        suffix += 1
+    part = os.path.join(rel, PARTIAL + name)
+    os.mkdir(part)
+    os.mkdir(os.path.join(part, "results"))  # where the steps leave reports (fetched home)
+    prev = os.path.join(rel, a["prev"]) if a.get("prev") else None
+    linked = copied = 0
+    missing = []
+    for path, size in a.get("link", []):
+        src = os.path.join(prev, _safe_rel(path))
+        dst = os.path.join(part, path)
+        try:
+            if os.lstat(src).st_size != size:
+                raise OSError("changed since its release")
+        except OSError:
+            missing.append(path)
+            continue
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        try:
+            os.link(src, dst, follow_symlinks=False)
+            linked += 1
+        except OSError:
+            shutil.copy2(src, dst, follow_symlinks=False)
+            copied += 1
+    carried = []
+    for folder in a.get("carry", []):
+        src = os.path.join(prev, _safe_rel(folder)) if prev else None
+        if src and os.path.isdir(src) and not os.path.islink(src):
+            shutil.copytree(src, os.path.join(part, folder), symlinks=True)
+            carried.append(folder)
+    _emit({"name": name, "partial": part, "linked": linked, "copied": copied,
+           "missing": missing, "carried": carried})
+
+
+def _extract_member(tf, member, dest):
+    if hasattr(tarfile, "data_filter"):
+        tf.extract(member, dest, filter="data")
+        return
+    _safe_rel(member.name)  # Pythons before 3.11.4: check by hand
+    if member.issym() and (member.linkname.startswith("/") or ".." in member.linkname.split("/")):
+        raise ValueError("link leaves the release: %s -> %s" % (member.name, member.linkname))
+    if not (member.isfile() or member.isdir() or member.issym()):
+        raise ValueError("unsupported member type: %s" % member.name)
+    tf.extract(member, dest)
+
+
+def cmd_extract(a):
+    """Unpack a tar stream from stdin into dest. Regular files get the remote's current
+    time as mtime, so a build carried over from the previous release rebuilds what
+    changed even when the two machines' clocks disagree."""
+    dest = a["dest"]
+    now = time.time()
+    count = 0
+    with tarfile.open(fileobj=sys.stdin.buffer, mode="r|") as tf:
+        for member in tf:
+            _extract_member(tf, member, dest)
+            if member.isfile():
+                os.utime(os.path.join(dest, member.name), (now, now))
+            count += 1
+    _emit({"extracted": count})
+
+
+def cmd_finalize(a):
+    """Check the partial release against its manifest, then rename it into place."""
+    rel = _releases(a["dir"])
+    part = os.path.join(rel, PARTIAL + a["name"])
+    manifest = _read_json(os.path.join(part, MANIFEST))
+    if not manifest:
+        raise ValueError("the partial release has no readable manifest")
+    bad = []
+    for path, e in manifest["files"].items():
+        full = os.path.join(part, path)
+        try:
+            if e.get("link") is not None:
+                ok = os.readlink(full) == e["link"]
+            else:
+                ok = os.path.isfile(full) and os.stat(full).st_size == e["size"]
+        except OSError:
+            ok = False
+        if not ok:
+            bad.append(path)
+    if bad:
+        raise ValueError("incomplete release, %d file(s) missing or wrong: %s" % (len(bad), ", ".join(bad[:10])))
+    final = os.path.join(rel, a["name"])
+    os.rename(part, final)
+    _emit({"release": final, "files": len(manifest["files"])})
+
+
+def cmd_switch(a):
+    """Point current at releases/<name> atomically: a new symlink renamed over the old."""
+    d = a["dir"]
+    target = "releases/" + a["name"]
+    if not os.path.isfile(os.path.join(d, target, MANIFEST)):
+        raise ValueError("release %s is not complete" % a["name"])
+    previous = _current_name(d)
+    tmp = os.path.join(d, ".current.tmp-%d" % os.getpid())
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(target, tmp)
+    os.replace(tmp, os.path.join(d, "current"))
+    _emit({"previous": previous, "current": a["name"]})
+
+
+def cmd_prune(a):
+    """Keep the newest `keep` complete releases and the current one; drop the rest."""
+    d = a["dir"]
+    rel = _releases(d)
+    names = _complete(rel)
+    keep = set(names[-int(a["keep"]):]) | {_current_name(d)}
+    removed = [n for n in names if n not in keep]
+    for n in removed:
+        shutil.rmtree(os.path.join(rel, n), ignore_errors=True)
+    _emit({"removed": removed, "kept": sorted(n for n in names if n in keep)})
+
+
+def cmd_pack(a):
+    """Write a tar stream of src's contents to stdout (empty when src does not exist)."""
+    src = a["src"]
+    with tarfile.open(fileobj=sys.stdout.buffer, mode="w|") as tf:
+        if os.path.isdir(src):
+            for n in sorted(os.listdir(src)):
+                tf.add(os.path.join(src, n), arcname=n)
+    sys.stdout.flush()
+
+
+def cmd_files(a):
+    """Regular files directly in a folder, with size and sha256 (to skip re-uploads)."""
+    out = {}
+    d = a["dir"]
+    if os.path.isdir(d):
+        for n in sorted(os.listdir(d)):
+            full = os.path.join(d, n)
+            if os.path.isfile(full) and not os.path.islink(full):
+                h = hashlib.sha256()
+                with open(full, "rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(block)
+                out[n] = {"size": os.path.getsize(full), "sha256": h.hexdigest()}
+    _emit({"files": out})
+
+
+def cmd_lock(a):
+    """Hold an exclusive flock on a["path"] while the deploy lives. The deploy keeps this
+    process's stdin open and writes a heartbeat byte every few seconds; EOF (the deploy
+    finished, or its SSH connection dropped) or no heartbeat for a["stale"] seconds (a
+    link that died silently) ends the process and so frees the lock: it cannot go stale.
+    Prints `WAIT <owner>` while another deploy holds it, then `LOCKED`; exits 75 with
+    `BUSY <owner>` after a["wait"] seconds."""
+    import fcntl
+    import select
+
+    path = a["path"]
+    os.makedirs(os.path.dirname(path), exist_ok=True)  # a first deploy creates the host dir
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def owner():
+        try:
+            with open(path + ".owner") as fh:
+                return fh.read().strip() or "unknown"
+        except OSError:
+            return "unknown"
+
+    def try_lock():
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+    if not try_lock():
+        sys.stdout.write("WAIT %s\n" % owner())
+        sys.stdout.flush()
+        deadline = time.time() + float(a["wait"])
+        while not try_lock():
+            if time.time() > deadline:
+                sys.stdout.write("BUSY %s\n" % owner())
+                sys.stdout.flush()
+                sys.exit(75)
+            time.sleep(0.1)
+    with open(path + ".owner", "w") as fh:
+        fh.write(a["owner"] + "\n")
+    sys.stdout.write("LOCKED\n")
+    sys.stdout.flush()
+    stdin = sys.stdin.buffer.raw
+    while True:
+        ready, _, _ = select.select([stdin], [], [], float(a["stale"]))
+        if not ready or not os.read(stdin.fileno(), 4096):
+            break  # silent for too long, or EOF: let go
+
+
+COMMANDS = {
+    "state": cmd_state, "stage": cmd_stage, "extract": cmd_extract, "finalize": cmd_finalize,
+    "switch": cmd_switch, "prune": cmd_prune, "pack": cmd_pack, "files": cmd_files,
+    "lock": cmd_lock,
+}
+
+
+def main(argv):
+    if len(argv) != 3 or argv[1] not in COMMANDS:
+        sys.stderr.write("usage: release_tool {%s} JSON\n" % ",".join(COMMANDS))
+        return 2
+    try:
+        COMMANDS[argv[1]](json.loads(argv[2]))
+    except Exception as exc:  # one line the local side can show
+        sys.stderr.write("release_tool %s: %s: %s\n" % (argv[1], type(exc).__name__, exc))
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,49 @@
+"""Scratch source trees for the build tests (imported by name: pytest puts this folder on
+sys.path): a csrc/ laid out like the real one, with the real common/ headers, built into the
+test's own folder (never the checkout's build/)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kdtree_cli.build.driver import REPO_ROOT, BuildRequest
+from python_engine.errors import KdtreeError
+
+# One target keeps nvcc quick here; the two-target build is what `kdtree build` does in CI.
+SCRATCH_ARCH = "120"
+
+
+def have_toolchain() -> str | None:
+    """None when nvcc, cuBLAS, g++ and ninja are all found, else why not."""
+    from kdtree_cli.build.toolchain import find_toolchain
+
+    try:
+        find_toolchain()
+    except KdtreeError as exc:
+        return str(exc)
+    return None
+
+
+needs_toolchain = pytest.mark.skipif(have_toolchain() is not None, reason="no CUDA toolchain here")
+
+
+def make_scratch_repo(root: Path, files: dict[str, str]) -> Path:
+    """A repo root with csrc/common/*.h copied from the checkout plus `files` (path -> text)."""
+    common = root / "csrc" / "common"
+    common.mkdir(parents=True)
+    for header in (REPO_ROOT / "csrc" / "common").glob("*.h"):
+        shutil.copy(header, common / header.name)
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def scratch_request(root: Path, **overrides) -> BuildRequest:
+    fields = dict(repo_root=root, build_root=root / "build", arch=SCRATCH_ARCH, jobs=2)
+    fields.update(overrides)
+    return BuildRequest(**fields)

@@ -1,0 +1,52 @@
+"""`kdtree build` options as a user meets them, without compiling anything: --list,
+--dry-run (per profile and target), --clean, bad --arch and bad targets."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from build_scratch import needs_toolchain
+
+from kdtree_cli.build.driver import REPO_ROOT
+
+
+def kdtree(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kdtree_cli", *args], capture_output=True, text=True,
+                          timeout=300, cwd=REPO_ROOT, env=env)
+
+
+@needs_toolchain
+def test_list_and_dry_run_show_targets_and_commands(tmp_path):
+    proc = kdtree("build", "--build-dir", str(tmp_path), "--list")
+    assert proc.returncode == 0, proc.stderr
+    assert "test_kdtr" in proc.stdout and "bin/test_kdtr" in proc.stdout and "lib/libkd_common.a" in proc.stdout
+    proc = kdtree("build", "--build-dir", str(tmp_path), "--dry-run", "--arch", "hopper,rtx-pro-6000", "test_kdtr")
+    assert proc.returncode == 0, proc.stderr
+    assert "csrc/tests/test_kdtr.cpp" in proc.stdout and "-O3" in proc.stdout
+    assert not (tmp_path / "release" / "bin" / "test_kdtr").exists()  # nothing was built
+    proc = kdtree("build", "--build-dir", str(tmp_path), "--dry-run", "--profile", "debug", "--arch", "90a,120")
+    assert proc.returncode == 0, proc.stderr
+    build_ninja = (tmp_path / "debug" / "build.ninja").read_text()
+    assert "-gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_120,code=sm_120" in build_ninja
+    assert " -G " in build_ninja and "-DKDTREE_DEBUG_SYNC=1" in build_ninja
+    proc = kdtree("build", "--build-dir", str(tmp_path), "--clean", "--profile", "debug")
+    assert proc.returncode == 0 and not (tmp_path / "debug").exists()
+    assert (tmp_path / "release" / "build.ninja").exists()  # the other profile is untouched
+
+
+@needs_toolchain
+def test_bad_arch_and_bad_target_are_one_line_errors(tmp_path):
+    proc = kdtree("build", "--build-dir", str(tmp_path), "--arch", "pascal")
+    assert proc.returncode == 1 and "unknown CUDA architecture 'pascal'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = kdtree("build", "--build-dir", str(tmp_path), "--dry-run", "--arch", "120", "test_nope")
+    assert proc.returncode == 1 and "unknown target(s) test_nope" in proc.stderr
+
+
+def test_clean_refuses_a_directory_it_did_not_make(tmp_path):
+    (tmp_path / "release").mkdir()
+    (tmp_path / "release" / "precious.txt").write_text("keep me")
+    proc = kdtree("build", "--build-dir", str(tmp_path), "--clean")
+    assert proc.returncode == 1 and "not removing" in proc.stderr
+    assert (tmp_path / "release" / "precious.txt").exists()

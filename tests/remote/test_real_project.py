@@ -1,0 +1,66 @@
+"""Deploy this repository itself to the test sshd: the remote side really runs
+`kdtree build` (nvcc) for sm_120 and `kdtree test` on a small CPU subset, and the reports
+come back into results/<host>/ (a tmp dir here)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import uuid
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from remote.inventory import HostConfig
+from remote.manifest import list_files
+
+from conftest import current_name, remote_dir, run_deploy, verify_release
+from kdtree_sshd import ALIAS
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD_TARGET = "test_kdtr"  # one small real program: a C++ compile and a link through nvcc
+CPU_TESTS = "tests/foundation"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
+@pytest.mark.skipif(not (REPO / CPU_TESTS).is_dir(), reason=f"{CPU_TESTS} is not in this tree")
+def test_deploy_this_repository(sshd, tmp_path):
+    host = HostConfig(
+        name="sshd-test", ssh=ALIAS, ssh_config=str(sshd.ssh_config),
+        dir=f"~/kd-repo-{uuid.uuid4().hex[:8]}", python=sys.executable, venv=False,
+        arch=("120",), gpus=0, nvcc=shutil.which("nvcc"), connect_timeout=5, source="tests/remote",
+        # --build-dir pins the output into the release even if the remote python (here: this
+        # venv, with kdtree installed editable) resolved a module from the local checkout
+        build=("{python}", "-m", "kdtree_cli", "build", BUILD_TARGET, "--arch", "{arch}",
+               "--build-dir", "{release}/build"),
+        test=("{python}", "-m", "kdtree_cli", "test", "--", CPU_TESTS, "-q", "-p", "no:cacheprovider",
+              "--junitxml={results}/junit.xml"),
+    )
+    synced = list_files(REPO)
+    missing = [p for p in ("kdtree_cli/build/driver.py", "kdtree_cli/commands/build.py") if p not in synced]
+    assert not missing, (
+        f"{missing} would not be deployed: git ignores them (check `git check-ignore -v {missing[0]}`; "
+        f"a bare `build/` in .gitignore matches kdtree_cli/build/ too: anchor it as `/build/`)"
+    )
+    results = tmp_path / "results"
+    r = run_deploy(host, REPO, results)
+    assert r.ok, r.error + "\n" + "\n".join(t for *_x, t, _e in r.reporter.lines[-30:])
+
+    rdir = remote_dir(sshd, host)
+    assert current_name(rdir) == r.release
+    manifest = verify_release(rdir, r.release)
+    for path in ("pyproject.toml", "kdtree_cli/app.py", "remote/deploy.py", "kdtree.toml"):
+        assert path in manifest["files"]
+    assert not any(p.split("/")[0] in ("build", ".venv", "results", ".git") for p in manifest["files"])
+    assert any(p.startswith("refs/") for p in manifest["files"])
+    program = rdir / "current" / "build" / "release" / "bin" / BUILD_TARGET
+    assert program.is_file() and program.stat().st_size > 0  # nvcc really built it there
+
+    out = results / "sshd-test"
+    suite = ET.parse(out / "junit.xml").getroot()
+    suite = suite if suite.tag == "testsuite" else suite[0]
+    assert int(suite.get("tests")) > 0 and suite.get("failures") == "0" and suite.get("errors") == "0"
+    assert f"LINK bin/{BUILD_TARGET}" in (out / "logs" / "build.log").read_text()
+    assert " passed" in (out / "logs" / "test.log").read_text()
