@@ -16,11 +16,13 @@ from python_engine.errors import KdtreeError
 
 # Order is the order `kdtree --help` lists them in.
 COMMAND_MODULES = [
+    "demo", "train_demo",
+    "run",
     "refs",
     "build",
     "test",
-    "deploy",
-    "hosts",
+    "tui",
+    "deploy", "hosts",
 ]
 
 app = typer.Typer(

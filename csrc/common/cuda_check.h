@@ -32,6 +32,9 @@ struct CudaError : std::runtime_error {
 namespace detail {
 
 [[noreturn]] inline void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line) {
+  // A failed runtime call also leaves its (non-sticky) error as the thread's "last error";
+  // clear it so the next KD_CHECK_LAUNCH reports that launch, not this older failure.
+  (void)cudaGetLastError();
   throw CudaError(std::string(file) + ":" + std::to_string(line) + ": " + cudaGetErrorName(err) + " (" +
                   cudaGetErrorString(err) + ") in `" + expr + "`");
 }

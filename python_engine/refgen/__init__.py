@@ -16,6 +16,8 @@ from typing import Callable
 GENERATORS: dict[str, str] = {
     "ddtree": "python_engine.refgen.ddtree_refs:write_ddtree_refs",
     "kdtr_format": "python_engine.refgen.kdtr_golden:write_kdtr_golden",
+    "kernels": "python_engine.refgen.kernel_refs:write_kernel_refs",
+    "model": "python_engine.refgen.model_refs:write_model_refs",
 }
 
 

@@ -1,0 +1,89 @@
+// The verify_attn runner on the SIMT emulator: the launcher's plan (with a pretend device
+// of a few SMs, so splits happen) and the kernels of verify_attn_bf16.cuh / _f32.cuh.
+#pragma once
+
+#include "kernels/verify_attn_bf16.cuh"
+#include "kernels/verify_attn_f32.cuh"
+#include "kernels/verify_attn_plan.h"
+#include "tests/verify_attn_cases.h"
+
+namespace kdtree::test {
+
+struct EmuAttnRunner {
+  int sms = 4;                       // pretend device
+  int smem_optin = 232448;           // H100/H200's per-block limit
+  int smem_per_sm = 233472;
+  VerifyAttnPlan last_plan;
+
+  KernelResult attn(AttnIO& io) {
+    std::vector<float> q_lat_f, q_pe_f, kv_f;
+    std::vector<__nv_bfloat16> out_b;
+    std::vector<float> out_f;
+    VerifyAttnParams p;
+    p.dtype = io.dtype;
+    p.batch = io.batch;
+    p.heads = io.heads;
+    p.tree_len = io.tree_len;
+    p.max_prefix = io.max_prefix;
+    p.prefix_len = io.with_prefix_array ? io.prefix.data() : nullptr;
+    if (io.dtype == AttnDType::kF32) {
+      q_lat_f = AttnIO::widen(io.q_lat);
+      q_pe_f = AttnIO::widen(io.q_pe);
+      kv_f = AttnIO::widen(io.kv);
+      p.q_lat = q_lat_f.data();
+      p.q_pe = q_pe_f.data();
+      p.kv = kv_f.data();
+      out_f.assign(io.out.size(), poison_f32());
+      p.out = out_f.data();
+    } else {
+      p.q_lat = io.q_lat.data();
+      p.q_pe = io.q_pe.data();
+      p.kv = io.kv.data();
+      out_b.assign(io.out.size(), __float2bfloat16_rn(poison_f32()));
+      p.out = out_b.data();
+    }
+    p.kv_row_stride = kVerifyQKDim;
+    p.kv_batch_stride = static_cast<int64_t>(io.kv_rows) * kVerifyQKDim;
+    p.vis = io.vis.data();
+    p.vis_words = io.vis_words;
+    p.scale = io.scale;
+    p.lse = io.lse.data();
+    p.force_config = io.force_config;
+    p.force_split_keys = io.force_split_keys;
+    VerifyAttnPlan plan;
+    if (KernelResult r = make_verify_attn_plan(p, sms, smem_optin, smem_per_sm, &plan); !r.ok()) return r;
+    last_plan = plan;
+    std::vector<uint8_t> workspace(plan.workspace_bytes + 256);
+    kern::VerifyKernelParams k;
+    k.p = p;
+    k.rows = p.tree_len * p.heads;
+    k.m_tiles = plan.m_tiles;
+    k.splits = plan.splits;
+    k.split_len = plan.split_len;
+    k.scale_log2 = p.scale * kern::kLog2e;
+    const size_t parts = static_cast<size_t>(p.batch) * plan.splits * k.rows;
+    uint8_t* ws = workspace.data() + (256 - reinterpret_cast<uintptr_t>(workspace.data()) % 256) % 256;
+    k.part_o = reinterpret_cast<float*>(ws);
+    k.part_lse = reinterpret_cast<float*>(ws + (parts * kVerifyLatentDim * sizeof(float) + 255) / 256 * 256);
+    const dim3 grid(plan.m_tiles, plan.splits, p.batch);
+    if (plan.config == kVerifyF32) {
+      ::kdemu::launch(grid, dim3(kern::F32Attn::kThreads), kern::F32Attn::kSmemBytes, kern::verify_attn_f32_kernel, k);
+      if (plan.splits > 1) ::kdemu::launch(dim3(k.rows, p.batch), dim3(kern::kMergeThreads), 0, kern::verify_merge_kernel<float>, k);
+    } else {
+      if (plan.config == kVerifyBf16Sm90)
+        ::kdemu::launch(grid, dim3(kern::Bf16AttnSm90::kThreads), kern::Bf16AttnSm90::kSmemBytes,
+                        kern::verify_attn_bf16_kernel<kern::Bf16AttnSm90, __nv_bfloat16>, k);
+      else
+        ::kdemu::launch(grid, dim3(kern::Bf16AttnSmall::kThreads), kern::Bf16AttnSmall::kSmemBytes,
+                        kern::verify_attn_bf16_kernel<kern::Bf16AttnSmall, __nv_bfloat16>, k);
+      if (plan.splits > 1)
+        ::kdemu::launch(dim3(k.rows, p.batch), dim3(kern::kMergeThreads), 0, kern::verify_merge_kernel<__nv_bfloat16>, k);
+    }
+    if (io.dtype == AttnDType::kF32) io.out = out_f;
+    else
+      for (size_t i = 0; i < out_b.size(); ++i) io.out[i] = __bfloat162float(out_b[i]);
+    return KernelResult::success();
+  }
+};
+
+}  // namespace kdtree::test

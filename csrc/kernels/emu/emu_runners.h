@@ -1,0 +1,157 @@
+// Runners that execute the kernels of csrc/kernels on the SIMT emulator, with the same
+// interface as the GPU runners of csrc/tests/test_*.cu, so the shared case files
+// (csrc/tests/*_cases.h) drive both.
+#pragma once
+
+#include "kernels/topk_logprobs_kernels.cuh"
+#include "kernels/tree_accept_kernels.cuh"
+#include "kernels/tree_build_kernels.cuh"
+#include "tests/stand_in_verify.cuh"
+#include "tests/tree_accept_cases.h"
+#include "tests/tree_build_cases.h"
+
+namespace kdtree::test {
+
+struct EmuTreeRunner {
+  size_t smem_limit = 232448;  // per-block limit of the pretend device (H100/H200); the
+                               // logp rows are staged in shared memory when they fit
+  KernelResult topk(TopkIO& t) {
+    TopkLogprobsParams p;
+    p.rows = t.rows;
+    p.vocab = t.vocab;
+    p.k = t.k;
+    p.logits = t.logits.data();
+    p.logp = t.logp.data();
+    p.tok = t.tok.data();
+    if (KernelResult r = check_topk_logprobs_params(p); !r.ok()) return r;
+    ::kdemu::launch(dim3(p.rows), dim3(kern::kTopkThreads), 0, kern::topk_logprobs_kernel, p);
+    return KernelResult::success();
+  }
+
+  KernelResult build(TreeBuildIO& io) {
+    TreeBuildParams p;
+    p.batch = io.batch;
+    p.depth = io.depth;
+    p.topk = io.topk;
+    p.max_budget = io.max_budget;
+    p.logp = io.logp.data();
+    p.tok = io.tok.data();
+    p.budget = io.budget.data();
+    p.root_token = io.root.data();
+    p.start_pos = io.start.data();
+    p.max_nodes = io.max_nodes;
+    p.vis_words = io.vis_words;
+    p.n_out = io.n.data();
+    p.tokens = io.tokens.data();
+    p.depth_out = io.depth_out.data();
+    p.parent = io.parent.data();
+    p.positions = io.positions.data();
+    p.score = io.score.data();
+    p.vis = io.vis.data();
+    if (KernelResult r = check_tree_build_params(p); !r.ok()) return r;
+    const size_t smem = kern::tree_build_smem_size(p.depth, p.topk, p.max_budget, smem_limit);
+    const bool staged = smem > kern::tree_build_base_smem();
+    ::kdemu::launch(dim3(p.batch), dim3(kern::kTreeBuildThreads), smem, kern::tree_build_kernel, p, staged);
+    return KernelResult::success();
+  }
+};
+
+struct EmuAcceptRunner {
+  KernelResult accept(AcceptIO& io) {
+    TreeAcceptParams p;
+    p.batch = io.batch;
+    p.rows = io.rows;
+    p.n = io.n.data();
+    p.tokens = io.tokens.data();
+    p.parent = io.parent.data();
+    p.choice = io.choice.empty() ? nullptr : io.choice.data();
+    p.logits = io.logits.empty() ? nullptr : io.logits.data();
+    p.vocab = io.vocab;
+    p.max_path = io.max_path;
+    p.accepted = io.accepted.data();
+    p.accept_len = io.accept_len.data();
+    p.bonus = io.bonus.data();
+    if (KernelResult r = check_tree_accept_params(p); !r.ok()) return r;
+    ::kdemu::launch(dim3(p.batch), dim3(kern::kAcceptThreads), 0, kern::tree_accept_kernel, p);
+    return KernelResult::success();
+  }
+
+  KernelResult compact(CompactIO& io) {
+    CacheCompactParams p;
+    p.batch = io.batch;
+    p.layers = io.layers;
+    p.row_words = io.row_words;
+    p.row_stride = io.row_stride;
+    p.batch_stride = io.batch_stride;
+    p.layer_stride = io.layer_stride;
+    p.cache = io.cache.data();
+    p.past_len = io.past_len.data();
+    p.accepted = io.accepted.data();
+    p.accept_len = io.accept_len.data();
+    p.max_path = io.max_path;
+    return launch_compact(p);
+  }
+
+  // the launcher's choice of access width, on the emulator
+  static KernelResult launch_compact(const CacheCompactParams& p) {
+    if (KernelResult r = check_cache_compact_params(p); !r.ok()) return r;
+    const bool vec4 = p.row_words % 4 == 0 && p.row_stride % 4 == 0 && p.batch_stride % 4 == 0 &&
+                      p.layer_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.cache) % 16 == 0;
+    const int per_block = kern::kCompactThreads * (vec4 ? 4 : 1);
+    const dim3 grid((p.row_words + per_block - 1) / per_block, p.batch, p.layers);
+    if (vec4) ::kdemu::launch(grid, dim3(kern::kCompactThreads), 0, kern::cache_compact_kernel<4>, p);
+    else ::kdemu::launch(grid, dim3(kern::kCompactThreads), 0, kern::cache_compact_kernel<1>, p);
+    return KernelResult::success();
+  }
+
+  KernelResult chain(ChainIO& io) {
+    TreeBuildIO& t = io.tree;
+    EmuTreeRunner trees;
+    TopkIO topk;
+    topk.rows = t.batch * t.depth;
+    topk.vocab = io.vocab;
+    topk.k = t.topk;
+    topk.logits = io.draft_logits;
+    topk.poison_outputs();
+    if (KernelResult r = trees.topk(topk); !r.ok()) return r;
+    t.logp = topk.logp;
+    t.tok = topk.tok;
+    if (KernelResult r = trees.build(t); !r.ok()) return r;
+    StandInVerifyParams v;
+    v.batch = t.batch;
+    v.rows = t.rows();
+    v.vocab = io.vocab;
+    v.width = io.width;
+    v.cache_rows = io.cache_rows;
+    v.n = t.n.data();
+    v.tokens = t.tokens.data();
+    v.past = io.past.data();
+    v.bigram = io.bigram.data();
+    v.embed = io.embed.data();
+    std::vector<float> logits(static_cast<size_t>(t.batch) * t.rows() * io.vocab, poison_f32());
+    v.logits = logits.data();
+    v.cache = io.cache.data();
+    ::kdemu::launch(dim3(v.rows, v.batch), dim3(kStandInThreads), 0, stand_in_verify_kernel, v);
+    AcceptIO& a = io.acc;
+    a.n = t.n;
+    a.tokens = t.tokens;
+    a.parent = t.parent;
+    a.logits = std::move(logits);
+    if (KernelResult r = accept(a); !r.ok()) return r;
+    CacheCompactParams c;
+    c.batch = t.batch;
+    c.layers = 1;
+    c.row_words = io.width;
+    c.row_stride = io.width;
+    c.batch_stride = static_cast<int64_t>(io.cache_rows) * io.width;
+    c.layer_stride = 0;
+    c.cache = reinterpret_cast<uint32_t*>(io.cache.data());
+    c.past_len = io.past.data();
+    c.accepted = a.accepted.data();
+    c.accept_len = a.accept_len.data();
+    c.max_path = a.max_path;
+    return launch_compact(c);
+  }
+};
+
+}  // namespace kdtree::test

@@ -1,0 +1,50 @@
+// tree_build and topk_logprobs on the SIMT emulator (CPU), against refs/tree_build.kdtr.
+// Built and run by tests/kernels/test_emulated_kernels.py; no GPU needed.
+#include "emu_runners.h"
+
+using namespace kdtree;
+using namespace kdtree::test;
+
+namespace {
+const KdtrFile& bundle() {
+  static const KdtrFile f(repo_path("refs/tree_build.kdtr"));
+  return f;
+}
+}  // namespace
+
+KD_TEST(tree_build_single_cases) {
+  EmuTreeRunner runner;
+  const int n = static_cast<int>(scalar(bundle(), "num_cases"));
+  for (int i = 0; i < n; ++i) {
+    const char* only = std::getenv("KD_EMU_CASE");  // debugging: run case c<N> only
+    if (only && std::atoi(only) != i) continue;
+    run_single_case(runner, bundle(), i, i % 2 == 0 ? 0 : 3);
+  }
+}
+
+KD_TEST(tree_build_batches) {
+  EmuTreeRunner runner;
+  const int n = static_cast<int>(scalar(bundle(), "num_batches"));
+  for (int j = 0; j < n; ++j) run_batch_case(runner, bundle(), j);
+}
+
+KD_TEST(tree_build_bad_budgets) {
+  EmuTreeRunner runner;
+  run_bad_budget_case(runner);
+}
+
+// Extra cases from python -m python_engine.refgen.tree_fuzz_cases (path in $KD_TREE_FUZZ).
+KD_TEST(tree_build_fuzz) {
+  const char* path = std::getenv("KD_TREE_FUZZ");
+  if (!path || !*path) KD_SKIP("set KD_TREE_FUZZ to a bundle from python_engine.refgen.tree_fuzz_cases");
+  const KdtrFile f(path);
+  EmuTreeRunner runner;
+  const int n = static_cast<int>(scalar(f, "num_cases"));
+  for (int i = 0; i < n; ++i) {
+    const int before = failures_in_case();
+    run_single_case(runner, f, i, i % 3);
+    if (failures_in_case() != before) std::printf("    (fuzz case c%d failed)\n", i);
+  }
+}
+
+KD_TEST_MAIN()

@@ -1,0 +1,489 @@
+// A host emulator of the CUDA SIMT model, so the kernels in csrc/kernels run on a CPU.
+//
+// Why: development and CI machines have no GPU. Compiling a kernel's device code with g++
+// against this header (KD_SIMT_EMULATION) runs the very same source on the CPU: indexing,
+// barriers, warp collectives and the tensor-core fragment layouts are all exercised against
+// the Python references before any GPU time is spent.
+//
+// How: every CUDA thread of a block is a fiber on one OS thread. A fiber runs until it
+// reaches a barrier (__syncthreads, a named barrier) or a warp collective (shuffle, ballot,
+// ldmatrix, mma), where it yields; the barrier releases when every live thread has arrived.
+// Blocks run one after another, so `__shared__` (defined as `static`) is the block's shared
+// memory. Deterministic and single-threaded: a missing barrier is NOT detected here (run
+// compute-sanitizer racecheck on the GPU for that), but wrong indexing, a barrier not every
+// thread reaches (deadlock, reported) and a warp collective with exited lanes (reported) are.
+//
+// Limits: warp collectives must be called by all 32 lanes (full mask) in the same order;
+// cp.async copies happen at issue; atomics are plain read-modify-writes (one OS thread).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <setjmp.h>
+#include <ucontext.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace kdemu {
+
+constexpr int kWarpSize = 32;
+constexpr size_t kFiberStackBytes = 256 * 1024;  // kernels keep big register arrays on it
+constexpr int kNamedBarriers = 16;               // bar.sync ids 0..15, as on the GPU
+
+enum class State { kRunnable, kWaitBlock, kWaitNamed, kWaitWarp, kDone };
+
+struct Fiber {
+  ucontext_t start_ctx;
+  jmp_buf jb;
+  bool started = false;
+  State state = State::kRunnable;
+  uint3 tid{0, 0, 0};
+  int linear = 0;  // linear thread index in the block
+  int warp = 0, lane = 0;
+  int warp_gen = 0;  // number of warp collectives this lane has entered (selects a slot bank)
+  int bar_id = -1;   // the named barrier this thread waits at
+  int or_gen = 0;    // __syncthreads_or calls made (selects an accumulator slot)
+};
+
+struct WarpState {
+  int arrived = 0;
+  int gen = 0;  // completed collectives
+  // two banks of exchange slots: a lane may enter collective k+1 before a slow lane has
+  // read the slots of collective k, but never collective k+2 (k+1 waits for everyone).
+  uint64_t slots[2][kWarpSize][16];
+};
+
+struct Block {
+  std::vector<Fiber> fibers;
+  std::vector<WarpState> warps;
+  int live = 0;
+  int block_arrived = 0;
+  int named_arrived[kNamedBarriers] = {};
+  int named_expected[kNamedBarriers] = {};
+  std::vector<uint8_t> dyn_smem;
+  std::function<void()> body;
+  jmp_buf sched_jb;
+  int current = -1;
+  uint3 block_idx{0, 0, 0};
+  dim3 grid{1, 1, 1}, block{1, 1, 1};
+};
+
+inline Block*& current_block() {
+  static Block* b = nullptr;
+  return b;
+}
+inline Fiber* current_fiber() { return &current_block()->fibers[current_block()->current]; }
+
+[[noreturn]] inline void fatal(const char* what) {
+  Block* b = current_block();
+  if (b && b->current >= 0) {
+    const Fiber& f = b->fibers[b->current];
+    std::fprintf(stderr, "simt emulator: %s (block %u,%u,%u thread %u,%u,%u)\n", what, b->block_idx.x,
+                 b->block_idx.y, b->block_idx.z, f.tid.x, f.tid.y, f.tid.z);
+  } else {
+    std::fprintf(stderr, "simt emulator: %s\n", what);
+  }
+  std::abort();
+}
+
+// Back to the scheduler; returns when the scheduler resumes this fiber.
+inline void yield() {
+  Block* b = current_block();
+  Fiber* f = current_fiber();
+  if (_setjmp(f->jb) == 0) _longjmp(b->sched_jb, 1);
+}
+
+inline void fiber_entry() {
+  Block* b = current_block();
+  b->body();
+  Fiber* f = current_fiber();
+  f->state = State::kDone;
+  --b->live;
+  _longjmp(b->sched_jb, 1);
+}
+
+// Release a block barrier whose arrivals now cover every live thread.
+inline void maybe_release_block(Block* b) {
+  if (b->block_arrived > 0 && b->block_arrived == b->live) {
+    b->block_arrived = 0;
+    for (Fiber& f : b->fibers)
+      if (f.state == State::kWaitBlock) f.state = State::kRunnable;
+  }
+}
+
+inline void syncthreads() {
+  Block* b = current_block();
+  Fiber* f = current_fiber();
+  ++b->block_arrived;
+  f->state = State::kWaitBlock;
+  maybe_release_block(b);
+  if (f->state != State::kRunnable) yield();
+}
+
+// __syncthreads_or: a barrier that also returns whether any thread's predicate was true.
+inline int syncthreads_or(int pred) {
+  static int acc[2] = {0, 0};  // slot of call g is g % 2; thread 0 clears it after everyone read
+  Fiber* f = current_fiber();
+  const int mine = f->or_gen++ & 1;
+  if (pred) acc[mine] = 1;
+  syncthreads();
+  const int result = acc[mine];
+  syncthreads();
+  if (current_fiber()->linear == 0) acc[mine] = 0;
+  return result;
+}
+
+// bar.sync id, count: `count` threads (a multiple of 32) meet at barrier `id`.
+inline void named_barrier(int id, int count) {
+  Block* b = current_block();
+  Fiber* f = current_fiber();
+  if (id < 0 || id >= kNamedBarriers) fatal("named barrier id out of range");
+  if (b->named_arrived[id] == 0) b->named_expected[id] = count;
+  if (b->named_expected[id] != count) fatal("named barrier used with different thread counts");
+  ++b->named_arrived[id];
+  f->state = State::kWaitNamed;
+  f->bar_id = id;
+  if (b->named_arrived[id] == count) {
+    b->named_arrived[id] = 0;
+    for (Fiber& g : b->fibers)
+      if (g.state == State::kWaitNamed && g.bar_id == id) g.state = State::kRunnable;
+  }
+  if (f->state != State::kRunnable) yield();
+}
+
+// Enter a warp collective: deposit `n` words, wait for all 32 lanes, return the slot bank
+// holding every lane's words.
+inline uint64_t (*warp_exchange(const uint64_t* mine, int n))[16] {
+  Block* b = current_block();
+  Fiber* f = current_fiber();
+  WarpState& w = b->warps[f->warp];
+  const int bank = f->warp_gen & 1;
+  ++f->warp_gen;
+  for (int i = 0; i < n; ++i) w.slots[bank][f->lane][i] = mine[i];
+  const int first = f->warp * kWarpSize;
+  for (int l = 0; l < kWarpSize; ++l) {
+    const int idx = first + l;
+    if (idx >= static_cast<int>(b->fibers.size()) || b->fibers[idx].state == State::kDone)
+      fatal("warp collective while some lanes of the warp have exited or do not exist");
+  }
+  ++w.arrived;
+  f->state = State::kWaitWarp;
+  if (w.arrived == kWarpSize) {
+    w.arrived = 0;
+    ++w.gen;
+    for (int l = 0; l < kWarpSize; ++l)
+      if (b->fibers[first + l].state == State::kWaitWarp) b->fibers[first + l].state = State::kRunnable;
+  }
+  if (f->state != State::kRunnable) yield();
+  return w.slots[bank];
+}
+
+inline void run_block(Block& b) {
+  current_block() = &b;
+  const int n = static_cast<int>(b.fibers.size());
+  while (b.live > 0) {
+    bool ran = false;
+    for (int i = 0; i < n; ++i) {
+      Fiber& f = b.fibers[i];
+      if (f.state != State::kRunnable) continue;
+      ran = true;
+      b.current = i;
+      if (_setjmp(b.sched_jb) == 0) {
+        if (!f.started) {
+          f.started = true;
+          ucontext_t here;
+          swapcontext(&here, &f.start_ctx);  // never returns here: the fiber longjmps back
+        } else {
+          _longjmp(f.jb, 1);
+        }
+      }
+      b.current = -1;
+      maybe_release_block(&b);  // a thread that exited may complete a block barrier
+    }
+    if (!ran) {
+      b.current = 0;
+      for (int i = 0; i < n; ++i)
+        if (b.fibers[i].state != State::kDone) {
+          b.current = i;
+          break;
+        }
+      fatal("deadlock: threads wait at a barrier that the others never reach");
+    }
+  }
+  current_block() = nullptr;
+}
+
+// Thread-index state read by the threadIdx/blockIdx macros below.
+inline const uint3& thread_idx() { return current_fiber()->tid; }
+inline const uint3& block_idx() { return current_block()->block_idx; }
+inline const dim3& block_dim() { return current_block()->block; }
+inline const dim3& grid_dim() { return current_block()->grid; }
+inline void* dynamic_smem() { return current_block()->dyn_smem.data(); }
+
+// Run kernel(args...) over the grid, one block at a time.
+template <class... KArgs, class... Args>
+void launch(dim3 grid, dim3 block, size_t dyn_smem_bytes, void (*kernel)(KArgs...), Args&&... args) {
+  const int threads = static_cast<int>(block.x * block.y * block.z);
+  if (threads <= 0 || threads > 1024) fatal("launch: block size must be 1..1024 threads");
+  std::vector<std::unique_ptr<char[]>> stacks(threads);  // reused by every block of the launch
+  for (auto& st : stacks) st.reset(new char[kFiberStackBytes]);
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        Block b;
+        b.grid = grid;
+        b.block = block;
+        b.block_idx = make_uint3(bx, by, bz);
+        // poison dynamic shared memory: reading it before writing gives NaN-ish garbage
+        b.dyn_smem.assign(dyn_smem_bytes + 16, 0xA5);
+        b.body = [&]() { kernel(args...); };
+        b.fibers.resize(threads);
+        b.warps.resize((threads + kWarpSize - 1) / kWarpSize);
+        b.live = threads;
+        for (int t = 0; t < threads; ++t) {
+          Fiber& f = b.fibers[t];
+          f.linear = t;
+          f.tid = make_uint3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+          f.warp = t / kWarpSize;
+          f.lane = t % kWarpSize;
+          getcontext(&f.start_ctx);
+          f.start_ctx.uc_stack.ss_sp = stacks[t].get();
+          f.start_ctx.uc_stack.ss_size = kFiberStackBytes;
+          f.start_ctx.uc_link = nullptr;
+          makecontext(&f.start_ctx, fiber_entry, 0);
+        }
+        run_block(b);
+      }
+}
+
+// ---- warp collectives ------------------------------------------------------------------
+
+template <class T>
+inline uint64_t to_word(T v) {
+  static_assert(sizeof(T) <= 8, "warp shuffle of a type wider than 8 bytes");
+  uint64_t w = 0;
+  std::memcpy(&w, &v, sizeof(T));
+  return w;
+}
+template <class T>
+inline T from_word(uint64_t w) {
+  T v;
+  std::memcpy(&v, &w, sizeof(T));
+  return v;
+}
+
+inline void check_full_mask(unsigned mask) {
+  if (mask != 0xffffffffu) fatal("warp collective with a partial mask (the emulator needs full warps)");
+}
+
+template <class T>
+T shfl_idx(unsigned mask, T v, int src, int width) {
+  check_full_mask(mask);
+  const uint64_t mine = to_word(v);
+  auto slots = warp_exchange(&mine, 1);
+  const int lane = current_fiber()->lane;
+  const int base = lane - lane % width;
+  return from_word<T>(slots[base + ((src % width) + width) % width][0]);
+}
+template <class T>
+T shfl_xor(unsigned mask, T v, int lane_mask, int width) {
+  check_full_mask(mask);
+  const uint64_t mine = to_word(v);
+  auto slots = warp_exchange(&mine, 1);
+  const int lane = current_fiber()->lane;
+  const int base = lane - lane % width;
+  const int src = lane ^ lane_mask;
+  return from_word<T>(src - base < width && src >= base ? slots[src][0] : mine);
+}
+template <class T>
+T shfl_up(unsigned mask, T v, unsigned delta, int width) {
+  check_full_mask(mask);
+  const uint64_t mine = to_word(v);
+  auto slots = warp_exchange(&mine, 1);
+  const int lane = current_fiber()->lane;
+  const int base = lane - lane % width;
+  const int src = lane - static_cast<int>(delta);
+  return from_word<T>(src >= base ? slots[src][0] : mine);
+}
+template <class T>
+T shfl_down(unsigned mask, T v, unsigned delta, int width) {
+  check_full_mask(mask);
+  const uint64_t mine = to_word(v);
+  auto slots = warp_exchange(&mine, 1);
+  const int lane = current_fiber()->lane;
+  const int base = lane - lane % width;
+  const int src = lane + static_cast<int>(delta);
+  return from_word<T>(src < base + width ? slots[src][0] : mine);
+}
+inline unsigned ballot(unsigned mask, int pred) {
+  check_full_mask(mask);
+  const uint64_t mine = pred ? 1 : 0;
+  auto slots = warp_exchange(&mine, 1);
+  unsigned out = 0;
+  for (int l = 0; l < kWarpSize; ++l)
+    if (slots[l][0]) out |= 1u << l;
+  return out;
+}
+inline void syncwarp(unsigned mask) {
+  check_full_mask(mask);
+  const uint64_t mine = 0;
+  (void)warp_exchange(&mine, 1);
+}
+
+// ---- tensor-core fragments (PTX ISA layouts) --------------------------------------------
+
+inline float bf16_bits_to_float(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// ldmatrix.sync.aligned.m8n8.x{1,2,4}.shared.b16 [.trans]: lane l supplies the address of
+// row l%8 of matrix l/8; register j of lane t receives matrix j's elements (t/4, 2*(t%4)+{0,1})
+// or, transposed, (2*(t%4)+{0,1}, t/4), lower column (row) in the low half.
+inline void ldmatrix(uint32_t* regs, int count, const void* row_addr, bool trans) {
+  const uint64_t mine = reinterpret_cast<uint64_t>(row_addr);
+  auto slots = warp_exchange(&mine, 1);
+  const int t = current_fiber()->lane;
+  for (int j = 0; j < count; ++j) {
+    uint16_t lo, hi;
+    if (!trans) {
+      const auto* row = reinterpret_cast<const uint16_t*>(slots[j * 8 + t / 4][0]);
+      lo = row[2 * (t % 4)];
+      hi = row[2 * (t % 4) + 1];
+    } else {
+      const auto* r0 = reinterpret_cast<const uint16_t*>(slots[j * 8 + 2 * (t % 4)][0]);
+      const auto* r1 = reinterpret_cast<const uint16_t*>(slots[j * 8 + 2 * (t % 4) + 1][0]);
+      lo = r0[t / 4];
+      hi = r1[t / 4];
+    }
+    regs[j] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+  }
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: D = A(16x16) * B(16x8) + C.
+inline void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b, const float* c) {
+  uint64_t mine[10];
+  for (int i = 0; i < 4; ++i) mine[i] = a[i];
+  for (int i = 0; i < 2; ++i) mine[4 + i] = b[i];
+  for (int i = 0; i < 4; ++i) mine[6 + i] = to_word(c[i]);
+  auto slots = warp_exchange(mine, 10);
+  float A[16][16], B[16][8];
+  for (int l = 0; l < kWarpSize; ++l) {
+    const int g = l / 4, q = l % 4;
+    auto lo = [&](int i) { return bf16_bits_to_float(static_cast<uint16_t>(slots[l][i] & 0xffff)); };
+    auto hi = [&](int i) { return bf16_bits_to_float(static_cast<uint16_t>((slots[l][i] >> 16) & 0xffff)); };
+    A[g][2 * q] = lo(0);
+    A[g][2 * q + 1] = hi(0);
+    A[g + 8][2 * q] = lo(1);
+    A[g + 8][2 * q + 1] = hi(1);
+    A[g][2 * q + 8] = lo(2);
+    A[g][2 * q + 9] = hi(2);
+    A[g + 8][2 * q + 8] = lo(3);
+    A[g + 8][2 * q + 9] = hi(3);
+    B[2 * q][g] = lo(4);
+    B[2 * q + 1][g] = hi(4);
+    B[2 * q + 8][g] = lo(5);
+    B[2 * q + 9][g] = hi(5);
+  }
+  const int t = current_fiber()->lane;
+  const int g = t / 4, q = t % 4;
+  const int rows[4] = {g, g, g + 8, g + 8};
+  const int cols[4] = {2 * q, 2 * q + 1, 2 * q, 2 * q + 1};
+  const float cin[4] = {from_word<float>(slots[t][6]), from_word<float>(slots[t][7]),
+                        from_word<float>(slots[t][8]), from_word<float>(slots[t][9])};
+  for (int i = 0; i < 4; ++i) {
+    double acc = cin[i];
+    for (int k = 0; k < 16; ++k) acc += static_cast<double>(A[rows[i]][k]) * B[k][cols[i]];
+    d[i] = static_cast<float>(acc);
+  }
+}
+
+}  // namespace kdemu
+
+// ---- the CUDA vocabulary the kernels use, mapped onto the emulator ----------------------
+
+#undef __global__
+#undef __shared__
+#undef __launch_bounds__
+#define __global__
+#define __launch_bounds__(...)
+#define __shared__ static
+#define threadIdx (::kdemu::thread_idx())
+#define blockIdx (::kdemu::block_idx())
+#define blockDim (::kdemu::block_dim())
+#define gridDim (::kdemu::grid_dim())
+
+inline void __syncthreads() { ::kdemu::syncthreads(); }
+inline int __syncthreads_or(int pred) { return ::kdemu::syncthreads_or(pred); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { ::kdemu::syncwarp(mask); }
+template <class T>
+inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) { return ::kdemu::shfl_idx(mask, v, src, width); }
+template <class T>
+inline T __shfl_xor_sync(unsigned mask, T v, int m, int width = 32) { return ::kdemu::shfl_xor(mask, v, m, width); }
+template <class T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32) { return ::kdemu::shfl_up(mask, v, d, width); }
+template <class T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) { return ::kdemu::shfl_down(mask, v, d, width); }
+inline unsigned __ballot_sync(unsigned mask, int pred) { return ::kdemu::ballot(mask, pred); }
+inline int __any_sync(unsigned mask, int pred) { return ::kdemu::ballot(mask, pred) != 0; }
+inline int __all_sync(unsigned mask, int pred) { return ::kdemu::ballot(mask, pred) == 0xffffffffu; }
+
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }
+inline float __fadd_rn(float a, float b) {
+  volatile float r = a + b;  // a plain IEEE add; volatile keeps it out of any contraction
+  return r;
+}
+inline float __fmul_rn(float a, float b) {
+  volatile float r = a * b;
+  return r;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline int __float_as_int(float f) { return static_cast<int>(__float_as_uint(f)); }
+inline float __int_as_float(int i) { return __uint_as_float(static_cast<unsigned>(i)); }
+inline double __longlong_as_double(long long v) {
+  double d;
+  std::memcpy(&d, &v, 8);
+  return d;
+}
+inline long long __double_as_longlong(double d) {
+  long long v;
+  std::memcpy(&v, &d, 8);
+  return v;
+}
+template <class T>
+inline T __ldg(const T* p) { return *p; }
+using std::max;
+using std::min;
+
+template <class T>
+inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
+template <class T>
+inline T atomicMax(T* p, T v) { T old = *p; *p = old > v ? old : v; return old; }
+template <class T>
+inline T atomicMin(T* p, T v) { T old = *p; *p = old < v ? old : v; return old; }
+template <class T>
+inline T atomicOr(T* p, T v) { T old = *p; *p = old | v; return old; }
+template <class T>
+inline T atomicExch(T* p, T v) { T old = *p; *p = v; return old; }

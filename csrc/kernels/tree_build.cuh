@@ -1,0 +1,110 @@
+// tree_build: the DDTree draft tree of every request on the device (shared/design/ddtree.md).
+//
+// One block per request selects the first N rank paths of the total order (score
+// descending, rank path ascending) by a parallel threshold search, then emits the nodes in
+// that order with their tokens, depths, parents, scores, positions and bit-packed
+// visibility rows; bit-exact with python_engine/ddtree (scores summed in float32 in depth
+// order). Optional first stage: top-K + log-softmax of the drafter's logits on the device.
+//
+// This header is the host API (no device code): include it from .cpp or .cu files.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernel_status.h"
+
+namespace kdtree {
+
+constexpr int kTreeMaxNodes = 1024;  // largest node budget N (nodes besides the root)
+constexpr int kTreeMaxDepth = 32;    // largest D (drafter positions, = block_size - 1)
+constexpr int kTreeMaxVocab = 1 << 30;  // top-K indices and counts stay in int32
+
+// Inputs are per-depth top-K arrays (from the reference or from topk_logprobs below).
+struct TreeBuildParams {
+  int batch = 0;                        // B requests, one block each
+  int depth = 0;                        // D rows per request, 0..kTreeMaxDepth
+  int topk = 0;                         // K columns per row (>= min(budget, vocab) of every request)
+  int max_budget = 0;                   // host-known bound on budget[b], 0..kTreeMaxNodes
+  const float* logp = nullptr;          // [B, D, K] log-probabilities (<= 0), rows descending
+  const int32_t* tok = nullptr;         // [B, D, K] token ids of those columns
+  const int32_t* budget = nullptr;      // [B] node budget per request; outside [0, max_budget] -> n = -1
+  const int32_t* root_token = nullptr;  // [B] token of node 0 (the previous bonus token); null -> -1
+  const int32_t* start_pos = nullptr;   // [B] sequence position of the root; null -> no positions
+  int max_nodes = 0;                    // output rows per request minus one (>= max_budget)
+  int vis_words = 0;                    // uint32 words per visibility row (>= ceil((max_nodes+1)/32))
+  int32_t* n_out = nullptr;             // [B] node count n (root excluded); -1 for a bad budget
+  int32_t* tokens = nullptr;            // [B, max_nodes+1] tokens[0] = root token; -1 past n
+  int32_t* depth_out = nullptr;         // [B, max_nodes+1] depth (root 0); -1 past n
+  int32_t* parent = nullptr;            // [B, max_nodes+1] parent index < own index; parent[0] = -1
+  int32_t* positions = nullptr;         // [B, max_nodes+1] start_pos + depth, or null; -1 past n
+  float* score = nullptr;               // [B, max_nodes+1] path score (root 0), or null; 0 past n
+  uint32_t* vis = nullptr;              // [B, max_nodes+1, vis_words]: bit j of row i = j is i or
+                                        //   an ancestor of i (word j/32, bit j%32); zero past n
+};
+
+// Per-depth top-K of log_softmax(logits), sorted by (log-probability descending, token id
+// ascending). The log-softmax is formed in float64 and rounded once to float32, as the
+// reference does (python_engine/ddtree/topk.py), so the arrays match it bit for bit.
+struct TopkLogprobsParams {
+  int rows = 0;                  // R = B * D rows of logits
+  int vocab = 0;                 // V
+  int k = 0;                     // K columns to produce, 1..min(kTreeMaxNodes, V)
+  const float* logits = nullptr; // [R, V], finite or -inf (not all -inf), no NaN
+  float* logp = nullptr;         // [R, K] out
+  int32_t* tok = nullptr;        // [R, K] out
+};
+
+// Dynamic shared memory a tree_build launch with these sizes takes on the current device
+// (~85 KB for the node pool, plus the staged logp rows when they fit; 0 on error).
+size_t tree_build_smem_bytes(int depth, int topk, int max_budget);
+
+// Launch on `stream`. The checks below run first; an impossible request returns its error
+// and launches nothing.
+KernelResult tree_build(const TreeBuildParams& p, cudaStream_t stream);
+KernelResult topk_logprobs(const TopkLogprobsParams& p, cudaStream_t stream);
+
+// The argument checks of the launchers (also used by the CPU-emulated tests).
+inline KernelResult check_tree_build_params(const TreeBuildParams& p) {
+  auto s = [](long long v) { return std::to_string(v); };
+  if (p.batch <= 0) return KernelResult::invalid("tree_build: batch must be >= 1, got " + s(p.batch));
+  if (p.depth < 0 || p.depth > kTreeMaxDepth)
+    return KernelResult::over_limit("tree_build: depth " + s(p.depth) + " outside 0.." + s(kTreeMaxDepth) +
+                                    " (kTreeMaxDepth; it is the drafter's block_size - 1)");
+  if (p.max_budget < 0 || p.max_budget > kTreeMaxNodes)
+    return KernelResult::over_limit("tree_build: max_budget " + s(p.max_budget) + " outside 0.." + s(kTreeMaxNodes) +
+                                    " (kTreeMaxNodes)");
+  if (p.topk < 0) return KernelResult::invalid("tree_build: topk must be >= 0, got " + s(p.topk));
+  if (p.max_nodes < p.max_budget)
+    return KernelResult::invalid("tree_build: max_nodes " + s(p.max_nodes) + " < max_budget " + s(p.max_budget) +
+                                 " (the outputs need max_budget+1 rows per request)");
+  if (p.max_nodes > kTreeMaxNodes)
+    return KernelResult::over_limit("tree_build: max_nodes " + s(p.max_nodes) + " over kTreeMaxNodes " +
+                                    s(kTreeMaxNodes));
+  const int need_words = (p.max_nodes + 1 + 31) / 32;
+  if (p.vis_words < need_words)
+    return KernelResult::invalid("tree_build: vis_words " + s(p.vis_words) + " < " + s(need_words) + " needed for " +
+                                 s(p.max_nodes + 1) + " rows");
+  if (!p.budget || !p.n_out || !p.tokens || !p.depth_out || !p.parent || !p.vis)
+    return KernelResult::invalid("tree_build: budget, n_out, tokens, depth_out, parent and vis must be non-null");
+  if (p.depth > 0 && p.topk > 0 && p.max_budget > 0 && (!p.logp || !p.tok))
+    return KernelResult::invalid("tree_build: logp and tok must be non-null");
+  return KernelResult::success();
+}
+
+inline KernelResult check_topk_logprobs_params(const TopkLogprobsParams& p) {
+  auto s = [](long long v) { return std::to_string(v); };
+  if (p.rows <= 0) return KernelResult::invalid("topk_logprobs: rows must be >= 1, got " + s(p.rows));
+  if (p.vocab <= 0 || p.vocab > kTreeMaxVocab)
+    return KernelResult::invalid("topk_logprobs: vocab " + s(p.vocab) + " outside 1.." + s(kTreeMaxVocab));
+  if (p.k <= 0 || p.k > p.vocab || p.k > kTreeMaxNodes)
+    return KernelResult::over_limit("topk_logprobs: k " + s(p.k) + " outside 1..min(vocab " + s(p.vocab) +
+                                    ", kTreeMaxNodes " + s(kTreeMaxNodes) + ")");
+  if (!p.logits || !p.logp || !p.tok)
+    return KernelResult::invalid("topk_logprobs: logits, logp and tok must be non-null");
+  return KernelResult::success();
+}
+
+}  // namespace kdtree

@@ -1,0 +1,160 @@
+// Device code shared by the verify_attn kernels (bf16 tensor-core and f32): the work of one
+// CTA (which request, query rows and keys), the tile schedule over the prefix and the masked
+// tree tail, the partial-result layout, and the log-sum-exp merge kernel.
+#pragma once
+
+#include "device_compat.cuh"
+#include "verify_attn.cuh"
+
+namespace kdtree::kern {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kTailTileWords = 2;  // the tail is cut in 64-key tiles: two vis words each
+constexpr int kMaxTailTiles = (kVerifyMaxTreeLen + 63) / 64;  // 17: fits one 32-bit mask
+static_assert(kMaxTailTiles <= 32, "active tail tiles are kept in one 32-bit mask");
+
+// Everything a verify kernel needs, flattened once by the launcher.
+struct VerifyKernelParams {
+  VerifyAttnParams p;   // the caller's arguments
+  int rows;             // M = T * H query rows per request; row m = (token m / H, head m % H)
+  int m_tiles;          // CTAs along the rows
+  int splits;           // CTAs along the keys; split splits-1 also does the tree tail
+  int split_len;        // prefix keys per split
+  float scale_log2;     // scale * log2(e): scores in the base-2 domain
+  float* part_o;        // [B, splits, M, 512] normalised partial outputs (splits > 1)
+  float* part_lse;      // [B, splits, M] partial lse, base 2 (-inf: no visible key)
+};
+
+// The keys one CTA covers: prefix [key_begin, key_end) and, for the last split, the tree.
+struct SplitWork {
+  int b, split, row0;
+  int prefix;               // this request's prefix length
+  int key_begin, key_end;   // prefix keys of this split
+  bool tail;                // this split also processes the tree's own keys
+};
+
+KD_DEVICE SplitWork split_work(const VerifyKernelParams& k, int tile_rows) {
+  SplitWork w;
+  w.row0 = static_cast<int>(blockIdx.x) * tile_rows;
+  w.split = static_cast<int>(blockIdx.y);
+  w.b = static_cast<int>(blockIdx.z);
+  w.prefix = k.p.prefix_len ? k.p.prefix_len[w.b] : k.p.max_prefix;
+  w.prefix = w.prefix < 0 ? 0 : (w.prefix > k.p.max_prefix ? k.p.max_prefix : w.prefix);
+  w.key_begin = w.split * k.split_len;
+  w.key_end = w.key_begin + k.split_len;
+  if (w.key_end > w.prefix) w.key_end = w.prefix;
+  if (w.key_begin > w.key_end) w.key_begin = w.key_end;
+  w.tail = w.split == k.splits - 1;
+  return w;
+}
+
+// Bit mask of the 64-key tree tiles that some row of [row0, row0 + tile_rows) can see.
+// Threads 0..tile_rows-1 each look at one row; all threads call (contains a barrier).
+KD_DEVICE uint32_t active_tail_tiles(const VerifyKernelParams& k, const SplitWork& w, int tile_rows,
+                                     uint32_t* smem_mask) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid == 0) *smem_mask = 0;
+  __syncthreads();
+  const int T = k.p.tree_len, H = k.p.heads;
+  if (tid < tile_rows && w.row0 + tid < k.rows) {
+    const int t = (w.row0 + tid) / H;
+    const uint32_t* row = k.p.vis + (static_cast<int64_t>(w.b) * T + t) * k.p.vis_words;
+    uint32_t mine = 0;
+    const int tiles = (T + 63) / 64;
+    for (int i = 0; i < tiles; ++i) {
+      const uint32_t lo = row[2 * i];
+      const uint32_t hi = 2 * i + 1 < k.p.vis_words ? row[2 * i + 1] : 0u;
+      if (lo | hi) mine |= 1u << i;
+    }
+    atomicOr(smem_mask, mine);
+  }
+  __syncthreads();
+  return *smem_mask;
+}
+
+// The key tile at position `index` of a CTA's schedule: its prefix tiles, then its active
+// tree tiles. Prefix tiles have `key0` in cache rows; tail tiles have `tail_tile` >= 0.
+struct KeyTile {
+  int key0;       // first cache row of the tile
+  int valid;      // keys of the tile that exist (beyond: masked, zero-filled)
+  int tail_tile;  // -1 for a prefix tile, else the 64-key tree tile index
+};
+
+KD_DEVICE KeyTile key_tile_at(const SplitWork& w, int prefix_tiles, uint32_t tail_mask, int index, int tile_keys,
+                              int tree_len) {
+  KeyTile t;
+  if (index < prefix_tiles) {
+    t.key0 = w.key_begin + index * tile_keys;
+    t.valid = min(tile_keys, w.key_end - t.key0);
+    t.tail_tile = -1;
+    return t;
+  }
+  // the (index - prefix_tiles)-th set bit of the mask, in tiles of tile_keys keys
+  const int tail_per_64 = 64 / tile_keys;  // sub-tiles per 64-key mask tile
+  int r = index - prefix_tiles;
+  int tile64 = 0;
+  uint32_t m = tail_mask;
+  while (true) {
+    if (m & 1u) {
+      if (r < tail_per_64) break;
+      r -= tail_per_64;
+    }
+    m >>= 1;
+    ++tile64;
+  }
+  const int sub = tile64 * tail_per_64 + r;  // tail tile in units of tile_keys
+  t.key0 = w.prefix + sub * tile_keys;
+  t.valid = min(tile_keys, tree_len - sub * tile_keys);
+  t.tail_tile = sub;
+  return t;
+}
+
+KD_DEVICE int schedule_length(const SplitWork& w, uint32_t tail_mask, int tile_keys) {
+  const int prefix_tiles = (w.key_end - w.key_begin + tile_keys - 1) / tile_keys;
+  const int tail = w.tail ? __popc(tail_mask) * (64 / tile_keys) : 0;
+  return prefix_tiles + tail;
+}
+
+// Merge of the splits' partials: one block per (request, row), 128 threads x 4 columns.
+constexpr int kMergeThreads = 128;
+
+template <class OutT>
+__global__ void __launch_bounds__(kMergeThreads) verify_merge_kernel(const VerifyKernelParams k) {
+  const int m = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.y);
+  const int S = k.splits;
+  const int64_t stride = static_cast<int64_t>(k.rows) * kVerifyLatentDim;  // between splits
+  const float* lse = k.part_lse + static_cast<int64_t>(b) * S * k.rows + m;
+  float top = -INFINITY;
+  for (int s = 0; s < S; ++s) top = fmaxf(top, lse[static_cast<int64_t>(s) * k.rows]);
+  float total = 0.0f;
+  for (int s = 0; s < S; ++s) {
+    const float l = lse[static_cast<int64_t>(s) * k.rows];
+    if (l != -INFINITY) total += exp2f(l - top);
+  }
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  const int col = static_cast<int>(threadIdx.x) * 4;
+  const float* o = k.part_o + static_cast<int64_t>(b) * S * stride + static_cast<int64_t>(m) * kVerifyLatentDim + col;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int s = 0; s < S; ++s) {
+    const float l = lse[static_cast<int64_t>(s) * k.rows];
+    if (l == -INFINITY) continue;
+    const float wgt = exp2f(l - top) * inv;
+    const float4 v = *reinterpret_cast<const float4*>(o + s * stride);
+    acc[0] += wgt * v.x;
+    acc[1] += wgt * v.y;
+    acc[2] += wgt * v.z;
+    acc[3] += wgt * v.w;
+  }
+  OutT* out = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(b) * k.rows + m) * kVerifyLatentDim + col;
+  if constexpr (sizeof(OutT) == 4) {
+    *reinterpret_cast<float4*>(out) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  } else {
+    __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(out);
+    o2[0] = __floats2bfloat162_rn(acc[0], acc[1]);
+    o2[1] = __floats2bfloat162_rn(acc[2], acc[3]);
+  }
+  if (threadIdx.x == 0 && k.p.lse)
+    k.p.lse[static_cast<int64_t>(b) * k.rows + m] = total > 0.0f ? (top + log2f(total)) / kLog2e : -INFINITY;
+}
+
+}  // namespace kdtree::kern

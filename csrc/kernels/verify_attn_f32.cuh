@@ -1,0 +1,180 @@
+// The float32 verify_attn kernel: plain CUDA-core arithmetic, kept simple; it exists to
+// prove the bf16 one (<= 1e-5 relative error against the float64 reference).
+//
+// A CTA takes 16 query rows and one split of the keys (splits are short: <= 4096 keys, so
+// the running sums stay accurate). Per 32-key tile in shared memory: each thread computes
+// two scores (rows r and r+8, key = lane) as 576-long dot products; a warp per two rows does
+// the online softmax; each thread owns two output columns of all 16 rows for O += P V.
+#pragma once
+
+#include "verify_attn_common.cuh"
+#include "verify_attn_plan.h"
+
+namespace kdtree::kern {
+
+struct F32Attn {
+  static constexpr int kThreads = 256;
+  static constexpr int kTileRows = 16;
+  static constexpr int kTileKeys = 32;
+  static constexpr int kRowStride = kVerifyQKDim + 4;  // floats; the pad spreads rows over banks
+  static constexpr int kMaxSplitLen = 4096;
+  static constexpr size_t kQOff = 0;
+  static constexpr size_t kKOff = kQOff + sizeof(float) * kTileRows * kRowStride;
+  static constexpr size_t kPOff = kKOff + sizeof(float) * kTileKeys * kRowStride;  // [rows][keys]
+  static constexpr size_t kStatOff = kPOff + sizeof(float) * kTileRows * kTileKeys;  // alpha [rows]
+  static constexpr size_t kMaskOff = kStatOff + sizeof(float) * kTileRows;
+  static constexpr size_t kSmemBytes = kMaskOff + 16;
+  static_assert(kThreads * 2 == kVerifyLatentDim, "each thread owns columns c and c + 256");
+};
+static_assert(F32Attn::kSmemBytes == kVerifyConfigShapes[kVerifyF32].smem_bytes &&
+                  F32Attn::kTileRows == kVerifyConfigShapes[kVerifyF32].tile_rows &&
+                  F32Attn::kTileKeys == kVerifyConfigShapes[kVerifyF32].tile_keys,
+              "verify_attn_plan.h must describe F32Attn");
+
+__global__ void __launch_bounds__(F32Attn::kThreads) verify_attn_f32_kernel(const VerifyKernelParams k) {
+  KD_DYNAMIC_SMEM(uint8_t, smem);
+  float* q_s = reinterpret_cast<float*>(smem + F32Attn::kQOff);
+  float* k_s = reinterpret_cast<float*>(smem + F32Attn::kKOff);
+  float* p_s = reinterpret_cast<float*>(smem + F32Attn::kPOff);
+  float* alpha_s = reinterpret_cast<float*>(smem + F32Attn::kStatOff);
+  uint32_t* mask_s = reinterpret_cast<uint32_t*>(smem + F32Attn::kMaskOff);
+  constexpr int R = F32Attn::kTileRows, N = F32Attn::kTileKeys, S = F32Attn::kRowStride;
+
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const SplitWork w = split_work(k, R);
+  const uint32_t tail_mask = w.tail ? active_tail_tiles(k, w, R, mask_s) : 0u;
+  const int n_tiles = schedule_length(w, tail_mask, N);
+  const int prefix_tiles = (w.key_end - w.key_begin + N - 1) / N;
+  const int H = k.p.heads, T = k.p.tree_len;
+  const int64_t lse_base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows;
+
+  if (n_tiles == 0) {
+    if (tid < R && w.row0 + tid < k.rows) k.part_lse[lse_base + w.row0 + tid] = -INFINITY;
+    return;
+  }
+
+  // the query tile, rows past M zero
+  const float* q_lat = static_cast<const float*>(k.p.q_lat);
+  const float* q_pe = static_cast<const float*>(k.p.q_pe);
+  for (int idx = tid; idx < R * (kVerifyQKDim / 4); idx += F32Attn::kThreads) {
+    const int r = idx / (kVerifyQKDim / 4), c4 = idx % (kVerifyQKDim / 4);
+    const int m = w.row0 + r;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (m < k.rows) {
+      const int64_t row = static_cast<int64_t>(w.b) * k.rows + m;
+      v = c4 < kVerifyLatentDim / 4 ? reinterpret_cast<const float4*>(q_lat + row * kVerifyLatentDim)[c4]
+                                    : reinterpret_cast<const float4*>(q_pe + row * kVerifyRopeDim)[c4 - kVerifyLatentDim / 4];
+    }
+    *reinterpret_cast<float4*>(q_s + r * S + 4 * c4) = v;
+  }
+
+  // softmax state of rows `warp` and `warp + 8` (lane 0 of the warp is authoritative)
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  float o[R][2];  // this thread's columns tid and tid + 256
+#pragma unroll
+  for (int r = 0; r < R; ++r) o[r][0] = o[r][1] = 0.0f;
+  const float* kv = static_cast<const float*>(k.p.kv) + static_cast<int64_t>(w.b) * k.p.kv_batch_stride;
+
+  for (int it = 0; it < n_tiles; ++it) {
+    const KeyTile tile = key_tile_at(w, prefix_tiles, tail_mask, it, N, T);
+    __syncthreads();  // the previous tile is no longer read
+    for (int idx = tid; idx < N * (kVerifyQKDim / 4); idx += F32Attn::kThreads) {
+      const int r = idx / (kVerifyQKDim / 4), c4 = idx % (kVerifyQKDim / 4);
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r < tile.valid) v = reinterpret_cast<const float4*>(kv + (static_cast<int64_t>(tile.key0) + r) * k.p.kv_row_stride)[c4];
+      *reinterpret_cast<float4*>(k_s + r * S + 4 * c4) = v;
+    }
+    __syncthreads();
+
+    // scores of rows (warp, warp + 8) against key `lane`
+    {
+      const float* kr = k_s + lane * S;
+      const float* q0 = q_s + warp * S;
+      const float* q1 = q_s + (warp + 8) * S;
+      float s0 = 0.0f, s1 = 0.0f;
+      for (int d = 0; d < kVerifyQKDim; d += 4) {
+        const float4 kk = *reinterpret_cast<const float4*>(kr + d);
+        const float4 a = *reinterpret_cast<const float4*>(q0 + d);
+        const float4 c = *reinterpret_cast<const float4*>(q1 + d);
+        s0 += a.x * kk.x + a.y * kk.y + a.z * kk.z + a.w * kk.w;
+        s1 += c.x * kk.x + c.y * kk.y + c.z * kk.z + c.w * kk.w;
+      }
+      bool ok = lane < tile.valid;
+      float sc[2] = {s0 * k.scale_log2, s1 * k.scale_log2};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = warp + 8 * h;
+        bool vis_ok = ok;
+        if (tile.tail_tile >= 0 && ok) {
+          const int m = min(w.row0 + r, k.rows - 1);
+          const int tk = tile.tail_tile * N + lane;
+          const uint32_t word = k.p.vis[(static_cast<int64_t>(w.b) * T + m / H) * k.p.vis_words + (tk >> 5)];
+          vis_ok = (word >> (tk & 31)) & 1u;
+        }
+        float v = vis_ok ? sc[h] : -INFINITY;
+        float mx = v;
+#pragma unroll
+        for (int d = 16; d > 0; d >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, d));
+        const float m_new = fmaxf(m_run[h], mx);
+        const float alpha = m_run[h] == -INFINITY ? 0.0f : exp2f(m_run[h] - m_new);
+        const float p = exp2f(v - (m_new == -INFINITY ? 0.0f : m_new));
+        float sum = p;
+#pragma unroll
+        for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(kFullMask, sum, d);
+        l_run[h] = l_run[h] * alpha + sum;
+        m_run[h] = m_new;
+        p_s[r * N + lane] = p;
+        if (lane == 0) alpha_s[r] = alpha;
+      }
+    }
+    __syncthreads();
+
+    // O += P V: columns tid and tid + 256 of every row
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      o[r][0] *= alpha_s[r];
+      o[r][1] *= alpha_s[r];
+    }
+    for (int j = 0; j < N; ++j) {
+      const float v0 = k_s[j * S + tid], v1 = k_s[j * S + tid + 256];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float p = p_s[r * N + j];
+        o[r][0] += p * v0;
+        o[r][1] += p * v1;
+      }
+    }
+  }
+
+  // row statistics to shared memory (lane 0 of warp w holds rows w and w + 8)
+  __syncthreads();
+  float* l_s = p_s;          // reuse: [R] sums
+  float* m_s = p_s + R;      // [R] maxima (base 2)
+  if (lane == 0) {
+    l_s[warp] = l_run[0];
+    l_s[warp + 8] = l_run[1];
+    m_s[warp] = m_run[0];
+    m_s[warp + 8] = m_run[1];
+  }
+  __syncthreads();
+  for (int r = 0; r < R; ++r) {
+    const int m = w.row0 + r;
+    if (m >= k.rows) break;
+    const float l = l_s[r];
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const float lse2 = l > 0.0f ? m_s[r] + log2f(l) : -INFINITY;
+    if (k.splits == 1) {
+      float* out = static_cast<float*>(k.p.out) + (static_cast<int64_t>(w.b) * k.rows + m) * kVerifyLatentDim;
+      out[tid] = o[r][0] * inv;
+      out[tid + 256] = o[r][1] * inv;
+      if (tid == 0 && k.p.lse) k.p.lse[static_cast<int64_t>(w.b) * k.rows + m] = lse2 == -INFINITY ? -INFINITY : lse2 / kLog2e;
+    } else {
+      float* out = k.part_o + (lse_base + m) * kVerifyLatentDim;
+      out[tid] = o[r][0] * inv;
+      out[tid + 256] = o[r][1] * inv;
+      if (tid == 0) k.part_lse[lse_base + m] = lse2;
+    }
+  }
+}
+
+}  // namespace kdtree::kern

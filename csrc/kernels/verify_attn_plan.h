@@ -1,0 +1,110 @@
+// How a verify_attn launch is divided: tile configuration, split-KV count, workspace. A pure
+// function of the sizes and two device properties, so the launcher and the CPU-emulated
+// tests compute the same plan.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <algorithm>
+#include <string>
+
+#include "verify_attn.cuh"
+
+namespace kdtree {
+
+// Compiled tile configurations (verify_attn_bf16.cuh / verify_attn_f32.cuh), by plan.config.
+enum VerifyAttnConfig : int {
+  kVerifyBf16Sm90 = 0,   // 64 rows x 64 keys, two K stages: needs ~226 KB of shared memory
+  kVerifyBf16Small = 1,  // 32 rows x 32 keys, one K stage: ~76 KB (sm_120, sm_89, ...)
+  kVerifyF32 = 2,        // 16 rows x 32 keys, CUDA cores
+};
+
+struct VerifyConfigShape {
+  int tile_rows, tile_keys;
+  size_t smem_bytes;
+};
+// Shapes of the configurations; the kernel headers static_assert that they match.
+inline constexpr VerifyConfigShape kVerifyConfigShapes[3] = {
+    {64, 64, 230416},  // Bf16AttnSm90
+    {32, 32, 76816},   // Bf16AttnSmall
+    {16, 32, 113488},  // F32Attn
+};
+inline VerifyConfigShape verify_attn_config_shape(int config) { return kVerifyConfigShapes[config]; }
+
+constexpr int kVerifyMinSplitKeys = 256;     // below this a split's fixed costs dominate
+constexpr int kVerifyF32MaxSplitKeys = 4096; // keeps float32 running sums short (accuracy)
+constexpr int kVerifyMaxSplits = 65535;      // grid.y
+
+inline size_t verify_workspace_for(int batch, int splits, int rows) {
+  if (splits <= 1) return 0;
+  const size_t parts = static_cast<size_t>(batch) * splits * rows;
+  const size_t o_bytes = parts * kVerifyLatentDim * sizeof(float);
+  return ((o_bytes + 255) / 256) * 256 + parts * sizeof(float);
+}
+
+// num_sms and smem_optin (largest dynamic shared memory per block) describe the device.
+inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms, int smem_optin, int smem_per_sm,
+                                          VerifyAttnPlan* plan) {
+  if (KernelResult r = check_verify_attn_params(p); !r.ok()) return r;
+  VerifyAttnPlan pl;
+  if (p.dtype == AttnDType::kBF16) {
+    const VerifyConfigShape big = verify_attn_config_shape(kVerifyBf16Sm90);
+    const VerifyConfigShape small = verify_attn_config_shape(kVerifyBf16Small);
+    if (static_cast<size_t>(smem_optin) >= big.smem_bytes) pl.config = kVerifyBf16Sm90;
+    else if (static_cast<size_t>(smem_optin) >= small.smem_bytes) pl.config = kVerifyBf16Small;
+    else
+      return KernelResult::over_limit("verify_attn: the device allows " + std::to_string(smem_optin) +
+                                      " bytes of shared memory per block; the smallest bf16 tile needs " +
+                                      std::to_string(small.smem_bytes));
+  } else {
+    pl.config = kVerifyF32;
+    if (static_cast<size_t>(smem_optin) < verify_attn_config_shape(kVerifyF32).smem_bytes)
+      return KernelResult::over_limit("verify_attn: not enough shared memory for the float32 tile");
+  }
+  if (p.force_config >= 0) {
+    const bool bf16_cfg = p.force_config == kVerifyBf16Sm90 || p.force_config == kVerifyBf16Small;
+    if (p.force_config > kVerifyF32 || bf16_cfg != (p.dtype == AttnDType::kBF16) ||
+        static_cast<size_t>(smem_optin) < verify_attn_config_shape(p.force_config).smem_bytes)
+      return KernelResult::invalid("verify_attn: force_config " + std::to_string(p.force_config) +
+                                   " does not fit this dtype or device");
+    pl.config = p.force_config;
+  }
+  const VerifyConfigShape shape = verify_attn_config_shape(pl.config);
+  pl.tile_rows = shape.tile_rows;
+  pl.tile_keys = shape.tile_keys;
+  pl.smem_bytes = shape.smem_bytes;
+  const int rows = p.tree_len * p.heads;
+  pl.m_tiles = (rows + pl.tile_rows - 1) / pl.tile_rows;
+  const int64_t base = static_cast<int64_t>(pl.m_tiles) * p.batch;  // CTAs per split
+  const int per_sm = static_cast<int>(smem_per_sm / static_cast<int64_t>(pl.smem_bytes + 1024)) > 0
+                         ? static_cast<int>(smem_per_sm / static_cast<int64_t>(pl.smem_bytes + 1024))
+                         : 1;
+  const int64_t slots = static_cast<int64_t>(num_sms > 0 ? num_sms : 1) * per_sm;
+  int splits = 1;
+  if (p.max_prefix > 0) {
+    // the split count with the least estimated time: waves x (key tiles per split + fixed
+    // cost of ~3 tiles for the query load, the tree tail and the epilogue)
+    const int min_splits = p.dtype == AttnDType::kF32 ? (p.max_prefix + kVerifyF32MaxSplitKeys - 1) / kVerifyF32MaxSplitKeys : 1;
+    const int max_splits = std::max(min_splits, std::min(kVerifyMaxSplits, (p.max_prefix + kVerifyMinSplitKeys - 1) / kVerifyMinSplitKeys));
+    double best = 0.0;
+    for (int s = min_splits; s <= max_splits; ++s) {
+      const int64_t waves = (base * s + slots - 1) / slots;
+      const double tiles = static_cast<double>((p.max_prefix + s - 1) / s) / pl.tile_keys + 3.0;
+      const double cost = static_cast<double>(waves) * tiles;
+      if (s == min_splits || cost < best * 0.98) {  // more splits only for a clear gain
+        best = cost;
+        splits = s;
+      }
+    }
+  }
+  if (p.force_split_keys > 0 && p.max_prefix > 0) splits = (p.max_prefix + p.force_split_keys - 1) / p.force_split_keys;
+  const int per_split = (p.max_prefix + splits - 1) / splits;
+  pl.split_len = std::max(pl.tile_keys, (per_split + pl.tile_keys - 1) / pl.tile_keys * pl.tile_keys);
+  pl.splits = p.max_prefix > 0 ? (p.max_prefix + pl.split_len - 1) / pl.split_len : 1;
+  if (p.batch > 65535) return KernelResult::over_limit("verify_attn: batch over 65535 (grid.z)");
+  pl.workspace_bytes = verify_workspace_for(p.batch, pl.splits, rows);
+  *plan = pl;
+  return KernelResult::success();
+}
+
+}  // namespace kdtree

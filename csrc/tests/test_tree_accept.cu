@@ -1,0 +1,234 @@
+// tree_accept and cache_compact on the GPU against refs/tree_accept.kdtr and
+// refs/compaction.kdtr, and the on-device chain against refs/ddtree_chain.kdtr:
+// topk_logprobs -> tree_build -> stand-in verify -> tree_accept -> cache_compact, with no
+// host round trip between the stages (one stream, results copied back once at the end).
+#include "device_buffer.h"
+#include "kernels/tree_accept.cuh"
+#include "kernels/tree_build.cuh"
+#include "stand_in_verify.cuh"
+#include "tree_accept_cases.h"
+
+using namespace kdtree;
+using namespace kdtree::test;
+
+namespace {
+
+struct GpuAcceptRunner {
+  KernelResult accept(AcceptIO& io) {
+    DeviceBuffer<int32_t> n(io.n), tokens(io.tokens), parent(io.parent), choice_buf;
+    DeviceBuffer<float> logits_buf;
+    DeviceBuffer<int32_t> accepted(io.accepted), len(io.accept_len), bonus(io.bonus);
+    TreeAcceptParams p;
+    p.batch = io.batch;
+    p.rows = io.rows;
+    p.n = n.get();
+    p.tokens = tokens.get();
+    p.parent = parent.get();
+    p.choice = device_or_null(io.choice, choice_buf);
+    p.logits = device_or_null(io.logits, logits_buf);
+    p.vocab = io.vocab;
+    p.max_path = io.max_path;
+    p.accepted = accepted.get();
+    p.accept_len = len.get();
+    p.bonus = bonus.get();
+    const KernelResult r = tree_accept(p, nullptr);
+    if (!r.ok()) return r;
+    KD_CUDA_CHECK(cudaDeviceSynchronize());
+    accepted.download(io.accepted);
+    len.download(io.accept_len);
+    bonus.download(io.bonus);
+    return r;
+  }
+
+  KernelResult compact(CompactIO& io) {
+    DeviceBuffer<uint32_t> cache(io.cache);
+    DeviceBuffer<int32_t> past(io.past_len), accepted(io.accepted), len(io.accept_len);
+    CacheCompactParams p;
+    p.batch = io.batch;
+    p.layers = io.layers;
+    p.row_words = io.row_words;
+    p.row_stride = io.row_stride;
+    p.batch_stride = io.batch_stride;
+    p.layer_stride = io.layer_stride;
+    p.cache = cache.get();
+    p.past_len = past.get();
+    p.accepted = accepted.get();
+    p.accept_len = len.get();
+    p.max_path = io.max_path;
+    const KernelResult r = cache_compact(p, nullptr);
+    if (!r.ok()) return r;
+    KD_CUDA_CHECK(cudaDeviceSynchronize());
+    cache.download(io.cache);
+    return r;
+  }
+
+  KernelResult chain(ChainIO& io) {
+    cudaStream_t stream;
+    KD_CUDA_CHECK(cudaStreamCreate(&stream));
+    struct StreamGuard {
+      cudaStream_t s;
+      ~StreamGuard() { cudaStreamDestroy(s); }
+    } guard{stream};
+    TreeBuildIO& t = io.tree;
+    AcceptIO& a = io.acc;
+    const size_t rows = static_cast<size_t>(t.batch) * t.rows();
+    DeviceBuffer<float> draft(io.draft_logits), logp(static_cast<size_t>(t.batch) * t.depth * t.topk);
+    DeviceBuffer<int32_t> tok(static_cast<size_t>(t.batch) * t.depth * t.topk);
+    DeviceBuffer<int32_t> budget(t.budget), root(t.root), start(t.start), n(t.n), tokens(t.tokens);
+    DeviceBuffer<int32_t> depth(t.depth_out), parent(t.parent), pos(t.positions);
+    DeviceBuffer<float> score(t.score);
+    DeviceBuffer<uint32_t> vis(t.vis);
+    DeviceBuffer<float> bigram(io.bigram), embed(io.embed), cache(io.cache);
+    DeviceBuffer<float> logits(std::vector<float>(rows * io.vocab, poison_f32()));
+    DeviceBuffer<int32_t> past(io.past), accepted(a.accepted), len(a.accept_len), bonus(a.bonus);
+
+    TopkLogprobsParams tp;
+    tp.rows = t.batch * t.depth;
+    tp.vocab = io.vocab;
+    tp.k = t.topk;
+    tp.logits = draft.get();
+    tp.logp = logp.get();
+    tp.tok = tok.get();
+    if (KernelResult r = topk_logprobs(tp, stream); !r.ok()) return r;
+
+    TreeBuildParams bp;
+    bp.batch = t.batch;
+    bp.depth = t.depth;
+    bp.topk = t.topk;
+    bp.max_budget = t.max_budget;
+    bp.logp = logp.get();
+    bp.tok = tok.get();
+    bp.budget = budget.get();
+    bp.root_token = root.get();
+    bp.start_pos = start.get();
+    bp.max_nodes = t.max_nodes;
+    bp.vis_words = t.vis_words;
+    bp.n_out = n.get();
+    bp.tokens = tokens.get();
+    bp.depth_out = depth.get();
+    bp.parent = parent.get();
+    bp.positions = pos.get();
+    bp.score = score.get();
+    bp.vis = vis.get();
+    if (KernelResult r = tree_build(bp, stream); !r.ok()) return r;
+
+    StandInVerifyParams v;
+    v.batch = t.batch;
+    v.rows = t.rows();
+    v.vocab = io.vocab;
+    v.width = io.width;
+    v.cache_rows = io.cache_rows;
+    v.n = n.get();
+    v.tokens = tokens.get();
+    v.past = past.get();
+    v.bigram = bigram.get();
+    v.embed = embed.get();
+    v.logits = logits.get();
+    v.cache = cache.get();
+    stand_in_verify_kernel<<<dim3(v.rows, v.batch), kStandInThreads, 0, stream>>>(v);
+    KD_CHECK_LAUNCH();
+
+    TreeAcceptParams ap;
+    ap.batch = t.batch;
+    ap.rows = t.rows();
+    ap.n = n.get();
+    ap.tokens = tokens.get();
+    ap.parent = parent.get();
+    ap.logits = logits.get();
+    ap.vocab = io.vocab;
+    ap.max_path = a.max_path;
+    ap.accepted = accepted.get();
+    ap.accept_len = len.get();
+    ap.bonus = bonus.get();
+    if (KernelResult r = tree_accept(ap, stream); !r.ok()) return r;
+
+    CacheCompactParams cp;
+    cp.batch = t.batch;
+    cp.row_words = io.width;
+    cp.row_stride = io.width;
+    cp.batch_stride = static_cast<int64_t>(io.cache_rows) * io.width;
+    cp.cache = reinterpret_cast<uint32_t*>(cache.get());
+    cp.past_len = past.get();
+    cp.accepted = accepted.get();
+    cp.accept_len = len.get();
+    cp.max_path = a.max_path;
+    if (KernelResult r = cache_compact(cp, stream); !r.ok()) return r;
+
+    KD_CUDA_CHECK(cudaStreamSynchronize(stream));
+    logp.download(t.logp);
+    tok.download(t.tok);
+    n.download(t.n);
+    tokens.download(t.tokens);
+    depth.download(t.depth_out);
+    parent.download(t.parent);
+    accepted.download(a.accepted);
+    len.download(a.accept_len);
+    bonus.download(a.bonus);
+    cache.download(io.cache);
+    return KernelResult::success();
+  }
+};
+
+}  // namespace
+
+KD_GPU_TEST(accept_cases_no_match_full_match_mid_tree) {
+  const KdtrFile f(repo_path("refs/tree_accept.kdtr"));
+  GpuAcceptRunner runner;
+  const int n = static_cast<int>(scalar(f, "num_cases"));
+  for (int i = 0; i < n; ++i) run_accept_case(runner, f, i);
+}
+
+KD_GPU_TEST(accept_batched_with_skipped_request) {
+  const KdtrFile f(repo_path("refs/tree_accept.kdtr"));
+  GpuAcceptRunner runner;
+  run_accept_batch(runner, f);
+}
+
+KD_GPU_TEST(compaction_in_place_two_layers) {
+  const KdtrFile f(repo_path("refs/compaction.kdtr"));
+  GpuAcceptRunner runner;
+  const int n = static_cast<int>(scalar(f, "num_cases"));
+  for (int i = 0; i < n; ++i) {
+    run_compact_case(runner, f, i, false);
+    run_compact_case(runner, f, i, true);
+  }
+}
+
+KD_GPU_TEST(chain_topk_build_verify_accept_compact_on_device) {
+  const KdtrFile f(repo_path("refs/ddtree_chain.kdtr"));
+  GpuAcceptRunner runner;
+  run_chain_case(runner, f);
+}
+
+KD_TEST(launchers_reject_impossible_requests) {
+  int32_t dummy[4] = {0, 0, 0, 0};
+  TreeAcceptParams p;
+  p.batch = 1;
+  p.rows = 4;
+  p.n = p.tokens = p.parent = p.choice = dummy;
+  p.max_path = 3;
+  p.accepted = p.accept_len = p.bonus = dummy;
+  KD_EXPECT(check_tree_accept_params(p).ok());
+  p.batch = 0;
+  KD_EXPECT_EQ(check_tree_accept_params(p).status, KernelStatus::kInvalidArgument);
+  p.batch = 1;
+  p.max_path = kAcceptMaxPath + 1;
+  KD_EXPECT_EQ(check_tree_accept_params(p).status, KernelStatus::kOverLimit);
+  p.max_path = 3;
+  p.choice = nullptr;  // and no logits either
+  KD_EXPECT_EQ(check_tree_accept_params(p).status, KernelStatus::kInvalidArgument);
+  CacheCompactParams c;
+  c.batch = 1;
+  c.row_words = 8;
+  c.row_stride = 4;  // rows overlap
+  c.cache = reinterpret_cast<uint32_t*>(dummy);
+  c.past_len = c.accepted = c.accept_len = dummy;
+  c.max_path = 3;
+  KD_EXPECT_EQ(check_cache_compact_params(c).status, KernelStatus::kInvalidArgument);
+  c.row_stride = 8;
+  KD_EXPECT(check_cache_compact_params(c).ok());
+  c.cache = nullptr;
+  KD_EXPECT_EQ(check_cache_compact_params(c).status, KernelStatus::kInvalidArgument);
+}
+
+KD_TEST_MAIN()

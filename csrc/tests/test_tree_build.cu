@@ -1,0 +1,185 @@
+// tree_build and topk_logprobs on the GPU against refs/tree_build.kdtr (the Python
+// reference's heap), plus random tie-heavy cases from python_engine.refgen.tree_fuzz_cases
+// when $KDTREE_TREE_FUZZ names such a bundle, and the launchers' argument errors.
+#include <cstdlib>
+
+#include "device_buffer.h"
+#include "kernels/tree_build.cuh"
+#include "tree_build_cases.h"
+
+using namespace kdtree;
+using namespace kdtree::test;
+
+namespace {
+
+struct GpuTreeRunner {
+  KernelResult topk(TopkIO& t) {
+    DeviceBuffer<float> logits(t.logits), logp(t.logp);
+    DeviceBuffer<int32_t> tok(t.tok);
+    TopkLogprobsParams p;
+    p.rows = t.rows;
+    p.vocab = t.vocab;
+    p.k = t.k;
+    p.logits = logits.get();
+    p.logp = logp.get();
+    p.tok = tok.get();
+    const KernelResult r = topk_logprobs(p, nullptr);
+    if (!r.ok()) return r;
+    KD_CUDA_CHECK(cudaDeviceSynchronize());
+    logp.download(t.logp);
+    tok.download(t.tok);
+    return r;
+  }
+
+  KernelResult build(TreeBuildIO& io) {
+    DeviceBuffer<float> logp(io.logp), score(io.score);
+    DeviceBuffer<int32_t> tok(io.tok), budget(io.budget), root(io.root), start(io.start);
+    DeviceBuffer<int32_t> n(io.n), tokens(io.tokens), depth(io.depth_out), parent(io.parent), pos(io.positions);
+    DeviceBuffer<uint32_t> vis(io.vis);
+    TreeBuildParams p;
+    p.batch = io.batch;
+    p.depth = io.depth;
+    p.topk = io.topk;
+    p.max_budget = io.max_budget;
+    p.logp = logp.get();
+    p.tok = tok.get();
+    p.budget = budget.get();
+    p.root_token = root.get();
+    p.start_pos = start.get();
+    p.max_nodes = io.max_nodes;
+    p.vis_words = io.vis_words;
+    p.n_out = n.get();
+    p.tokens = tokens.get();
+    p.depth_out = depth.get();
+    p.parent = parent.get();
+    p.positions = pos.get();
+    p.score = score.get();
+    p.vis = vis.get();
+    const KernelResult r = tree_build(p, nullptr);
+    if (!r.ok()) return r;
+    KD_CUDA_CHECK(cudaDeviceSynchronize());
+    n.download(io.n);
+    tokens.download(io.tokens);
+    depth.download(io.depth_out);
+    parent.download(io.parent);
+    pos.download(io.positions);
+    score.download(io.score);
+    vis.download(io.vis);
+    return r;
+  }
+};
+
+const KdtrFile& bundle() {
+  static const KdtrFile f(repo_path("refs/tree_build.kdtr"));
+  return f;
+}
+
+}  // namespace
+
+KD_GPU_TEST(single_cases_from_topk_arrays_and_logits) {
+  GpuTreeRunner runner;
+  const int n = static_cast<int>(scalar(bundle(), "num_cases"));
+  for (int i = 0; i < n; ++i) {
+    if (quick_mode() && scalar(bundle(), "c" + std::to_string(i) + ".budget") > 256) continue;
+    run_single_case(runner, bundle(), i, i % 2 == 0 ? 0 : 3);
+  }
+}
+
+KD_GPU_TEST(batches_mixed_budgets) {
+  GpuTreeRunner runner;
+  const int n = static_cast<int>(scalar(bundle(), "num_batches"));
+  for (int j = 0; j < n; ++j) {
+    if (quick_mode() && bundle().get("b" + std::to_string(j) + ".budget").numel() > 8) continue;
+    run_batch_case(runner, bundle(), j);
+  }
+}
+
+KD_GPU_TEST(budget_outside_max_budget_gives_n_minus_one) {
+  GpuTreeRunner runner;
+  run_bad_budget_case(runner);
+}
+
+KD_GPU_TEST(fuzz_bundle_from_env) {
+  const char* path = std::getenv("KDTREE_TREE_FUZZ");
+  if (!path || !*path) KD_SKIP("set KDTREE_TREE_FUZZ to a bundle of python -m python_engine.refgen.tree_fuzz_cases");
+  const KdtrFile f(path);
+  if (f.has("seed")) std::printf("    fuzz bundle seed %lld\n", static_cast<long long>(scalar(f, "seed")));
+  GpuTreeRunner runner;
+  const int n = static_cast<int>(scalar(f, "num_cases"));
+  for (int i = 0; i < n; ++i) {
+    const int before = failures_in_case();
+    run_single_case(runner, f, i, i % 3);
+    if (failures_in_case() != before) std::printf("    (fuzz case c%d failed)\n", i);
+  }
+}
+
+// ---- argument checks (no GPU needed) -------------------------------------------------------
+
+namespace {
+TreeBuildParams valid_params() {
+  static int32_t dummy_i[8];
+  static float dummy_f[8];
+  static uint32_t dummy_u[8];
+  TreeBuildParams p;
+  p.batch = 2;
+  p.depth = 4;
+  p.topk = 8;
+  p.max_budget = 16;
+  p.max_nodes = 16;
+  p.vis_words = 1;
+  p.logp = dummy_f;
+  p.tok = dummy_i;
+  p.budget = dummy_i;
+  p.n_out = dummy_i;
+  p.tokens = dummy_i;
+  p.depth_out = dummy_i;
+  p.parent = dummy_i;
+  p.vis = dummy_u;
+  return p;
+}
+}  // namespace
+
+KD_TEST(launcher_rejects_impossible_requests) {
+  KD_EXPECT(check_tree_build_params(valid_params()).ok());
+  TreeBuildParams p = valid_params();
+  p.batch = 0;
+  KD_EXPECT_EQ(check_tree_build_params(p).status, KernelStatus::kInvalidArgument);
+  p = valid_params();
+  p.depth = kTreeMaxDepth + 1;
+  KD_EXPECT_EQ(check_tree_build_params(p).status, KernelStatus::kOverLimit);
+  p = valid_params();
+  p.max_budget = kTreeMaxNodes + 1;
+  p.max_nodes = kTreeMaxNodes + 1;
+  KD_EXPECT_EQ(check_tree_build_params(p).status, KernelStatus::kOverLimit);
+  p = valid_params();
+  p.max_nodes = 8;  // fewer output rows than the budget needs
+  KD_EXPECT_EQ(check_tree_build_params(p).status, KernelStatus::kInvalidArgument);
+  p = valid_params();
+  p.vis_words = 0;
+  KD_EXPECT_EQ(check_tree_build_params(p).status, KernelStatus::kInvalidArgument);
+  p = valid_params();
+  p.logp = nullptr;
+  KD_EXPECT_EQ(check_tree_build_params(p).status, KernelStatus::kInvalidArgument);
+  TopkLogprobsParams t;
+  t.rows = 1;
+  t.vocab = 10;
+  t.k = 11;  // more columns than the vocabulary
+  t.logits = t.logp = reinterpret_cast<float*>(p.n_out);
+  t.tok = p.n_out;
+  KD_EXPECT_EQ(check_topk_logprobs_params(t).status, KernelStatus::kOverLimit);
+  t.k = kTreeMaxNodes + 1;
+  t.vocab = 5000;
+  KD_EXPECT_EQ(check_topk_logprobs_params(t).status, KernelStatus::kOverLimit);
+}
+
+KD_GPU_TEST(launcher_returns_errors_without_launching) {
+  TreeBuildParams p = valid_params();
+  p.depth = kTreeMaxDepth + 1;
+  const KernelResult r = tree_build(p, nullptr);
+  KD_EXPECT_EQ(r.status, KernelStatus::kOverLimit);
+  KD_EXPECT(r.message.find("depth") != std::string::npos);
+  KD_CUDA_CHECK(cudaDeviceSynchronize());
+  KD_EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+KD_TEST_MAIN()

@@ -1,0 +1,204 @@
+// verify_attn on the GPU against the float64 reference: the small committed cases
+// (refs/verify_attn.kdtr) in float32 and bf16 (both tile configurations, one split and forced
+// splits), and, when $KDTREE_LARGE_ATTN_DIR names a folder written by
+// python_engine/refgen/large_attn_cases.py, the long-prefix cases (2048 .. 131072 keys,
+// 8/16/64 heads, n up to 256). Tolerances: relative error <= 1e-5 (f32), <= 1e-2 (bf16).
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+#include "device_buffer.h"
+#include "kernels/verify_attn.cuh"
+#include "kernels/verify_attn_plan.h"
+#include "verify_attn_cases.h"
+
+using namespace kdtree;
+using namespace kdtree::test;
+
+namespace {
+
+struct GpuAttnRunner {
+  VerifyAttnPlan last_plan;
+
+  KernelResult attn(AttnIO& io) {
+    const bool f32 = io.dtype == AttnDType::kF32;
+    DeviceBuffer<float> q_lat_f, q_pe_f, kv_f, out_f;
+    DeviceBuffer<uint16_t> q_lat_b, q_pe_b, kv_b, out_b;
+    if (f32) {
+      q_lat_f = DeviceBuffer<float>(AttnIO::widen(io.q_lat));
+      q_pe_f = DeviceBuffer<float>(AttnIO::widen(io.q_pe));
+      kv_f = DeviceBuffer<float>(AttnIO::widen(io.kv));
+      out_f = DeviceBuffer<float>(io.out);  // poisoned
+    } else {
+      q_lat_b = DeviceBuffer<uint16_t>(io.q_lat);
+      q_pe_b = DeviceBuffer<uint16_t>(io.q_pe);
+      kv_b = DeviceBuffer<uint16_t>(io.kv);
+      out_b = DeviceBuffer<uint16_t>(std::vector<uint16_t>(io.out.size(), 0x7fc1));  // bf16 NaN
+    }
+    DeviceBuffer<int32_t> prefix(io.prefix);
+    DeviceBuffer<uint32_t> vis(io.vis);
+    DeviceBuffer<float> lse(io.lse);
+    VerifyAttnParams p;
+    p.dtype = io.dtype;
+    p.batch = io.batch;
+    p.heads = io.heads;
+    p.tree_len = io.tree_len;
+    p.max_prefix = io.max_prefix;
+    p.prefix_len = io.with_prefix_array ? prefix.get() : nullptr;
+    p.q_lat = f32 ? static_cast<const void*>(q_lat_f.get()) : q_lat_b.get();
+    p.q_pe = f32 ? static_cast<const void*>(q_pe_f.get()) : q_pe_b.get();
+    p.kv = f32 ? static_cast<const void*>(kv_f.get()) : kv_b.get();
+    p.kv_row_stride = kVerifyQKDim;
+    p.kv_batch_stride = static_cast<int64_t>(io.kv_rows) * kVerifyQKDim;
+    p.vis = vis.get();
+    p.vis_words = io.vis_words;
+    p.scale = io.scale;
+    p.out = f32 ? static_cast<void*>(out_f.get()) : out_b.get();
+    p.lse = lse.get();
+    p.force_config = io.force_config;
+    p.force_split_keys = io.force_split_keys;
+    if (KernelResult r = verify_attn_plan(p, &last_plan); !r.ok()) return r;
+    DeviceBuffer<uint8_t> workspace(last_plan.workspace_bytes);
+    p.workspace = workspace.get();
+    p.workspace_bytes = last_plan.workspace_bytes;
+    const KernelResult r = verify_attn(p, nullptr);
+    if (!r.ok()) return r;
+    KD_CUDA_CHECK(cudaDeviceSynchronize());
+    lse.download(io.lse);
+    if (f32) {
+      out_f.download(io.out);
+    } else {
+      const std::vector<uint16_t> bits = out_b.download();
+      for (size_t i = 0; i < bits.size(); ++i) io.out[i] = bf16_to_float(bits[i]);
+    }
+    return r;
+  }
+};
+
+const KdtrFile& bundle() {
+  static const KdtrFile f(repo_path("refs/verify_attn.kdtr"));
+  return f;
+}
+
+}  // namespace
+
+KD_GPU_TEST(small_cases_one_split) {
+  GpuAttnRunner runner;
+  run_attn_bundle(runner, bundle(), {kVerifyBf16Sm90, kVerifyBf16Small}, 0);
+}
+
+KD_GPU_TEST(small_cases_forced_splits) {
+  GpuAttnRunner runner;  // quick mode (sanitizers): one bf16 configuration is enough for the merge
+  if (quick_mode()) run_attn_bundle(runner, bundle(), {kVerifyBf16Sm90}, 64);
+  else run_attn_bundle(runner, bundle(), {kVerifyBf16Sm90, kVerifyBf16Small}, 64);
+}
+
+// One file per case (schema v0.*), generated on this machine from a logged seed.
+KD_GPU_TEST(large_cases_from_env) {
+  const char* dir = std::getenv("KDTREE_LARGE_ATTN_DIR");
+  if (!dir || !*dir) KD_SKIP("set KDTREE_LARGE_ATTN_DIR to the output of python_engine/refgen/large_attn_cases.py");
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".kdtr") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  KD_CHECK(!files.empty());
+  GpuAttnRunner runner;
+  for (const auto& path : files) {
+    const KdtrFile f(path.string());
+    const AttnIO base = load_attn_case(f, "v0");
+    const float* ref_out = f.get("v0.out").as<float>();
+    const float* ref_lse = f.get("v0.lse").as<float>();
+    const std::string label = path.stem().string();
+    AttnIO io = base;
+    io.dtype = AttnDType::kF32;
+    check_attn(runner, io, ref_out, ref_lse, label + " f32");
+    std::printf("      plan: %d splits of %d keys, %d row tiles\n", runner.last_plan.splits, runner.last_plan.split_len,
+                runner.last_plan.m_tiles);
+    io = base;
+    io.dtype = AttnDType::kBF16;
+    check_attn(runner, io, ref_out, ref_lse, label + " bf16");
+    std::printf("      plan: %d splits of %d keys, %d row tiles, config %d\n", runner.last_plan.splits,
+                runner.last_plan.split_len, runner.last_plan.m_tiles, runner.last_plan.config);
+  }
+}
+
+KD_TEST(launcher_rejects_impossible_requests) {
+  alignas(16) static uint16_t dummy[64];
+  VerifyAttnParams p;
+  p.batch = 1;
+  p.heads = 8;
+  p.tree_len = 9;
+  p.max_prefix = 100;
+  p.q_lat = p.q_pe = p.kv = p.out = dummy;
+  p.kv_batch_stride = 0;
+  p.vis = reinterpret_cast<const uint32_t*>(dummy);
+  p.vis_words = 1;
+  p.scale = 0.07f;
+  KD_EXPECT(check_verify_attn_params(p).ok());
+  VerifyAttnParams q = p;
+  q.batch = 0;
+  KD_EXPECT_EQ(check_verify_attn_params(q).status, KernelStatus::kInvalidArgument);
+  q = p;
+  q.tree_len = kVerifyMaxTreeLen + 1;
+  KD_EXPECT_EQ(check_verify_attn_params(q).status, KernelStatus::kOverLimit);
+  q = p;
+  q.heads = kVerifyMaxHeads + 1;
+  KD_EXPECT_EQ(check_verify_attn_params(q).status, KernelStatus::kOverLimit);
+  q = p;
+  q.kv = nullptr;  // no cache at all
+  KD_EXPECT_EQ(check_verify_attn_params(q).status, KernelStatus::kInvalidArgument);
+  q = p;
+  q.kv_row_stride = 570;
+  KD_EXPECT_EQ(check_verify_attn_params(q).status, KernelStatus::kInvalidArgument);
+  q = p;
+  q.batch = 2;
+  q.kv_batch_stride = 576;  // requests would overlap
+  KD_EXPECT_EQ(check_verify_attn_params(q).status, KernelStatus::kInvalidArgument);
+  q = p;
+  q.vis_words = 0;
+  KD_EXPECT_EQ(check_verify_attn_params(q).status, KernelStatus::kInvalidArgument);
+  q = p;
+  q.max_prefix = -1;
+  KD_EXPECT_EQ(check_verify_attn_params(q).status, KernelStatus::kOverLimit);
+  // plans: the H200's shared memory takes the big bf16 tile; an sm_120-class limit the small
+  // one; too little shared memory is an error, not a fault
+  VerifyAttnPlan plan;
+  KD_EXPECT(make_verify_attn_plan(p, 132, 232448, 233472, &plan).ok());
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16Sm90));
+  KD_EXPECT(make_verify_attn_plan(p, 188, 101376, 102400, &plan).ok());
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16Small));
+  KD_EXPECT_EQ(make_verify_attn_plan(p, 10, 48 * 1024, 64 * 1024, &plan).status, KernelStatus::kOverLimit);
+  // long prefixes split; prefix 0 does not; float32 splits stay short
+  q = p;
+  q.max_prefix = 131072;
+  KD_EXPECT(make_verify_attn_plan(q, 132, 232448, 233472, &plan).ok());
+  KD_EXPECT(plan.splits > 1);
+  KD_EXPECT(plan.workspace_bytes > 0);
+  q.max_prefix = 0;
+  KD_EXPECT(make_verify_attn_plan(q, 132, 232448, 233472, &plan).ok());
+  KD_EXPECT_EQ(plan.splits, 1);
+  KD_EXPECT_EQ(plan.workspace_bytes, size_t{0});
+  q.max_prefix = 131072;
+  q.dtype = AttnDType::kF32;
+  KD_EXPECT(make_verify_attn_plan(q, 132, 232448, 233472, &plan).ok());
+  KD_EXPECT(plan.split_len <= kVerifyF32MaxSplitKeys);
+}
+
+KD_GPU_TEST(launcher_reports_missing_workspace) {
+  alignas(16) static uint16_t dummy[64];
+  VerifyAttnParams p;
+  p.batch = 1;
+  p.heads = 64;
+  p.tree_len = 65;
+  p.max_prefix = 32768;
+  p.q_lat = p.q_pe = p.kv = p.out = dummy;
+  p.vis = reinterpret_cast<const uint32_t*>(dummy);
+  p.vis_words = 3;
+  p.scale = 0.07f;
+  if (verify_attn_workspace_bytes(p) == 0) KD_SKIP("this device plans a single split here");
+  const KernelResult r = verify_attn(p, nullptr);
+  KD_EXPECT_EQ(r.status, KernelStatus::kInvalidArgument);
+  KD_EXPECT(r.message.find("workspace") != std::string::npos);
+}
+
+KD_TEST_MAIN()

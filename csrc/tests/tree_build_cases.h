@@ -1,0 +1,205 @@
+// The tree_build cases of refs/tree_build.kdtr, written once for any runner: the GPU test
+// (test_tree_build.cu) runs them through the launchers, the CPU-emulated test
+// (csrc/kernels/emu) through the same kernels on the SIMT emulator.
+//
+// A runner provides
+//   KernelResult topk(TopkIO&)       fills logp/tok from logits
+//   KernelResult build(TreeBuildIO&) fills the tree outputs from the inputs
+// and must leave every output element it does not write as the poison set here.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "kernel_test_util.h"
+#include "kernels/tree_build.cuh"
+
+namespace kdtree::test {
+
+// Host copies of one tree_build launch's inputs and outputs.
+struct TreeBuildIO {
+  int batch = 0, depth = 0, topk = 0, max_budget = 0, max_nodes = 0, vis_words = 0;
+  std::vector<float> logp;  // [B, D, K]
+  std::vector<int32_t> tok, budget, root, start;
+  // outputs (poisoned by poison_outputs)
+  std::vector<int32_t> n, tokens, depth_out, parent, positions;
+  std::vector<float> score;
+  std::vector<uint32_t> vis;
+
+  int rows() const { return max_nodes + 1; }
+  void poison_outputs() {
+    const size_t r = static_cast<size_t>(batch) * rows();
+    n.assign(batch, kPoisonI32);
+    tokens.assign(r, kPoisonI32);
+    depth_out.assign(r, kPoisonI32);
+    parent.assign(r, kPoisonI32);
+    positions.assign(r, kPoisonI32);
+    score.assign(r, poison_f32());
+    vis.assign(r * vis_words, kPoisonU32);
+  }
+};
+
+struct TopkIO {
+  int rows = 0, vocab = 0, k = 0;
+  std::vector<float> logits;  // [R, V]
+  std::vector<float> logp;    // [R, K] out
+  std::vector<int32_t> tok;   // [R, K] out
+  void poison_outputs() {
+    logp.assign(static_cast<size_t>(rows) * k, poison_f32());
+    tok.assign(static_cast<size_t>(rows) * k, kPoisonI32);
+  }
+};
+
+// Compare request b of io with a reference tree (n, tokens/depth/parent [>= n+1], vis rows
+// of ref_words words, score optional), and check the padding past n.
+inline void check_tree(const TreeBuildIO& io, int b, const std::string& label, int ref_n, const int32_t* ref_tokens,
+                       const int32_t* ref_depth, const int32_t* ref_parent, const float* ref_score,
+                       const uint32_t* ref_vis, int ref_words, int start) {
+  const int rows = io.rows();
+  const size_t r0 = static_cast<size_t>(b) * rows;
+  KD_EXPECT_EQ(io.n[b], ref_n);
+  if (io.n[b] != ref_n) {
+    report_failure(nullptr, 0, label + ": node count differs; rows not compared");
+    return;
+  }
+  const int used = ref_n + 1;
+  expect_equal_arrays(label + ".tokens", io.tokens.data() + r0, ref_tokens, used);
+  expect_equal_arrays(label + ".depth", io.depth_out.data() + r0, ref_depth, used);
+  expect_equal_arrays(label + ".parent", io.parent.data() + r0, ref_parent, used);
+  if (ref_score) expect_equal_arrays(label + ".score", io.score.data() + r0, ref_score, used);
+  std::vector<int32_t> want_pos(used);
+  for (int i = 0; i < used; ++i) want_pos[i] = start + ref_depth[i];
+  expect_equal_arrays(label + ".positions", io.positions.data() + r0, want_pos.data(), used);
+  // visibility: the reference's words, then zeros to the row's end
+  std::vector<uint32_t> want(static_cast<size_t>(used) * io.vis_words, 0u);
+  for (int i = 0; i < used; ++i)
+    for (int w = 0; w < std::min(ref_words, io.vis_words); ++w) want[static_cast<size_t>(i) * io.vis_words + w] = ref_vis[static_cast<size_t>(i) * ref_words + w];
+  expect_equal_arrays(label + ".vis", io.vis.data() + r0 * io.vis_words, want.data(), static_cast<int64_t>(want.size()));
+  // padding rows
+  const int pad = rows - used;
+  expect_all(label + ".tokens(pad)", io.tokens.data() + r0 + used, pad, -1);
+  expect_all(label + ".depth(pad)", io.depth_out.data() + r0 + used, pad, -1);
+  expect_all(label + ".parent(pad)", io.parent.data() + r0 + used, pad, -1);
+  expect_all(label + ".positions(pad)", io.positions.data() + r0 + used, pad, -1);
+  expect_all(label + ".score(pad)", io.score.data() + r0 + used, pad, 0.0f);
+  expect_all(label + ".vis(pad)", io.vis.data() + (r0 + used) * io.vis_words, static_cast<int64_t>(pad) * io.vis_words, 0u);
+}
+
+// Single-request case c{i}: from logits (when the bundle has them) through topk, then the
+// tree; or straight from the reference's top-K arrays.
+template <class Runner>
+void run_single_case(Runner& runner, const KdtrFile& f, int i, int extra_rows) {
+  const std::string c = "c" + std::to_string(i);
+  const KdtrTensor& logp = tensor(f, c + ".logp", 2);
+  const int D = static_cast<int>(logp.shape[0]), K = static_cast<int>(logp.shape[1]);
+  const int budget = static_cast<int>(scalar(f, c + ".budget"));
+  TreeBuildIO io;
+  io.batch = 1;
+  io.depth = D;
+  io.topk = K;
+  io.max_budget = budget;
+  io.max_nodes = std::min(budget + extra_rows, kTreeMaxNodes);
+  io.vis_words = (io.max_nodes + 1 + 31) / 32 + (extra_rows > 0 ? 1 : 0);
+  io.logp = to_vector<float>(logp);
+  io.tok = to_vector<int32_t>(tensor(f, c + ".tok", 2));
+  io.budget = {budget};
+  io.root = {static_cast<int32_t>(scalar(f, c + ".root"))};
+  io.start = {1000 + 7 * i};
+  if (f.has(c + ".logits") && D > 0 && K > 0) {
+    const KdtrTensor& logits = tensor(f, c + ".logits", 2);
+    TopkIO t;
+    t.rows = D;
+    t.vocab = static_cast<int>(logits.shape[1]);
+    t.k = K;
+    t.logits = to_vector<float>(logits);
+    t.poison_outputs();
+    const KernelResult r = runner.topk(t);
+    KD_CHECK(r.ok());
+    expect_equal_arrays(c + ".topk.tok", t.tok.data(), io.tok.data(), static_cast<int64_t>(io.tok.size()));
+    expect_equal_arrays(c + ".topk.logp", t.logp.data(), io.logp.data(), static_cast<int64_t>(io.logp.size()));
+    io.logp = t.logp;  // the tree is built from the device's own top-K
+    io.tok = t.tok;
+  }
+  io.poison_outputs();
+  const KernelResult r = runner.build(io);
+  if (!r.ok()) report_failure(nullptr, 0, c + ": " + r.message);
+  KD_CHECK(r.ok());
+  const KdtrTensor& vis = tensor(f, c + ".vis", 2);
+  check_tree(io, 0, c, static_cast<int>(scalar(f, c + ".n")), f.get(c + ".tokens").as<int32_t>(),
+             f.get(c + ".depth").as<int32_t>(), f.get(c + ".parent").as<int32_t>(), f.get(c + ".score").as<float>(),
+             vis.as<uint32_t>(), static_cast<int>(vis.shape[1]), io.start[0]);
+}
+
+// Batched case b{j}: B requests with mixed budgets in one launch.
+template <class Runner>
+void run_batch_case(Runner& runner, const KdtrFile& f, int j) {
+  const std::string c = "b" + std::to_string(j);
+  const KdtrTensor& logp = tensor(f, c + ".logp", 3);
+  const int B = static_cast<int>(logp.shape[0]), D = static_cast<int>(logp.shape[1]), K = static_cast<int>(logp.shape[2]);
+  TreeBuildIO io;
+  io.batch = B;
+  io.depth = D;
+  io.topk = K;
+  io.logp = to_vector<float>(logp);
+  io.tok = to_vector<int32_t>(tensor(f, c + ".tok", 3));
+  io.budget = to_vector<int32_t>(tensor(f, c + ".budget", 1));
+  io.root = to_vector<int32_t>(tensor(f, c + ".root", 1));
+  io.max_budget = *std::max_element(io.budget.begin(), io.budget.end());
+  io.max_nodes = io.max_budget;
+  io.vis_words = (io.max_nodes + 1 + 31) / 32;
+  io.start.resize(B);
+  for (int b = 0; b < B; ++b) io.start[b] = 50 * b;
+  io.poison_outputs();
+  const KernelResult r = runner.build(io);
+  if (!r.ok()) report_failure(nullptr, 0, c + ": " + r.message);
+  KD_CHECK(r.ok());
+  const KdtrTensor& tokens = tensor(f, c + ".tokens", 2);
+  const KdtrTensor& vis = tensor(f, c + ".vis", 3);
+  const int ref_rows = static_cast<int>(tokens.shape[1]);
+  const int ref_words = static_cast<int>(vis.shape[2]);
+  const int32_t* ref_n = f.get(c + ".n").as<int32_t>();
+  for (int b = 0; b < B; ++b) {
+    const size_t o = static_cast<size_t>(b) * ref_rows;
+    check_tree(io, b, c + "[" + std::to_string(b) + "]", ref_n[b], tokens.as<int32_t>() + o,
+               f.get(c + ".depth").as<int32_t>() + o, f.get(c + ".parent").as<int32_t>() + o, nullptr,
+               vis.as<uint32_t>() + o * ref_words, ref_words, io.start[b]);
+  }
+}
+
+// Requests with budgets outside [0, max_budget] get n = -1 and padding only.
+template <class Runner>
+void run_bad_budget_case(Runner& runner) {
+  TreeBuildIO io;
+  io.batch = 3;
+  io.depth = 2;
+  io.topk = 2;
+  io.max_budget = 4;
+  io.max_nodes = 4;
+  io.vis_words = 1;
+  io.logp = {-0.5f, -1.0f, -0.25f, -2.0f, -0.5f, -1.0f, -0.25f, -2.0f, -0.5f, -1.0f, -0.25f, -2.0f};
+  io.tok = {1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4};
+  io.budget = {5, -1, 3};
+  io.root = {9, 9, 9};
+  io.start = {0, 0, 0};
+  io.poison_outputs();
+  const KernelResult r = runner.build(io);
+  KD_CHECK(r.ok());
+  KD_EXPECT_EQ(io.n[0], -1);
+  KD_EXPECT_EQ(io.n[1], -1);
+  KD_EXPECT_EQ(io.n[2], 3);
+  for (int b = 0; b < 2; ++b) {
+    const size_t r0 = static_cast<size_t>(b) * io.rows();
+    expect_all("tokens(bad budget)", io.tokens.data() + r0, io.rows(), -1);
+    expect_all("parent(bad budget)", io.parent.data() + r0, io.rows(), -1);
+    expect_all("vis(bad budget)", io.vis.data() + r0, io.rows(), 0u);
+  }
+  // request 2: paths (0) -0.5, (0,0) -0.75, (1) -1.0, (0,1) -2.5: the first three
+  const size_t r2 = 2 * static_cast<size_t>(io.rows());
+  const int32_t want_tok[4] = {9, 1, 3, 2};
+  const int32_t want_par[4] = {-1, 0, 1, 0};
+  expect_equal_arrays("tokens(req 2)", io.tokens.data() + r2, want_tok, 4);
+  expect_equal_arrays("parent(req 2)", io.parent.data() + r2, want_par, 4);
+}
+
+}  // namespace kdtree::test

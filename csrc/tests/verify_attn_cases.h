@@ -1,0 +1,151 @@
+// verify_attn cases for any runner: the small committed bundle (refs/verify_attn.kdtr) and
+// the large ones generated on the GPU machine (python_engine/refgen/large_attn_cases.py),
+// both with schema v{i}.{q_lat,q_pe,kv (bf16), prefix, vis, scale, out, lse}.
+//
+// A runner provides  KernelResult attn(AttnIO&)  which fills io.out / io.lse (float32 copies
+// of the kernel's output) for io.dtype, honouring io.force_config / io.force_split_keys.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernel_test_util.h"
+#include "kernels/verify_attn.cuh"
+
+namespace kdtree::test {
+
+inline float bf16_to_float(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+struct AttnIO {
+  AttnDType dtype = AttnDType::kBF16;
+  int batch = 0, heads = 0, tree_len = 0, max_prefix = 0, vis_words = 0, kv_rows = 0;
+  float scale = 0.0f;
+  int force_config = -1, force_split_keys = 0;
+  bool with_prefix_array = true;
+  std::vector<uint16_t> q_lat, q_pe, kv;  // bf16 bits as stored in the bundle
+  std::vector<int32_t> prefix;
+  std::vector<uint32_t> vis;
+  std::vector<float> out, lse;  // filled by the runner (poisoned first)
+  int64_t rows() const { return static_cast<int64_t>(tree_len) * heads; }
+  void poison_outputs() {
+    out.assign(static_cast<size_t>(batch * rows()) * kVerifyLatentDim, poison_f32());
+    lse.assign(static_cast<size_t>(batch * rows()), poison_f32());
+  }
+  // float32 copies of the inputs (exact: the values are bf16)
+  static std::vector<float> widen(const std::vector<uint16_t>& v) {
+    std::vector<float> f(v.size());
+    for (size_t i = 0; i < v.size(); ++i) f[i] = bf16_to_float(v[i]);
+    return f;
+  }
+};
+
+inline AttnIO load_attn_case(const KdtrFile& f, const std::string& c) {
+  AttnIO io;
+  const KdtrTensor& q = tensor(f, c + ".q_lat", 4);
+  io.batch = static_cast<int>(q.shape[0]);
+  io.tree_len = static_cast<int>(q.shape[1]);
+  io.heads = static_cast<int>(q.shape[2]);
+  const KdtrTensor& kv = tensor(f, c + ".kv", 3);
+  io.kv_rows = static_cast<int>(kv.shape[1]);
+  io.q_lat = to_vector<uint16_t>(q);
+  io.q_pe = to_vector<uint16_t>(tensor(f, c + ".q_pe", 4));
+  io.kv = to_vector<uint16_t>(kv);
+  io.prefix = to_vector<int32_t>(tensor(f, c + ".prefix", 1));
+  const KdtrTensor& vis = tensor(f, c + ".vis", 3);
+  io.vis_words = static_cast<int>(vis.shape[2]);
+  io.vis = to_vector<uint32_t>(vis);
+  io.scale = f.get(c + ".scale").as<float>()[0];
+  for (int32_t p : io.prefix) io.max_prefix = std::max(io.max_prefix, static_cast<int>(p));
+  return io;
+}
+
+struct AttnError {
+  double rel = 0.0;       // ||out - ref|| / ||ref||
+  double max_abs = 0.0;   // of out - ref
+  double lse_max = 0.0;   // max |lse - ref lse|
+  int64_t bad = 0;        // NaN/Inf (never written, or broken) elements
+};
+
+inline AttnError attn_error(const AttnIO& io, const float* ref_out, const float* ref_lse) {
+  AttnError e;
+  double num = 0.0, den = 0.0;
+  const size_t n = io.out.size();
+  for (size_t i = 0; i < n; ++i) {
+    const double got = io.out[i], want = ref_out[i];
+    if (!std::isfinite(got)) {
+      ++e.bad;
+      continue;
+    }
+    num += (got - want) * (got - want);
+    den += want * want;
+    e.max_abs = std::max(e.max_abs, std::fabs(got - want));
+  }
+  e.rel = den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
+  for (size_t i = 0; i < io.lse.size(); ++i) {
+    if (!std::isfinite(io.lse[i])) {
+      ++e.bad;
+      continue;
+    }
+    e.lse_max = std::max(e.lse_max, std::fabs(static_cast<double>(io.lse[i]) - ref_lse[i]));
+  }
+  return e;
+}
+
+// Tolerances of issue 5: relative error <= 1e-5 in float32, <= 1e-2 in bf16; NaN never passes.
+inline double attn_tolerance(AttnDType d) { return d == AttnDType::kF32 ? 1e-5 : 1e-2; }
+inline double lse_tolerance(AttnDType d) { return d == AttnDType::kF32 ? 1e-5 : 2e-2; }
+
+// Run one case through the runner and check it. `label` names it in failures; returns the
+// error (for the summary table).
+template <class Runner>
+AttnError check_attn(Runner& runner, AttnIO io, const float* ref_out, const float* ref_lse, const std::string& label) {
+  io.poison_outputs();
+  const KernelResult r = runner.attn(io);
+  if (!r.ok()) {
+    report_failure(nullptr, 0, label + ": " + r.message);
+    return AttnError{1.0, 0.0, 0.0, 1};
+  }
+  const AttnError e = attn_error(io, ref_out, ref_lse);
+  const double tol = attn_tolerance(io.dtype);
+  std::printf("    %-44s rel %.3e  max|d| %.3e  lse %.3e%s\n", label.c_str(), e.rel, e.max_abs, e.lse_max,
+              e.bad ? "  NaN/unwritten!" : "");
+  if (e.bad) report_failure(nullptr, 0, label + ": " + std::to_string(e.bad) + " outputs NaN/Inf or never written");
+  if (!(e.rel <= tol)) report_failure(nullptr, 0, label + ": relative error " + std::to_string(e.rel) + " over " + std::to_string(tol));
+  if (!(e.lse_max <= lse_tolerance(io.dtype)))
+    report_failure(nullptr, 0, label + ": lse error " + std::to_string(e.lse_max));
+  return e;
+}
+
+// Every case of a bundle, in each dtype and the given configurations.
+template <class Runner>
+void run_attn_bundle(Runner& runner, const KdtrFile& f, const std::vector<int>& bf16_configs, int split_keys) {
+  const int cases = static_cast<int>(scalar(f, "num_cases"));
+  for (int i = 0; i < cases; ++i) {
+    const std::string c = "v" + std::to_string(i);
+    const AttnIO base = load_attn_case(f, c);
+    const float* ref_out = f.get(c + ".out").as<float>();
+    const float* ref_lse = f.get(c + ".lse").as<float>();
+    const std::string shape = c + " B" + std::to_string(base.batch) + " H" + std::to_string(base.heads) + " T" +
+                              std::to_string(base.tree_len) + " P" + std::to_string(base.max_prefix);
+    AttnIO io = base;
+    io.dtype = AttnDType::kF32;
+    io.force_split_keys = split_keys;
+    check_attn(runner, io, ref_out, ref_lse, shape + " f32");
+    for (int cfg : bf16_configs) {
+      io = base;
+      io.dtype = AttnDType::kBF16;
+      io.force_config = cfg;
+      io.force_split_keys = split_keys;
+      io.with_prefix_array = (i % 2 == 0) || base.batch > 1;  // also the prefix_len == null path
+      check_attn(runner, io, ref_out, ref_lse, shape + " bf16 cfg" + std::to_string(cfg));
+    }
+  }
+}
+
+}  // namespace kdtree::test

@@ -1,0 +1,69 @@
+"""`kdtree demo`: DDTree on the shipped demo pair, next to an AR baseline from the same run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from python_engine.demo.defaults import DEFAULT_BUDGET, DEFAULT_DRAFTER, DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, DEFAULT_TARGET
+from python_engine.errors import KdtreeError
+
+
+def demo(
+    prompt: Annotated[str, typer.Option(help="Prompt text (the pair knows Python standard-library code).",
+                                        show_default="a Python function header")] = DEFAULT_PROMPT,
+    max_tokens: Annotated[int, typer.Option(help="Tokens to generate.")] = DEFAULT_MAX_TOKENS,
+    budget: Annotated[int, typer.Option(help="DDTree node budget N.")] = DEFAULT_BUDGET,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    engine: Annotated[str, typer.Option(help="auto (native if built and a GPU is present, else torch), "
+                                        "native or torch.")] = "auto",
+    temperature: Annotated[float, typer.Option(help="0 = greedy (DDTree text must equal AR's); > 0 samples.")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    model: Annotated[Path, typer.Option(help="Target checkpoint dir.", file_okay=False,
+                                        show_default="refs/models/demo-target")] = DEFAULT_TARGET,
+    drafter: Annotated[Path, typer.Option(help="DFlash drafter dir.", file_okay=False,
+                                          show_default="refs/models/demo-drafter")] = DEFAULT_DRAFTER,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Do not stop at EOS.")] = False,
+    metrics: Annotated[Optional[str], typer.Option(help="Write the DDTree run's metrics events to FILE, "
+                                                   "or - for stdout (the text then goes to stderr).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")] = False,
+    tui: Annotated[bool, typer.Option("--tui", help="Watch the run in the live monitor (kdtree tui).")] = False,
+) -> None:
+    """Run DDTree on the demo pair: the continuation, tau, tokens/s, and the speedup over AR."""
+    from python_engine.demo.report import print_result, run_with_metrics
+
+    settings = dict(target_dir=model, drafter_dir=drafter, prompt=prompt, max_tokens=max_tokens, budget=budget,
+                    temperature=temperature, seed=seed, engine=engine, device=device, ignore_eos=ignore_eos)
+    if tui:
+        _open_tui(settings)
+        return
+    result = run_with_metrics(settings, metrics)
+    print_result(result, to_stderr=metrics == "-", as_json=json_out)
+
+
+def child_args(settings: dict) -> list[str]:
+    """The same demo as command-line arguments, for the monitor's child process."""
+    args = ["--prompt", settings["prompt"], "--max-tokens", str(settings["max_tokens"]),
+            "--budget", str(settings["budget"]), "--temperature", str(settings["temperature"]),
+            "--seed", str(settings["seed"]), "--engine", settings["engine"], "--device", settings["device"],
+            "--model", str(settings["target_dir"]), "--drafter", str(settings["drafter_dir"])]
+    return args + (["--ignore-eos"] if settings["ignore_eos"] else [])
+
+
+def _open_tui(settings: dict) -> None:
+    """Run this same demo as a child process (events on its stdout) inside the monitor."""
+    try:
+        from kdtree_cli.tui.launch import closing_line, run_monitor
+        from kdtree_cli.tui.sources.local_run import LocalRunSource
+    except ImportError as exc:
+        raise KdtreeError(f"--tui needs the live monitor (kdtree tui), which is not available here: {exc}") from None
+    command = [sys.executable, "-m", "kdtree_cli", "demo", *child_args(settings), "--metrics", "-"]
+    stats = run_monitor(LocalRunSource([], command=command))
+    typer.echo(closing_line(stats))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo)

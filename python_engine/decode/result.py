@@ -1,0 +1,46 @@
+"""What a decode loop returns for one request, and its per-round record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RoundInfo:
+    index: int
+    accept_len: int  # accepted path length including the root (>= 1)
+    tree_size: int  # n, nodes besides the root
+    tree_depth: int  # deepest node of the tree
+    times_us: dict[str, float]  # draft, tree_build, verify, commit
+    tokens: int  # tokens generated so far for the request
+
+
+@dataclass
+class Generation:
+    prompt: list[int]
+    tokens: list[int] = field(default_factory=list)  # generated tokens (prompt excluded)
+    rounds: list[RoundInfo] = field(default_factory=list)
+    prefill_s: float = 0.0  # prefill + first token (time to first token)
+    decode_s: float = 0.0  # everything after the first token
+    trace: list[dict] | None = None  # per-round arrays when tracing (reference bundles)
+
+    @property
+    def tau(self) -> float:
+        """Mean accepted tokens per target forward (1.0 for AR)."""
+        return sum(r.accept_len for r in self.rounds) / len(self.rounds) if self.rounds else 0.0
+
+    @property
+    def decode_tokens(self) -> int:
+        return max(0, len(self.tokens) - 1)
+
+
+def finish_tokens(tokens: list[int], new: list[int], max_new: int, stop_ids) -> tuple[list[int], bool]:
+    """Append `new` to `tokens`, cut at the first stop token (kept) or at max_new.
+    Returns (tokens, done)."""
+    for t in new:
+        if len(tokens) >= max_new:
+            return tokens, True
+        tokens.append(int(t))
+        if int(t) in stop_ids:
+            return tokens, True
+    return tokens, len(tokens) >= max_new

@@ -1,0 +1,120 @@
+"""The work behind `kdtree run`: load the models (with progress), encode the prompts, run
+the requests with metrics events, print each request's output and a summary.
+
+Results go to stdout, progress and diagnostics to stderr; when the metrics stream is
+stdout (--metrics -), the results go to stderr so stdout stays pure JSON lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from python_engine.errors import KdtreeError
+from python_engine.events import EventWriter
+
+
+@dataclass
+class RunRequest:
+    model: Path
+    drafter: Path | None = None
+    prompts: list[str] = field(default_factory=list)
+    prompt_ids: list[str] = field(default_factory=list)
+    budget: int = 32
+    block_size: int | None = None
+    temperature: float = 0.0
+    max_tokens: int = 128
+    seed: int = 0
+    device: str | None = None
+    dtype: str | None = None
+    metrics: str | None = None
+    ar: bool = False
+    ignore_eos: bool = False
+
+
+@contextlib.contextmanager
+def _metrics_stream(target: str | None, stdout: IO[str]):
+    if target is None:
+        yield None
+    elif target == "-":
+        yield stdout
+    else:
+        try:
+            f = open(target, "w", encoding="utf-8")
+        except OSError as exc:
+            raise KdtreeError(f"--metrics {target}: cannot open for writing: {exc.strerror or exc}") from None
+        with f:
+            yield f
+
+
+def run_command(req: RunRequest, stdout: IO[str], stderr: IO[str]) -> list:
+    with _metrics_stream(req.metrics, stdout) as stream:
+        events = EventWriter(stream)
+        try:
+            return _run(req, events, stdout, stderr)
+        except KdtreeError as exc:
+            events.emit("error", message=str(exc))
+            raise
+
+
+def _run(req: RunRequest, events: EventWriter, stdout: IO[str], stderr: IO[str]) -> list:
+    import torch
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from python_engine.decode.prompts import TextCodec, parse_ids
+    from python_engine.decode.runner import RunSettings, run_requests
+    from python_engine.model.drafter import load_drafter
+    from python_engine.model.target_loader import load_target, parse_dtype, resolve_device
+
+    if not req.prompts and not req.prompt_ids:
+        raise KdtreeError("give at least one --prompt TEXT or --prompt-ids 1,2,3")
+    if not req.ar and req.drafter is None:
+        raise KdtreeError("DDTree needs --drafter DIR (or pass --ar for plain autoregressive decoding)")
+    device = resolve_device(req.device)
+    dtype = parse_dtype(req.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
+    torch.manual_seed(req.seed)
+
+    out_console = Console(file=stderr if req.metrics == "-" else stdout, highlight=False, soft_wrap=True)
+    err_console = Console(file=stderr, highlight=False)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=err_console, transient=True)
+    with progress:
+        task = progress.add_task(f"loading {req.model.name}", total=None)
+        target = load_target(req.model, device, dtype,
+                             progress=lambda done, total: progress.update(task, completed=done, total=total))
+        drafter = None if req.ar else load_drafter(req.drafter, target)
+        progress.remove_task(task)
+
+        codec = TextCodec(req.model)
+        prompts = [codec.encode(p) for p in req.prompts]
+        prompts += [parse_ids(p, target.cfg.vocab_size) for p in req.prompt_ids]
+        settings = RunSettings(
+            max_new_tokens=req.max_tokens, budget=req.budget, block_size=req.block_size,
+            temperature=req.temperature, seed=req.seed, ar=req.ar,
+            stop_ids=() if req.ignore_eos else target.cfg.eos_token_ids,
+        )
+        gen_task = progress.add_task("generating (tokens)", total=len(prompts) * req.max_tokens)
+        produced = [0] * len(prompts)
+
+        def round_done(r, info):
+            progress.advance(gen_task, info.tokens - produced[r])
+            produced[r] = info.tokens
+
+        def done(r, gen):
+            progress.advance(gen_task, req.max_tokens - produced[r])  # stopped early: the rest
+            text = codec.decode(gen.tokens)
+            shown = text if text is not None else " ".join(str(t) for t in gen.tokens)
+            out_console.print(f"[bold]request {r}[/] ({len(gen.tokens)} tokens, tau {gen.tau:.2f}):")
+            out_console.print(shown, markup=False)
+
+        generations, summary = run_requests(target, drafter, prompts, settings, events, done, round_done)
+    mode = "AR" if req.ar else f"DDTree budget {req.budget}"
+    out_console.print(
+        f"[bold]summary[/] {mode}, {device.type}, {str(dtype).removeprefix('torch.')}: "
+        f"{summary.tokens} tokens in {len(generations)} request(s), tau {summary.tau:.2f}, "
+        f"{summary.tokens_per_s:.1f} tokens/s (decode {summary.decode_s:.2f} s)"
+    )
+    return generations

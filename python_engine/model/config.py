@@ -1,0 +1,297 @@
+"""The target's configuration: one dataclass, read from a Hugging Face config.json and
+validated once. Field names and defaults follow transformers' DeepseekV3Config; Kimi's
+multimodal release nests the same text config under "text_config".
+
+Anything the engine does not implement (another activation, attention biases, a RoPE type
+other than default/yarn, ...) is refused here with a KdtreeError that names the file and
+the key, so the forward never meets a surprise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from python_engine.errors import KdtreeError
+
+# transformers' DeepseekV3Config defaults, used when config.json omits a key.
+_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 129280,
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "num_hidden_layers": 61,
+    "num_attention_heads": 128,
+    "num_key_value_heads": None,
+    "n_shared_experts": 1,
+    "n_routed_experts": 256,
+    "routed_scaling_factor": 2.5,
+    "kv_lora_rank": 512,
+    "q_lora_rank": 1536,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "qk_nope_head_dim": 128,
+    "n_group": 8,
+    "topk_group": 4,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3,
+    "norm_topk_prob": True,
+    "hidden_act": "silu",
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "rope_interleave": True,
+    "attention_bias": False,
+    "bos_token_id": 0,
+    "eos_token_id": 1,
+}
+DEFAULT_ROPE_THETA = 10000.0
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    """Rotary embedding parameters, normalised from `rope_parameters` (transformers 5) or
+    the legacy `rope_theta` + `rope_scaling` pair (what DeepSeek and Kimi publish)."""
+
+    rope_type: str = "default"  # "default" | "yarn"
+    theta: float = DEFAULT_ROPE_THETA
+    factor: float = 1.0
+    original_max_position_embeddings: int = 4096
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    attention_factor: float | None = None  # scales cos/sin (yarn); inferred when None
+    truncate: bool = True
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int  # dense SwiGLU layers
+    moe_intermediate_size: int  # each routed / shared expert
+    num_hidden_layers: int
+    num_attention_heads: int
+    n_shared_experts: int
+    n_routed_experts: int
+    routed_scaling_factor: float
+    kv_lora_rank: int
+    q_lora_rank: int | None  # None: q_proj straight from the hidden state
+    qk_rope_head_dim: int
+    v_head_dim: int
+    qk_nope_head_dim: int
+    n_group: int
+    topk_group: int
+    num_experts_per_tok: int
+    first_k_dense_replace: int
+    norm_topk_prob: bool
+    max_position_embeddings: int
+    rms_norm_eps: float
+    tie_word_embeddings: bool
+    rope_interleave: bool
+    rope: RopeConfig
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    source: str = "<config>"  # where it was read from, for error messages
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def latent_dim(self) -> int:
+        """Values cached per token per layer: c (kv_lora_rank) then k_pe (qk_rope)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return layer >= self.first_k_dense_replace
+
+    @property
+    def softmax_scale(self) -> float:
+        """1/sqrt(qk_head_dim), times mscale(factor, mscale_all_dim)^2 under YaRN (as
+        transformers' yarn_apply_mscale)."""
+        scale = self.qk_head_dim ** (-0.5)
+        if self.rope.rope_type != "default" and self.rope.mscale_all_dim:
+            m = yarn_mscale(self.rope.factor, self.rope.mscale_all_dim)
+            scale = scale * m * m
+        return scale
+
+
+def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    if scale <= 1:
+        return 1.0
+    return 0.1 * mscale * math.log(scale) + 1.0
+
+
+def read_json(path: Path, what: str) -> dict:
+    """Read a JSON object, turning every failure into a KdtreeError naming the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise KdtreeError(f"{what}: {path} not found") from None
+    except OSError as exc:
+        raise KdtreeError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise KdtreeError(f"{what}: {path} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(obj, dict):
+        raise KdtreeError(f"{what}: {path} must hold a JSON object")
+    return obj
+
+
+def text_config_of(raw: dict) -> dict:
+    """The text model's config: Kimi's multimodal layout nests it under "text_config"."""
+    inner = raw.get("text_config")
+    return inner if isinstance(inner, dict) else raw
+
+
+def rope_from_dict(cfg: dict, where: str) -> RopeConfig:
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if not isinstance(params, dict):
+        raise KdtreeError(f"{where}: rope_parameters / rope_scaling must be an object")
+    if any(isinstance(v, dict) for v in params.values()):
+        raise KdtreeError(f"{where}: per-layer-type RoPE parameters are not supported")
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    theta = params.get("rope_theta", cfg.get("rope_theta", DEFAULT_ROPE_THETA))
+    if rope_type not in ("default", "yarn"):
+        raise KdtreeError(
+            f"{where}: rope type {rope_type!r} is not supported (the engine implements "
+            "'default' and 'yarn')"
+        )
+    if params.get("partial_rotary_factor", 1.0) != 1.0 or cfg.get("partial_rotary_factor", 1.0) != 1.0:
+        raise KdtreeError(f"{where}: partial_rotary_factor != 1 is not supported")
+    if rope_type == "default":
+        return RopeConfig(theta=float(theta))
+    max_pos = int(cfg.get("max_position_embeddings", _DEFAULTS["max_position_embeddings"]))
+    original = int(cfg.get("original_max_position_embeddings", params.get("original_max_position_embeddings", max_pos)))
+    factor = params.get("factor")
+    if factor is None:
+        factor = max_pos / original
+    def opt(name):
+        v = params.get(name)
+        return None if v is None else float(v)
+    return RopeConfig(
+        rope_type="yarn",
+        theta=float(theta),
+        factor=float(factor),
+        original_max_position_embeddings=original,
+        beta_fast=float(params.get("beta_fast") or 32),
+        beta_slow=float(params.get("beta_slow") or 1),
+        mscale=opt("mscale"),
+        mscale_all_dim=opt("mscale_all_dim"),
+        attention_factor=opt("attention_factor"),
+        truncate=bool(params.get("truncate", True)),
+    )
+
+
+def config_from_dict(raw: dict, source: str = "<config>") -> TargetConfig:
+    """Build and validate a TargetConfig from a config.json object (either layout)."""
+    cfg = text_config_of(raw)
+    where = f"{source}" + (" (text_config)" if cfg is not raw else "")
+
+    def get(name: str):
+        return cfg.get(name, _DEFAULTS.get(name))
+
+    def need_int(name: str, minimum: int = 1) -> int:
+        v = get(name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise KdtreeError(f"{where}: {name} must be an integer >= {minimum}, got {v!r}")
+        return v
+
+    act = get("hidden_act")
+    if act not in ("silu", "swish"):
+        raise KdtreeError(f"{where}: hidden_act {act!r} is not supported (SwiGLU with silu only)")
+    if get("attention_bias"):
+        raise KdtreeError(f"{where}: attention_bias = true is not supported")
+    # DeepSeek-V3 / Kimi spell out their router; anything else is another model family
+    for key, supported in (("scoring_func", "sigmoid"), ("topk_method", "noaux_tc"), ("moe_layer_freq", 1)):
+        if key in cfg and cfg[key] != supported:
+            raise KdtreeError(f"{where}: {key} = {cfg[key]!r} is not supported (only {supported!r})")
+    if cfg.get("quantization_config") or raw.get("quantization_config"):
+        qc = cfg.get("quantization_config") or raw.get("quantization_config")
+        method = qc.get("quant_method", "?") if isinstance(qc, dict) else "?"
+        raise KdtreeError(
+            f"{where}: quantized checkpoints ({method}) are not supported by the torch "
+            "reference engine; use bf16/fp32 weights"
+        )
+
+    heads = need_int("num_attention_heads")
+    kv_heads = get("num_key_value_heads")
+    if kv_heads is not None and kv_heads != heads:
+        raise KdtreeError(
+            f"{where}: num_key_value_heads ({kv_heads}) must equal num_attention_heads "
+            f"({heads}) for MLA"
+        )
+    q_lora = get("q_lora_rank")
+    if q_lora is not None:
+        q_lora = need_int("q_lora_rank")
+    n_layers = need_int("num_hidden_layers")
+    first_dense = need_int("first_k_dense_replace", 0)
+    routed = need_int("n_routed_experts", 0)
+    n_group = get("n_group") or 1
+    topk_group = get("topk_group") or 1
+    top_k = get("num_experts_per_tok") or 1
+    if first_dense < n_layers:  # MoE layers exist: their router must be well formed
+        if routed < 1:
+            raise KdtreeError(f"{where}: MoE layers need n_routed_experts >= 1")
+        if routed % n_group:
+            raise KdtreeError(f"{where}: n_routed_experts ({routed}) must divide into n_group ({n_group}) groups")
+        if routed // n_group < 2:
+            raise KdtreeError(f"{where}: each expert group needs >= 2 experts (group score = sum of its top 2)")
+        if not 1 <= topk_group <= n_group:
+            raise KdtreeError(f"{where}: topk_group ({topk_group}) must be in 1..n_group ({n_group})")
+        if not 1 <= top_k <= topk_group * (routed // n_group):
+            raise KdtreeError(
+                f"{where}: num_experts_per_tok ({top_k}) exceeds the experts in topk_group groups"
+            )
+    rope_dim = need_int("qk_rope_head_dim")
+    if rope_dim % 2:
+        raise KdtreeError(f"{where}: qk_rope_head_dim must be even, got {rope_dim}")
+    eos = get("eos_token_id")
+    eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
+
+    return TargetConfig(
+        vocab_size=need_int("vocab_size"),
+        hidden_size=need_int("hidden_size"),
+        intermediate_size=need_int("intermediate_size"),
+        moe_intermediate_size=need_int("moe_intermediate_size"),
+        num_hidden_layers=n_layers,
+        num_attention_heads=heads,
+        n_shared_experts=need_int("n_shared_experts", 0),
+        n_routed_experts=routed,
+        routed_scaling_factor=float(get("routed_scaling_factor")),
+        kv_lora_rank=need_int("kv_lora_rank"),
+        q_lora_rank=q_lora,
+        qk_rope_head_dim=rope_dim,
+        v_head_dim=need_int("v_head_dim"),
+        qk_nope_head_dim=need_int("qk_nope_head_dim"),
+        n_group=int(n_group),
+        topk_group=int(topk_group),
+        num_experts_per_tok=int(top_k),
+        first_k_dense_replace=first_dense,
+        norm_topk_prob=bool(get("norm_topk_prob")),
+        max_position_embeddings=need_int("max_position_embeddings"),
+        rms_norm_eps=float(get("rms_norm_eps")),
+        tie_word_embeddings=bool(get("tie_word_embeddings")),
+        rope_interleave=bool(get("rope_interleave")),
+        rope=rope_from_dict(cfg, where),
+        bos_token_id=get("bos_token_id"),
+        eos_token_ids=eos_ids,
+        source=source,
+        raw=raw,
+    )
+
+
+def load_target_config(model_dir: str | Path) -> TargetConfig:
+    """Read and validate `<model_dir>/config.json`."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise KdtreeError(f"model directory {model_dir} does not exist")
+    path = model_dir / "config.json"
+    return config_from_dict(read_json(path, "target config"), str(path))
