@@ -92,6 +92,9 @@ def run_native_tests(request: BuildRequest, console: Console, out: Console | Non
         if not res.ok or request.verbose:
             console.print(escape(res.output.rstrip()), highlight=False, soft_wrap=True)
     out.print(results_table(results))
+    # the plain totals line that CI and other tools read (the table is for people)
+    totals = [sum(getattr(r, f) for r in results) for f in ("passed", "failed", "skipped")]
+    out.print("native: {} passed, {} failed, {} skipped".format(*totals), highlight=False)
     return results
 
 
