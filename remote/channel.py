@@ -104,18 +104,19 @@ def _lost(conn: Connection, what: str) -> ConnectionLostError:
 
 
 def _drain(chan, on_out, on_err) -> bool:
+    got_out = _drain_stream(chan.recv_ready, chan.recv, on_out)
+    got_err = _drain_stream(chan.recv_stderr_ready, chan.recv_stderr, on_err)
+    return got_out or got_err
+
+
+def _drain_stream(ready, recv, sink) -> bool:
+    """Pass what one of the channel's streams holds now to sink; whether there was any."""
     got = False
-    while chan.recv_ready():
-        data = chan.recv(CHUNK)
+    while ready():
+        data = recv(CHUNK)
         if not data:
             break
-        on_out(data)
-        got = True
-    while chan.recv_stderr_ready():
-        data = chan.recv_stderr(CHUNK)
-        if not data:
-            break
-        on_err(data)
+        sink(data)
         got = True
     return got
 

@@ -145,6 +145,16 @@ def read_json(path: Path, what: str) -> dict:
     return obj
 
 
+def read_dir_config(folder: str | Path, folder_what: str, what: str) -> tuple[dict, str]:
+    """`<folder>/config.json` as a dict, and its path as the source to name in errors; a
+    missing folder is a KdtreeError naming it as `folder_what` ("model directory")."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise KdtreeError(f"{folder_what} {folder} does not exist")
+    path = folder / "config.json"
+    return read_json(path, what), str(path)
+
+
 def text_config_of(raw: dict) -> dict:
     """The text model's config: Kimi's multimodal layout nests it under "text_config"."""
     inner = raw.get("text_config")
@@ -290,8 +300,4 @@ def config_from_dict(raw: dict, source: str = "<config>") -> TargetConfig:
 
 def load_target_config(model_dir: str | Path) -> TargetConfig:
     """Read and validate `<model_dir>/config.json`."""
-    model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        raise KdtreeError(f"model directory {model_dir} does not exist")
-    path = model_dir / "config.json"
-    return config_from_dict(read_json(path, "target config"), str(path))
+    return config_from_dict(*read_dir_config(model_dir, "model directory", "target config"))

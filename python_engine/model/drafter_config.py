@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from python_engine.errors import KdtreeError
-from python_engine.model.config import RopeConfig, TargetConfig, read_json, rope_from_dict
+from python_engine.model.config import RopeConfig, TargetConfig, read_dir_config, rope_from_dict
 
 
 @dataclass(frozen=True)
@@ -99,8 +99,4 @@ def check_against_target(d: DrafterConfig, t: TargetConfig) -> None:
 
 
 def load_drafter_config(drafter_dir: str | Path) -> DrafterConfig:
-    drafter_dir = Path(drafter_dir)
-    if not drafter_dir.is_dir():
-        raise KdtreeError(f"drafter directory {drafter_dir} does not exist")
-    path = drafter_dir / "config.json"
-    return drafter_config_from_dict(read_json(path, "drafter config"), str(path))
+    return drafter_config_from_dict(*read_dir_config(drafter_dir, "drafter directory", "drafter config"))

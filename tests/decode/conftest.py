@@ -1,12 +1,10 @@
-"""Fixtures for the decode tests: tiny random targets and drafters on disk.
-
-The models are tiny, so torch's intra-op threads only add overhead (10x on the 2-core CI
-box): these tests run single-threaded and restore the setting afterwards."""
+"""Fixtures for the decode tests: tiny random targets and drafters on disk, and torch
+pinned to one thread (tests/torch_threads.py says why)."""
 
 from __future__ import annotations
 
 import pytest
-import torch
+from torch_threads import single_thread  # noqa: F401 (autouse fixture for this folder)
 
 from python_engine.model.random_drafter import write_random_drafter
 from python_engine.model.random_target import tiny_config, write_random_target
@@ -19,14 +17,6 @@ DECODE_CONFIGS = {
     "no_q_lora": tiny_config(q_lora_rank=None, rope_interleave=False, n_group=1, topk_group=1,
                              num_hidden_layers=2),
 }
-
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -1,23 +1,13 @@
-"""Fixtures for the model tests: tiny random DeepSeek-V3 checkpoints on disk.
-
-The models are tiny, so torch's intra-op threads only add overhead (10x and worse on the
-loaded 2-core CI box): these tests run single-threaded and restore the setting after."""
+"""Fixtures for the model tests: tiny random DeepSeek-V3 checkpoints on disk, and torch
+pinned to one thread (tests/torch_threads.py says why)."""
 
 from __future__ import annotations
 
 import pytest
-import torch
 from hf_oracle import PARITY_CONFIGS
+from torch_threads import single_thread  # noqa: F401 (autouse fixture for this folder)
 
 from python_engine.model.random_target import write_random_target
-
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
