@@ -14,6 +14,13 @@
 # Extra arguments go to train-demo (e.g. --steps 800 --drafter-steps 600 --force). A CPU
 # rehearsal of the whole script (after building /tmp/d with the smoke recipe):
 #   DATA=/tmp/d WORK=/tmp/w OUT=/tmp/o DEVICE=cpu RECIPE=smoke bash scripts/gpu_train_demo.sh
+#
+# The demo recipe's stages take more than one command from scratch (target ~3 min, drafter
+# ~5 min, eval ~2 min): run the script twice on the same warm machine (it resumes), or
+#   REUSE_TARGET=1 bash scripts/gpu_train_demo.sh
+# which starts from the committed target (refs/models/demo-target and its history in
+# results/demo/) and runs only drafter, eval and export (~8.5 min); demo-target.tar.gz is
+# then not packed (the target is unchanged).
 set -euo pipefail
 SECONDS=0
 cd "$(dirname "$0")/.."
@@ -31,6 +38,19 @@ if [ ! -f "$DATA/tokens.npz" ] || [ ! -f "$DATA/tokenizer.json" ]; then
   echo "error: $DATA/ (corpus + tokenizer) is missing; build it with" >&2
   echo "  kdtree train-demo --stage corpus --stage tokenizer   and carry .demo-data" >&2
   exit 1
+fi
+if [ "${REUSE_TARGET:-0}" = 1 ] && [ ! -f "$WORK/demo-target/config.json" ]; then
+  for f in refs/models/demo-target/config.json results/demo/target-history.json; do
+    [ -f "$f" ] || { echo "error: REUSE_TARGET=1 needs $f" >&2; exit 1; }
+  done
+  if ! cmp -s "$DATA/tokenizer.json" refs/models/demo-target/tokenizer.json; then
+    echo "error: $DATA/tokenizer.json is not the committed target's tokenizer" >&2; exit 1
+  fi
+  echo "== reusing the committed target (refs/models/demo-target)"
+  mkdir -p "$WORK"
+  cp -r refs/models/demo-target "$WORK/demo-target"
+  cp results/demo/target-history.json "$WORK/target-history.json"
+  if [ -f results/demo/target-loss.png ]; then cp results/demo/target-loss.png "$WORK/target-loss.png"; fi
 fi
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
 "$PY" -c 'import sys, torch, transformers; print("python", sys.version.split()[0], "torch", torch.__version__, "transformers", transformers.__version__, "cuda", torch.cuda.is_available())'
@@ -59,13 +79,15 @@ pack() {  # pack NAME DIR...: $OUT/NAME.tar.gz of the given folders' contents
   tar -czf "$OUT/$name.tar.gz" "$@"
 }
 if [ -d "$STAGE/models/demo-target" ] && [ -d "$STAGE/models/demo-drafter" ]; then
-  pack demo-target -C "$STAGE/models" demo-target
+  [ "${REUSE_TARGET:-0}" = 1 ] || pack demo-target -C "$STAGE/models" demo-target
   pack demo-drafter -C "$STAGE/models" demo-drafter
   pack demo-results -C "$STAGE/results" .
   cp "$STAGE/results/summary.md" "$OUT/summary.md"
 else
   # stopped before export: bring back what finished, to look at or to commit by hand
-  [ -f "$WORK/demo-target/config.json" ] && pack demo-target -C "$WORK" demo-target
+  if [ "${REUSE_TARGET:-0}" != 1 ] && [ -f "$WORK/demo-target/config.json" ]; then
+    pack demo-target -C "$WORK" demo-target
+  fi
   [ -f "$WORK/demo-drafter/config.json" ] && pack demo-drafter -C "$WORK" demo-drafter
   (cd "$WORK" && ls *.json *.png *.md 2>/dev/null | tar -czf "$OUT/demo-partial.tar.gz" -T -) || true
   echo "train-demo stopped (status $status) before export; run this script again to resume." >&2

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "common/cuda_check.h"
@@ -56,12 +57,37 @@ class DeviceBuffer {
   size_t count_ = 0;
 };
 
-// A nullptr for empty host vectors (optional inputs), else a device copy's pointer.
-template <class T>
-T* device_or_null(const std::vector<T>& host, DeviceBuffer<T>& buf) {
-  if (host.empty()) return nullptr;
-  buf = DeviceBuffer<T>(host);
-  return buf.get();
-}
+// Device copies of a launch's host vectors, made on first use: copies(v) uploads v once and
+// gives the copy's pointer (again on later calls), so the case files' *_params(io, at)
+// builders fill GPU launches from the same code as emulated ones; download(v) copies back.
+class DeviceCopies {
+ public:
+  template <class T>
+  T* operator()(const std::vector<T>& host) {
+    if (DeviceBuffer<T>* buf = find<T>(host)) return buf->get();
+    auto buf = std::make_shared<DeviceBuffer<T>>(host);
+    held_.push_back({&host, buf});
+    return buf->get();
+  }
+  template <class T>
+  void download(std::vector<T>& host) const {
+    const DeviceBuffer<T>* buf = find<T>(host);
+    if (!buf) throw CudaError("DeviceCopies::download: this vector has no device copy");
+    buf->download(host);
+  }
+
+ private:
+  struct Held {
+    const void* host;
+    std::shared_ptr<void> buf;  // a DeviceBuffer<T> of the host vector's T
+  };
+  template <class T>
+  DeviceBuffer<T>* find(const std::vector<T>& host) const {
+    for (const Held& h : held_)
+      if (h.host == &host) return static_cast<DeviceBuffer<T>*>(h.buf.get());
+    return nullptr;
+  }
+  std::vector<Held> held_;
+};
 
 }  // namespace kdtree::test

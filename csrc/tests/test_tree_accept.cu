@@ -15,50 +15,22 @@ namespace {
 
 struct GpuAcceptRunner {
   KernelResult accept(AcceptIO& io) {
-    DeviceBuffer<int32_t> n(io.n), tokens(io.tokens), parent(io.parent), choice_buf;
-    DeviceBuffer<float> logits_buf;
-    DeviceBuffer<int32_t> accepted(io.accepted), len(io.accept_len), bonus(io.bonus);
-    TreeAcceptParams p;
-    p.batch = io.batch;
-    p.rows = io.rows;
-    p.n = n.get();
-    p.tokens = tokens.get();
-    p.parent = parent.get();
-    p.choice = device_or_null(io.choice, choice_buf);
-    p.logits = device_or_null(io.logits, logits_buf);
-    p.vocab = io.vocab;
-    p.max_path = io.max_path;
-    p.accepted = accepted.get();
-    p.accept_len = len.get();
-    p.bonus = bonus.get();
-    const KernelResult r = tree_accept(p, nullptr);
+    DeviceCopies dev;
+    const KernelResult r = tree_accept(tree_accept_params(io, dev), nullptr);
     if (!r.ok()) return r;
     KD_CUDA_CHECK(cudaDeviceSynchronize());
-    accepted.download(io.accepted);
-    len.download(io.accept_len);
-    bonus.download(io.bonus);
+    dev.download(io.accepted);
+    dev.download(io.accept_len);
+    dev.download(io.bonus);
     return r;
   }
 
   KernelResult compact(CompactIO& io) {
-    DeviceBuffer<uint32_t> cache(io.cache);
-    DeviceBuffer<int32_t> past(io.past_len), accepted(io.accepted), len(io.accept_len);
-    CacheCompactParams p;
-    p.batch = io.batch;
-    p.layers = io.layers;
-    p.row_words = io.row_words;
-    p.row_stride = io.row_stride;
-    p.batch_stride = io.batch_stride;
-    p.layer_stride = io.layer_stride;
-    p.cache = cache.get();
-    p.past_len = past.get();
-    p.accepted = accepted.get();
-    p.accept_len = len.get();
-    p.max_path = io.max_path;
-    const KernelResult r = cache_compact(p, nullptr);
+    DeviceCopies dev;
+    const KernelResult r = cache_compact(cache_compact_params(io, dev), nullptr);
     if (!r.ok()) return r;
     KD_CUDA_CHECK(cudaDeviceSynchronize());
-    cache.download(io.cache);
+    dev.download(io.cache);
     return r;
   }
 
@@ -72,12 +44,12 @@ struct GpuAcceptRunner {
     TreeBuildIO& t = io.tree;
     AcceptIO& a = io.acc;
     const size_t rows = static_cast<size_t>(t.batch) * t.rows();
-    DeviceBuffer<float> draft(io.draft_logits), logp(static_cast<size_t>(t.batch) * t.depth * t.topk);
-    DeviceBuffer<int32_t> tok(static_cast<size_t>(t.batch) * t.depth * t.topk);
-    DeviceBuffer<int32_t> budget(t.budget), root(t.root), start(t.start), n(t.n), tokens(t.tokens);
-    DeviceBuffer<int32_t> depth(t.depth_out), parent(t.parent), pos(t.positions);
-    DeviceBuffer<float> score(t.score);
-    DeviceBuffer<uint32_t> vis(t.vis);
+    // topk's outputs are tree_build's inputs: one device copy of t.logp / t.tok serves both
+    t.logp.assign(static_cast<size_t>(t.batch) * t.depth * t.topk, poison_f32());
+    t.tok.assign(t.logp.size(), kPoisonI32);
+    DeviceCopies dev;
+    const TreeBuildParams bp = tree_build_params(t, dev);  // every upload before the first launch
+    DeviceBuffer<float> draft(io.draft_logits);
     DeviceBuffer<float> bigram(io.bigram), embed(io.embed), cache(io.cache);
     DeviceBuffer<float> logits(std::vector<float>(rows * io.vocab, poison_f32()));
     DeviceBuffer<int32_t> past(io.past), accepted(a.accepted), len(a.accept_len), bonus(a.bonus);
@@ -87,29 +59,10 @@ struct GpuAcceptRunner {
     tp.vocab = io.vocab;
     tp.k = t.topk;
     tp.logits = draft.get();
-    tp.logp = logp.get();
-    tp.tok = tok.get();
+    tp.logp = dev(t.logp);
+    tp.tok = dev(t.tok);
     if (KernelResult r = topk_logprobs(tp, stream); !r.ok()) return r;
 
-    TreeBuildParams bp;
-    bp.batch = t.batch;
-    bp.depth = t.depth;
-    bp.topk = t.topk;
-    bp.max_budget = t.max_budget;
-    bp.logp = logp.get();
-    bp.tok = tok.get();
-    bp.budget = budget.get();
-    bp.root_token = root.get();
-    bp.start_pos = start.get();
-    bp.max_nodes = t.max_nodes;
-    bp.vis_words = t.vis_words;
-    bp.n_out = n.get();
-    bp.tokens = tokens.get();
-    bp.depth_out = depth.get();
-    bp.parent = parent.get();
-    bp.positions = pos.get();
-    bp.score = score.get();
-    bp.vis = vis.get();
     if (KernelResult r = tree_build(bp, stream); !r.ok()) return r;
 
     StandInVerifyParams v;
@@ -118,8 +71,8 @@ struct GpuAcceptRunner {
     v.vocab = io.vocab;
     v.width = io.width;
     v.cache_rows = io.cache_rows;
-    v.n = n.get();
-    v.tokens = tokens.get();
+    v.n = dev(t.n);
+    v.tokens = dev(t.tokens);
     v.past = past.get();
     v.bigram = bigram.get();
     v.embed = embed.get();
@@ -131,9 +84,9 @@ struct GpuAcceptRunner {
     TreeAcceptParams ap;
     ap.batch = t.batch;
     ap.rows = t.rows();
-    ap.n = n.get();
-    ap.tokens = tokens.get();
-    ap.parent = parent.get();
+    ap.n = dev(t.n);
+    ap.tokens = dev(t.tokens);
+    ap.parent = dev(t.parent);
     ap.logits = logits.get();
     ap.vocab = io.vocab;
     ap.max_path = a.max_path;
@@ -155,12 +108,12 @@ struct GpuAcceptRunner {
     if (KernelResult r = cache_compact(cp, stream); !r.ok()) return r;
 
     KD_CUDA_CHECK(cudaStreamSynchronize(stream));
-    logp.download(t.logp);
-    tok.download(t.tok);
-    n.download(t.n);
-    tokens.download(t.tokens);
-    depth.download(t.depth_out);
-    parent.download(t.parent);
+    dev.download(t.logp);
+    dev.download(t.tok);
+    dev.download(t.n);
+    dev.download(t.tokens);
+    dev.download(t.depth_out);
+    dev.download(t.parent);
     accepted.download(a.accepted);
     len.download(a.accept_len);
     bonus.download(a.bonus);

@@ -14,57 +14,27 @@ namespace {
 
 struct GpuTreeRunner {
   KernelResult topk(TopkIO& t) {
-    DeviceBuffer<float> logits(t.logits), logp(t.logp);
-    DeviceBuffer<int32_t> tok(t.tok);
-    TopkLogprobsParams p;
-    p.rows = t.rows;
-    p.vocab = t.vocab;
-    p.k = t.k;
-    p.logits = logits.get();
-    p.logp = logp.get();
-    p.tok = tok.get();
-    const KernelResult r = topk_logprobs(p, nullptr);
+    DeviceCopies dev;
+    const KernelResult r = topk_logprobs(topk_params(t, dev), nullptr);
     if (!r.ok()) return r;
     KD_CUDA_CHECK(cudaDeviceSynchronize());
-    logp.download(t.logp);
-    tok.download(t.tok);
+    dev.download(t.logp);
+    dev.download(t.tok);
     return r;
   }
 
   KernelResult build(TreeBuildIO& io) {
-    DeviceBuffer<float> logp(io.logp), score(io.score);
-    DeviceBuffer<int32_t> tok(io.tok), budget(io.budget), root(io.root), start(io.start);
-    DeviceBuffer<int32_t> n(io.n), tokens(io.tokens), depth(io.depth_out), parent(io.parent), pos(io.positions);
-    DeviceBuffer<uint32_t> vis(io.vis);
-    TreeBuildParams p;
-    p.batch = io.batch;
-    p.depth = io.depth;
-    p.topk = io.topk;
-    p.max_budget = io.max_budget;
-    p.logp = logp.get();
-    p.tok = tok.get();
-    p.budget = budget.get();
-    p.root_token = root.get();
-    p.start_pos = start.get();
-    p.max_nodes = io.max_nodes;
-    p.vis_words = io.vis_words;
-    p.n_out = n.get();
-    p.tokens = tokens.get();
-    p.depth_out = depth.get();
-    p.parent = parent.get();
-    p.positions = pos.get();
-    p.score = score.get();
-    p.vis = vis.get();
-    const KernelResult r = tree_build(p, nullptr);
+    DeviceCopies dev;
+    const KernelResult r = tree_build(tree_build_params(io, dev), nullptr);
     if (!r.ok()) return r;
     KD_CUDA_CHECK(cudaDeviceSynchronize());
-    n.download(io.n);
-    tokens.download(io.tokens);
-    depth.download(io.depth_out);
-    parent.download(io.parent);
-    pos.download(io.positions);
-    score.download(io.score);
-    vis.download(io.vis);
+    dev.download(io.n);
+    dev.download(io.tokens);
+    dev.download(io.depth_out);
+    dev.download(io.parent);
+    dev.download(io.positions);
+    dev.download(io.score);
+    dev.download(io.vis);
     return r;
   }
 };

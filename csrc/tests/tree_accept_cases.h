@@ -50,6 +50,43 @@ struct ChainIO {
   AcceptIO acc;                  // outputs (batch, rows, max_path set by the caller)
 };
 
+// The launch parameters for io, each array at at(<its vector>) as in tree_build_params; the
+// optional choice/logits are nullptr when empty.
+template <class At>
+TreeAcceptParams tree_accept_params(AcceptIO& io, At&& at) {
+  TreeAcceptParams p;
+  p.batch = io.batch;
+  p.rows = io.rows;
+  p.n = at(io.n);
+  p.tokens = at(io.tokens);
+  p.parent = at(io.parent);
+  p.choice = io.choice.empty() ? nullptr : at(io.choice);
+  p.logits = io.logits.empty() ? nullptr : at(io.logits);
+  p.vocab = io.vocab;
+  p.max_path = io.max_path;
+  p.accepted = at(io.accepted);
+  p.accept_len = at(io.accept_len);
+  p.bonus = at(io.bonus);
+  return p;
+}
+
+template <class At>
+CacheCompactParams cache_compact_params(CompactIO& io, At&& at) {
+  CacheCompactParams p;
+  p.batch = io.batch;
+  p.layers = io.layers;
+  p.row_words = io.row_words;
+  p.row_stride = io.row_stride;
+  p.batch_stride = io.batch_stride;
+  p.layer_stride = io.layer_stride;
+  p.cache = at(io.cache);
+  p.past_len = at(io.past_len);
+  p.accepted = at(io.accepted);
+  p.accept_len = at(io.accept_len);
+  p.max_path = io.max_path;
+  return p;
+}
+
 inline uint32_t f32_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);

@@ -51,6 +51,44 @@ struct TopkIO {
   }
 };
 
+// The launch parameters for t and io, each array at at(<its vector>): the vector's own data
+// on the emulator, its device copy on the GPU (DeviceCopies).
+template <class At>
+TopkLogprobsParams topk_params(TopkIO& t, At&& at) {
+  TopkLogprobsParams p;
+  p.rows = t.rows;
+  p.vocab = t.vocab;
+  p.k = t.k;
+  p.logits = at(t.logits);
+  p.logp = at(t.logp);
+  p.tok = at(t.tok);
+  return p;
+}
+
+template <class At>
+TreeBuildParams tree_build_params(TreeBuildIO& io, At&& at) {
+  TreeBuildParams p;
+  p.batch = io.batch;
+  p.depth = io.depth;
+  p.topk = io.topk;
+  p.max_budget = io.max_budget;
+  p.logp = at(io.logp);
+  p.tok = at(io.tok);
+  p.budget = at(io.budget);
+  p.root_token = at(io.root);
+  p.start_pos = at(io.start);
+  p.max_nodes = io.max_nodes;
+  p.vis_words = io.vis_words;
+  p.n_out = at(io.n);
+  p.tokens = at(io.tokens);
+  p.depth_out = at(io.depth_out);
+  p.parent = at(io.parent);
+  p.positions = at(io.positions);
+  p.score = at(io.score);
+  p.vis = at(io.vis);
+  return p;
+}
+
 // Compare request b of io with a reference tree (n, tokens/depth/parent [>= n+1], vis rows
 // of ref_words words, score optional), and check the padding past n.
 inline void check_tree(const TreeBuildIO& io, int b, const std::string& label, int ref_n, const int32_t* ref_tokens,

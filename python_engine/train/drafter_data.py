@@ -1,18 +1,20 @@
 """Training data for the drafter, made by the target itself (self-distillation):
 
-- sequences: a train-split prompt followed by the target's own greedy continuation
-  (transformers' generate, float32), so the labels past the prompt are exactly the tokens
-  DDTree must guess at T = 0;
+- sequences: a train-split prompt (lengths cycling through gen_prompt_lens, one length per
+  generation batch) followed by the target's own greedy continuation to gen_seq_len tokens
+  (float32 argmax), so the labels past the prompt are exactly the tokens DDTree must guess
+  at T = 0;
 - blocks: anchors a in the continuation; block = [token at a, mask x (B-1)], labels = the
   next B-1 tokens, context = the target's hidden states at target_layer_ids for 0..a-1.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from python_engine.train.progress import Progress
-from python_engine.train.tokenizer import MASK_ID
+from python_engine.train.tokenizer import EOS_ID, MASK_ID
 
 
 class LayerTaps:
@@ -48,7 +50,7 @@ def target_features(model, taps: LayerTaps, tokens: torch.Tensor, device) -> tor
 
 @torch.no_grad()
 def greedy_continuations(model, prompts: torch.Tensor, new_tokens: int, batch: int, progress: Progress,
-                         time_budget_s: float | None = None) -> torch.Tensor:
+                         time_budget_s: float | None = None, quiet: bool = False) -> torch.Tensor:
     """[n, P + new_tokens]: prompts [n, P] continued greedily by the target in float32,
     never stopping at EOS. A plain argmax loop over transformers' KV cache rather than
     generate(), whose logits processors and stopping rules vary between versions.
@@ -78,7 +80,8 @@ def greedy_continuations(model, prompts: torch.Tensor, new_tokens: int, batch: i
                 break
             logits = model(input_ids=token, use_cache=True, **{cache_kw: cache}).logits
         out.append(seq)
-        progress.say(f"generated {min(i + batch, len(prompts))}/{len(prompts)} continuations")
+        if not quiet:
+            progress.say(f"generated {min(i + batch, len(prompts))}/{len(prompts)} continuations")
     return torch.cat(out)
 
 
@@ -89,16 +92,20 @@ def cache_argument_name(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def sample_blocks(seqs: torch.Tensor, prompt_len: int, anchors_per_seq: int, block_size: int,
+def sample_blocks(seqs: torch.Tensor, prompt_len, anchors_per_seq: int, block_size: int,
                   generator: torch.Generator):
-    """Anchors [N, A] in [prompt_len, S - B], distinct per sequence and sorted; block tokens
-    [N, A, B]; labels [N, A, B-1]."""
+    """Anchors [N, A] in [prompt_len, S - B] (prompt_len an int or one per sequence),
+    distinct per sequence and sorted; block tokens [N, A, B]; labels [N, A, B-1]."""
     N, S = seqs.shape
     B = block_size
-    span = S - B - prompt_len + 1
-    A = min(anchors_per_seq, span)
+    P = torch.as_tensor(prompt_len, dtype=torch.long).cpu().expand(N)
+    lo, hi = int(P.min()), int(P.max())
+    span = S - B - lo + 1
+    A = min(anchors_per_seq, S - B - hi + 1)
     scores = torch.rand(N, span, generator=generator)
-    anchors = scores.topk(A, dim=1).indices.sort(dim=1).values + prompt_len
+    # positions inside a sequence's own prompt score below every uniform draw
+    scores[torch.arange(span)[None, :] < (P - lo)[:, None]] = -1.0
+    anchors = scores.topk(A, dim=1).indices.sort(dim=1).values + lo
     anchors = anchors.to(seqs.device)
     offsets = torch.arange(B, device=seqs.device)
     idx = anchors[:, :, None] + offsets  # [N, A, B]
@@ -106,3 +113,43 @@ def sample_blocks(seqs: torch.Tensor, prompt_len: int, anchors_per_seq: int, blo
     blocks = torch.full_like(window, MASK_ID)
     blocks[:, :, 0] = window[:, :, 0]
     return anchors, blocks, window[:, :, 1:]
+
+
+def make_prompts(stream: np.ndarray, count: int, length: int, generator: torch.Generator) -> torch.Tensor:
+    """[count, length] windows of a token stream, each starting with EOS (a document start,
+    as the demo's prompts do)."""
+    s = torch.from_numpy(stream.astype("int64"))
+    starts = torch.randint(0, len(s) - length, (count,), generator=generator)
+    body = s[starts[:, None] + torch.arange(length - 1)]
+    return torch.cat([torch.full((count, 1), EOS_ID, dtype=torch.long), body], dim=1)
+
+
+@torch.no_grad()
+def distill_sequences(model, stream: np.ndarray, prompt_lens, seq_len: int, count: int, batch: int,
+                      generator: torch.Generator, device, progress: Progress,
+                      time_budget_s: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Up to `count` sequences [n, seq_len] (prompt + greedy continuation, on `device`) and
+    their prompt lengths [n] (CPU); batch i uses prompt length prompt_lens[i % len], so positions and prompt
+    sizes vary as a user's requests do. With a time budget, stops after the last whole batch
+    that fits (said in the log)."""
+    import time
+
+    seqs, lens, made, i = [], [], 0, 0
+    t0 = time.perf_counter()
+    while made < count:
+        if seqs and time_budget_s is not None:
+            elapsed = time.perf_counter() - t0
+            if elapsed + elapsed / len(seqs) > time_budget_s:
+                progress.say(f"generation time budget {time_budget_s:.0f} s reached after {made} of {count} "
+                             "continuations")
+                break
+        P = prompt_lens[i % len(prompt_lens)]
+        n = min(batch, count - made)
+        prompts = make_prompts(stream, n, P, generator).to(device)
+        seqs.append(greedy_continuations(model, prompts, seq_len - P, n, progress, quiet=True))
+        lens.append(torch.full((n,), P, dtype=torch.long))
+        made += n
+        i += 1
+        progress.say(f"generated {made}/{count} continuations (prompt length {P}) in "
+                     f"{time.perf_counter() - t0:.0f} s")
+    return torch.cat(seqs), torch.cat(lens)

@@ -1,14 +1,17 @@
 """Training the demo drafter (DFlash block diffusion) on the frozen target.
 
-Data: the target's greedy continuations of train-split prompts (drafter_data). Each step
-draws sequences, runs the target for their features at target_layer_ids, draws anchors in
-the continuation and trains the drafter to predict the B-1 tokens after each anchor from
-[anchor token, mask, ...] plus the features of everything before the anchor, with DFlash's
-position weights (early positions count more: an early miss ends the accepted path).
+Data: the target's greedy continuations of train-split prompts (drafter_data), as many as
+the generation time budget allows (the drafter overfits a small set: the first demo run's
+1.8 M continuation tokens gave a budget-64 tau of 4.6 on sequences it trained on and 2.8 on
+fresh ones). Each step draws sequences, runs the target for their features at
+target_layer_ids, draws anchors in the continuations and trains the drafter to predict the
+B-1 tokens after each anchor from [anchor token, mask, ...] plus the features of everything
+before the anchor, with DFlash's position weights (early positions count more: an early
+miss ends the accepted path).
 
-Validation on held-back continuations reports per-depth top-1 accuracy and the chain's
-expected acceptance length (1 + leading correct positions), which is what DDTree's chain
-(budget B-1, no branching) gets at T = 0 on the target's own text.
+Validation (drafter_validation) runs on held-out-file prompts shaped like the evaluation's
+and reports the engine's own T = 0 tau there (chain and DDTree at val_budget); the weights
+of the evaluation with the best DDTree tau are the ones saved.
 """
 
 from __future__ import annotations
@@ -21,65 +24,46 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from python_engine.train.drafter_data import LayerTaps, greedy_continuations, sample_blocks, target_features
+from python_engine.train.drafter_data import LayerTaps, distill_sequences, sample_blocks, target_features
 from python_engine.train.drafter_model import DFlashTrainModel, drafter_config_dict, position_weights, save_drafter
+from python_engine.train.drafter_validation import build_validation_set, validate
+from python_engine.train.evaluate import heldout_prompts
 from python_engine.train.progress import Progress
 from python_engine.train.recipe import Recipe
 from python_engine.train.schedule import StepPlan, TimeGuard, lr_at
 from python_engine.train.target_model import load_hf_target, read_config
 from python_engine.train.target_train import autocast_for
-from python_engine.train.tokenizer import EOS_ID, TokenizedCorpus
+from python_engine.train.tokenizer import TokenizedCorpus
 
 HISTORY_NAME = "drafter-history.json"
-
-
-def make_prompts(tokens: TokenizedCorpus, count: int, length: int, generator: torch.Generator) -> torch.Tensor:
-    """[count, length] windows of the train split, each starting with EOS (a document start,
-    as the demo's prompts do)."""
-    stream = torch.from_numpy(tokens.train.astype("int64"))
-    starts = torch.randint(0, len(stream) - length, (count,), generator=generator)
-    body = stream[starts[:, None] + torch.arange(length - 1)]
-    return torch.cat([torch.full((count, 1), EOS_ID, dtype=torch.long), body], dim=1)
-
-
-@torch.no_grad()
-def validate(model, target, taps, val, anchors, blocks, labels, embed, lm_head, weights, device) -> dict:
-    model.eval()
-    feats = target_features(target, taps, val, device)
-    with autocast_for(device):
-        logits = model(feats, anchors, blocks, embed, lm_head)
-    ce = F.cross_entropy(logits.float().flatten(0, 2), labels.flatten(), reduction="none").view(labels.shape)
-    correct = logits.argmax(-1) == labels  # [N, A, B-1]
-    leading = correct.int().cumprod(dim=-1).sum(dim=-1).float()  # accepted drafted tokens, chain
-    model.train()
-    return {
-        "loss": float((ce * weights).mean()),  # position-weighted, as the training loss
-        "depth_accuracy": [round(float(a), 4) for a in correct.float().mean(dim=(0, 1))],
-        "chain_tau_estimate": float(1 + leading.mean()),
-    }
+VAL_KEYS = ("loss", "chain_tau", "tau_budget", "chain_tau_uniform", "chain_acc1", "depth_accuracy")
 
 
 def train_drafter(recipe: Recipe, tokens: TokenizedCorpus, target_dir: Path, out_dir: Path, device: torch.device,
                   log=None) -> dict:
-    dt, shape = recipe.drafter_training, recipe.drafter
+    dt, shape, ev = recipe.drafter_training, recipe.drafter, recipe.evaluation
     progress = Progress("drafter", dt.steps, every=max(1, dt.eval_every // 2))
     log = log or progress.say
     g = torch.Generator().manual_seed(dt.seed)
     target = load_hf_target(target_dir, device)
     target.requires_grad_(False)
     target.eval()
-
-    prompts = make_prompts(tokens, dt.gen_prompts, dt.gen_prompt_len, g).to(device)
-    log(f"generating {dt.gen_prompts} greedy continuations of {dt.gen_new_tokens} tokens with the target")
-    t0 = time.perf_counter()
-    seqs = greedy_continuations(target, prompts, dt.gen_new_tokens, dt.gen_batch, progress, dt.gen_time_budget_s)
-    gen_seconds = round(time.perf_counter() - t0, 1)
-    n_val = max(1, min(64, len(seqs) // 20))
-    val, train = seqs[:n_val], seqs[n_val:] if len(seqs) > n_val else seqs
-    P, B = dt.gen_prompt_len, shape.block_size
-    val_blocks = sample_blocks(val, P, dt.anchors_per_seq, B, torch.Generator().manual_seed(dt.seed + 1))
-
     taps = LayerTaps(target, shape.target_layer_ids)
+    B = shape.block_size
+
+    val_prompts = torch.tensor(heldout_prompts(tokens, dt.val_prompts, ev.prompt_len, dt.seed + 1), device=device)
+    val = build_validation_set(target, taps, val_prompts, ev.new_tokens, B, progress)
+    log(f"validation: {len(val.seqs)} held-out-file prompts of {ev.prompt_len} tokens, {ev.new_tokens} new tokens "
+        f"each (the evaluation's shape); tau there is the engine's, budget {dt.val_budget} and chain")
+    log(f"generating up to {dt.gen_prompts} greedy continuations to {dt.gen_seq_len} tokens (prompt lengths "
+        f"{list(dt.gen_prompt_lens)}) with the target, {dt.gen_time_budget_s:.0f} s budget")
+    t0 = time.perf_counter()
+    seqs, prompt_lens = distill_sequences(target, tokens.train, dt.gen_prompt_lens, dt.gen_seq_len, dt.gen_prompts,
+                                          dt.gen_batch, g, device, progress, dt.gen_time_budget_s)
+    gen_seconds = round(time.perf_counter() - t0, 1)
+    continuation_tokens = int((dt.gen_seq_len - prompt_lens).sum())
+    log(f"{len(seqs)} continuations, {continuation_tokens / 1e6:.2f} M continuation tokens in {gen_seconds} s")
+
     embed = target.model.embed_tokens.weight.detach()
     lm_head = target.lm_head.weight.detach()
     raw = drafter_config_dict(shape, read_config(target_dir))
@@ -97,17 +81,18 @@ def train_drafter(recipe: Recipe, tokens: TokenizedCorpus, target_dir: Path, out
     plan = StepPlan(planned=dt.steps, total=dt.steps, warmup=dt.warmup_steps)
     guard = TimeGuard(plan, dt.time_budget_s, log=log)
     sync = (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
-    history = {"train": {"step": [], "loss": []}, "val": {"step": [], "loss": [], "chain_tau_estimate": [],
-                                                          "depth_accuracy": []}}
+    history = {"train": {"step": [], "loss": []}, "val": {"step": [], **{k: [] for k in VAL_KEYS}}}
+    best = {"tau_budget": -1.0, "step": 0, "state": None}
     log_every = max(1, dt.eval_every // 4)
     running, since_log, step = torch.zeros((), device=device), 0, 0
     while step < plan.total:
         lr = lr_at(step, plan.total, dt.lr, plan.warmup, dt.min_lr_ratio)
         for group in opt.param_groups:
             group["lr"] = lr
-        batch = train[torch.randint(0, len(train), (dt.batch_size,), generator=g).to(device)]
+        rows = torch.randint(0, len(seqs), (dt.batch_size,), generator=g)
+        batch = seqs[rows.to(device)]
         feats = target_features(target, taps, batch, device)
-        anchors, blocks, labels = sample_blocks(batch, P, dt.anchors_per_seq, B, g)
+        anchors, blocks, labels = sample_blocks(batch, prompt_lens[rows], dt.anchors_per_seq, B, g)
         with autocast_for(device):
             logits = model(feats, anchors, blocks, embed, lm_head)
         ce = F.cross_entropy(logits.float().flatten(0, 2), labels.flatten(), reduction="none").view(labels.shape)
@@ -130,19 +115,32 @@ def train_drafter(recipe: Recipe, tokens: TokenizedCorpus, target_dir: Path, out
             history["train"]["step"].append(step + 1)
             history["train"]["loss"].append(value)
         if (step + 1) % dt.eval_every == 0 or last:
-            v = validate(model, target, taps, val, *val_blocks, embed, lm_head, weights, device)
+            v = validate(model, val, embed, lm_head, weights, dt.val_budget)
             history["val"]["step"].append(step + 1)
-            for key in ("loss", "chain_tau_estimate", "depth_accuracy"):
+            for key in VAL_KEYS:
                 history["val"][key].append(v[key])
+            if v["tau_budget"] > best["tau_budget"]:
+                best.update(tau_budget=v["tau_budget"], step=step + 1,
+                            state={k: t.detach().clone() for k, t in model.state_dict().items()})
             progress.step(step, plan.total, force=True, loss=history["train"]["loss"][-1], val_loss=v["loss"],
-                          chain_tau=v["chain_tau_estimate"], acc1=v["depth_accuracy"][0], lr=lr)
+                          tau=v["tau_budget"], chain_tau=v["chain_tau"], chain_acc1=v["chain_acc1"],
+                          uniform=v["chain_tau_uniform"], lr=lr)
         step += 1
     taps.remove()
+    if best["state"] is not None and best["step"] != plan.total:
+        model.load_state_dict(best["state"])
+        log(f"keeping the weights of step {best['step']} (validation tau {best['tau_budget']:.3f}, "
+            f"last {history['val']['tau_budget'][-1]:.3f})")
+    at = history["val"]["step"].index(best["step"])
     history.update(steps_planned=plan.planned, steps_run=plan.total, time_guard=plan.cut_reason,
-                   seconds=round(guard.elapsed(), 1), parameters=n_params,
-                   generation_seconds=gen_seconds, continuations=len(seqs), continuation_tokens=len(seqs) * dt.gen_new_tokens)
+                   seconds=round(guard.elapsed(), 1), parameters=n_params, generation_seconds=gen_seconds,
+                   continuations=len(seqs), continuation_tokens=continuation_tokens, val_budget=dt.val_budget,
+                   val_prompts=len(val.seqs), saved_step=best["step"],
+                   saved_val={k: history["val"][k][at] for k in VAL_KEYS})
     save_drafter(model, raw, out_dir)
     (out_dir.parent / HISTORY_NAME).write_text(json.dumps(history, indent=1) + "\n")
-    log(f"saved {out_dir} after {plan.total} steps in {history['seconds']} s; "
-        f"chain tau estimate {history['val']['chain_tau_estimate'][-1]:.2f}")
+    sv = history["saved_val"]
+    log(f"saved {out_dir} (step {best['step']} of {plan.total}, {history['seconds']} s); on {len(val.seqs)} "
+        f"held-out prompts the engine's T=0 tau is {sv['tau_budget']:.3f} at budget {dt.val_budget}, chain "
+        f"{sv['chain_tau']:.3f} (per-anchor chain mean {sv['chain_tau_uniform']:.2f})")
     return history

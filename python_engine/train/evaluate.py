@@ -197,4 +197,14 @@ def summary_markdown(result: dict) -> str:
         f"above the chain ({result['chain']['tau']:.3f}): **{g['ddtree_above_chain']}**; "
         f"every DDTree continuation identical to AR: **{g['all_identical_to_ar']}**.",
     ]
+    d = result.get("drafter_training") or {}
+    if d.get("saved_val"):
+        v = d["saved_val"]
+        lines += [
+            "",
+            f"Drafter: {d.get('continuations')} self-distilled continuations "
+            f"({(d.get('continuation_tokens') or 0) / 1e6:.2f} M tokens), {d.get('steps_run')} steps; its validation "
+            f"on {d.get('val_prompts')} other held-out prompts (the engine's rounds, step {d.get('saved_step')}): "
+            f"tau {v['tau_budget']:.3f} at budget {d.get('val_budget')}, chain {v['chain_tau']:.3f}.",
+        ]
     return "\n".join(lines) + "\n"

@@ -1,8 +1,8 @@
 """The whole demo recipe as one frozen config: model shapes, training and evaluation
-settings, seeds. Two presets: `demo` (the shipped pair, sized so that target training (~3
-min), drafter data + training (~2.5 min) and the evaluation (~1.5 min) fit one 10-minute
-command on one H200) and `smoke` (tiny, seconds on a CPU, for tests and for checking the
-pipeline end to end). Time budgets only ever shorten a stage, loudly (schedule.TimeGuard)."""
+settings, seeds. Two presets: `demo` (the shipped pair; target training (~3 min), drafter
+data + training (~5 min) and the evaluation (~2 min) take two 10-minute H200 commands, or
+one when the committed target is reused: REUSE_TARGET=1 scripts/gpu_train_demo.sh) and
+`smoke` (tiny, seconds on a CPU, for tests and for checking the pipeline end to end). Time budgets only ever shorten a stage, loudly (schedule.TimeGuard)."""
 
 from __future__ import annotations
 
@@ -68,23 +68,31 @@ class TargetTraining:
 
 @dataclass(frozen=True)
 class DrafterTraining:
-    # self-distillation data: greedy continuations of the target from train-split prompts
-    gen_prompts: int = 8192
-    gen_prompt_len: int = 64
-    gen_new_tokens: int = 256
-    gen_batch: int = 1024
-    gen_time_budget_s: float = 45.0  # fewer prompts (whole batches) if generation runs slow
-    steps: int = 2500
+    # Self-distillation data: greedy continuations of the target from train-split prompts.
+    # The first demo run generated 7168 x 256 tokens (45 s, batches of 1024) and the drafter
+    # memorised them (budget-64 tau 4.6 on its own sequences, 2.8 on fresh ones), so this
+    # makes as many as the time budget allows: batches 4x larger (the target is small, a
+    # step costs about the same), shorter sequences that still cover the eval's span
+    # (positions up to prompt + 96 + 15), prompt lengths varying as requests do.
+    gen_prompts: int = 262144  # an upper bound: the time budget decides
+    gen_prompt_lens: tuple[int, ...] = (32, 64, 96, 128)  # cycled, one per generation batch
+    gen_seq_len: int = 240  # prompt + continuation
+    gen_batch: int = 4096
+    gen_time_budget_s: float = 110.0  # whole batches only, stopped (loudly) when the next would not fit
+    steps: int = 5000
     batch_size: int = 64  # sequences per step
     anchors_per_seq: int = 16  # blocks drawn per sequence
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
-    warmup_steps: int = 60
-    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
     grad_clip: float = 1.0
     loss_decay: float = 7.0  # DFlash: weight of block position k is exp(-(k-1)/loss_decay)
-    eval_every: int = 100
-    time_budget_s: float = 115.0
+    eval_every: int = 500  # one validation: 12 s on 2 CPU cores (64 prompts), ~1-2 s on the H200
+    # validation: held-out-file prompts shaped like the evaluation's (drafter_validation)
+    val_prompts: int = 64
+    val_budget: int = 64
+    time_budget_s: float = 170.0  # the training steps (the guard's projection); validations come on top
     seed: int = 4321
 
 
@@ -139,8 +147,9 @@ def smoke_recipe() -> Recipe:
                              intermediate_size=128, block_size=8, target_layer_ids=(0, 2)),
         target_training=TargetTraining(steps=6, batch_size=4, seq_len=64, warmup_steps=2, eval_every=3,
                                        eval_batches=1, time_budget_s=120.0),
-        drafter_training=DrafterTraining(gen_prompts=8, gen_prompt_len=16, gen_new_tokens=32, gen_batch=8, steps=6,
-                                         batch_size=4, anchors_per_seq=4, warmup_steps=2, eval_every=3,
+        drafter_training=DrafterTraining(gen_prompts=8, gen_prompt_lens=(12, 16), gen_seq_len=48, gen_batch=4,
+                                         gen_time_budget_s=60.0, steps=6, batch_size=4, anchors_per_seq=4,
+                                         warmup_steps=2, eval_every=3, val_prompts=3, val_budget=8,
                                          time_budget_s=120.0),
         evaluation=EvalSettings(prompts=2, prompt_len=24, new_tokens=12, budgets=(4, 16), t1_budget=8,
                                 ppl_windows=4),
@@ -166,6 +175,10 @@ def validate(r: Recipe) -> None:
         raise KdtreeError(f"recipe {r.name}: drafter target_layer_ids {d.target_layer_ids} outside the target's layers")
     if r.target_training.seq_len > t.original_max_position_embeddings:
         raise KdtreeError(f"recipe {r.name}: seq_len exceeds the YaRN original context")
-    dt = r.drafter_training
-    if dt.gen_new_tokens < d.block_size:
-        raise KdtreeError(f"recipe {r.name}: gen_new_tokens must be >= block_size")
+    dt, ev = r.drafter_training, r.evaluation
+    if not dt.gen_prompt_lens or min(dt.gen_prompt_lens) < 1:
+        raise KdtreeError(f"recipe {r.name}: gen_prompt_lens must be a non-empty list of lengths >= 1")
+    if dt.gen_seq_len - max(dt.gen_prompt_lens) < d.block_size:
+        raise KdtreeError(f"recipe {r.name}: gen_seq_len must leave >= block_size tokens after the longest prompt")
+    if ev.new_tokens < 2 or dt.val_prompts < 1 or dt.val_budget < 1:
+        raise KdtreeError(f"recipe {r.name}: validation needs new_tokens >= 2, val_prompts >= 1, val_budget >= 1")

@@ -183,9 +183,12 @@ def _drafter(recipe, p, device, say=print, **_):
     plot_curves(p.work_dir / "drafter-loss.png", "demo DFlash drafter: block loss, position-weighted "
                 f"({h['parameters'] / 1e6:.3g} M params, {h['steps_run']} steps)",
                 {"train": (h["train"]["step"], h["train"]["loss"]), "validation": (h["val"]["step"], h["val"]["loss"])})
-    plot_curves(p.work_dir / "drafter-acceptance.png", "demo drafter: chain acceptance on validation (T=0)",
-                {"1 + leading correct drafts": (h["val"]["step"], h["val"]["chain_tau_estimate"])},
-                ylabel="expected tokens per target forward")
+    v = h["val"]
+    plot_curves(p.work_dir / "drafter-acceptance.png", f"demo drafter: T=0 tau on {h['val_prompts']} held-out prompts",
+                {f"DDTree budget {h['val_budget']} (engine rounds)": (v["step"], v["tau_budget"]),
+                 "chain (engine rounds)": (v["step"], v["chain_tau"]),
+                 "chain, mean over every anchor (overstates tau)": (v["step"], v["chain_tau_uniform"])},
+                ylabel="tokens per target forward")
 
 
 def _eval(recipe, p, device, say=print, **_):
@@ -212,7 +215,9 @@ def _eval(recipe, p, device, say=print, **_):
     for name in ("target", "drafter"):
         h = json.loads((p.work_dir / f"{name}-history.json").read_text())
         result[f"{name}_training"] = {k: h.get(k) for k in ("parameters", "steps_planned", "steps_run", "time_guard",
-                                                            "seconds", "tokens_seen", "continuation_tokens")
+                                                            "seconds", "tokens_seen", "continuations",
+                                                            "continuation_tokens", "generation_seconds", "saved_step",
+                                                            "val_prompts", "val_budget", "saved_val")
                                      if k in h}
     p.eval_json.write_text(json.dumps(result, indent=1) + "\n")
     summary = summary_markdown(result)

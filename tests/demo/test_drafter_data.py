@@ -66,6 +66,41 @@ def test_blocks_start_at_anchors_in_the_continuation(seed):
             assert torch.equal(labels[n, a_i], seqs[n, a + 1 : a + B])
 
 
+def test_blocks_stay_out_of_each_sequences_own_prompt(seed):
+    g = torch.Generator().manual_seed(seed)
+    seqs = torch.randint(2, 500, (6, 50), generator=g)
+    P = torch.tensor([8, 20, 8, 14, 30, 20])
+    B, A = 5, 9
+    anchors, blocks, labels = sample_blocks(seqs, P, A, B, g)
+    assert anchors.shape == (6, A)
+    assert (anchors >= P[:, None]).all() and (anchors <= 50 - B).all()
+    assert (anchors[:, 1:] > anchors[:, :-1]).all()
+    for n in range(6):
+        for a_i, a in enumerate(anchors[n].tolist()):
+            assert blocks[n, a_i, 0] == seqs[n, a] and torch.equal(labels[n, a_i], seqs[n, a + 1 : a + B])
+    # the short prompts' rows do use positions the long prompts' rows may not
+    assert int(anchors[P == 8].min()) < 20
+
+
+def test_saved_precision_rounds_for_the_block_then_restores(seed):
+    from python_engine.train.drafter_model import DFlashTrainModel, drafter_config_dict
+    from python_engine.train.drafter_validation import saved_precision
+    from python_engine.train.recipe import DrafterShape
+
+    shape = DrafterShape(num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                         intermediate_size=16, block_size=4, target_layer_ids=(0,))
+    model = DFlashTrainModel.from_config_dict(drafter_config_dict(shape, {"hidden_size": 16, "num_hidden_layers": 1,
+                                                                         "max_position_embeddings": 64,
+                                                                         "vocab_size": 32}), seed % 1000)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with saved_precision(model, torch.bfloat16):
+        for k, v in model.state_dict().items():
+            assert torch.equal(v, before[k].to(torch.bfloat16).float()), k
+        assert any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
 class _FixedDrafter:
     name, block_size, target_layer_ids = "fixed", 6, ()
 

@@ -1,6 +1,8 @@
 """The batched training forward of the DFlash drafter (python_engine/train/drafter_model.py)
 must compute what the reference engine's drafter computes at inference, on the same saved
-weights: otherwise training optimises a model the engine never runs."""
+weights: otherwise training optimises a model the engine never runs. (Random tiny target, one
+fresh drafter state per anchor; test_drafter_real_context.py runs the same comparison through
+the engine's decode loop on the committed pair and real text.)"""
 
 from __future__ import annotations
 

@@ -12,42 +12,21 @@
 
 namespace kdtree::test {
 
+// The emulated kernels work on the host vectors themselves (the case files' `at`).
+inline constexpr auto host_data = [](auto& v) { return v.data(); };
+
 struct EmuTreeRunner {
   size_t smem_limit = 232448;  // per-block limit of the pretend device (H100/H200); the
                                // logp rows are staged in shared memory when they fit
   KernelResult topk(TopkIO& t) {
-    TopkLogprobsParams p;
-    p.rows = t.rows;
-    p.vocab = t.vocab;
-    p.k = t.k;
-    p.logits = t.logits.data();
-    p.logp = t.logp.data();
-    p.tok = t.tok.data();
+    const TopkLogprobsParams p = topk_params(t, host_data);
     if (KernelResult r = check_topk_logprobs_params(p); !r.ok()) return r;
     ::kdemu::launch(dim3(p.rows), dim3(kern::kTopkThreads), 0, kern::topk_logprobs_kernel, p);
     return KernelResult::success();
   }
 
   KernelResult build(TreeBuildIO& io) {
-    TreeBuildParams p;
-    p.batch = io.batch;
-    p.depth = io.depth;
-    p.topk = io.topk;
-    p.max_budget = io.max_budget;
-    p.logp = io.logp.data();
-    p.tok = io.tok.data();
-    p.budget = io.budget.data();
-    p.root_token = io.root.data();
-    p.start_pos = io.start.data();
-    p.max_nodes = io.max_nodes;
-    p.vis_words = io.vis_words;
-    p.n_out = io.n.data();
-    p.tokens = io.tokens.data();
-    p.depth_out = io.depth_out.data();
-    p.parent = io.parent.data();
-    p.positions = io.positions.data();
-    p.score = io.score.data();
-    p.vis = io.vis.data();
+    const TreeBuildParams p = tree_build_params(io, host_data);
     if (KernelResult r = check_tree_build_params(p); !r.ok()) return r;
     const size_t smem = kern::tree_build_smem_size(p.depth, p.topk, p.max_budget, smem_limit);
     const bool staged = smem > kern::tree_build_base_smem();
@@ -58,38 +37,14 @@ struct EmuTreeRunner {
 
 struct EmuAcceptRunner {
   KernelResult accept(AcceptIO& io) {
-    TreeAcceptParams p;
-    p.batch = io.batch;
-    p.rows = io.rows;
-    p.n = io.n.data();
-    p.tokens = io.tokens.data();
-    p.parent = io.parent.data();
-    p.choice = io.choice.empty() ? nullptr : io.choice.data();
-    p.logits = io.logits.empty() ? nullptr : io.logits.data();
-    p.vocab = io.vocab;
-    p.max_path = io.max_path;
-    p.accepted = io.accepted.data();
-    p.accept_len = io.accept_len.data();
-    p.bonus = io.bonus.data();
+    const TreeAcceptParams p = tree_accept_params(io, host_data);
     if (KernelResult r = check_tree_accept_params(p); !r.ok()) return r;
     ::kdemu::launch(dim3(p.batch), dim3(kern::kAcceptThreads), 0, kern::tree_accept_kernel, p);
     return KernelResult::success();
   }
 
   KernelResult compact(CompactIO& io) {
-    CacheCompactParams p;
-    p.batch = io.batch;
-    p.layers = io.layers;
-    p.row_words = io.row_words;
-    p.row_stride = io.row_stride;
-    p.batch_stride = io.batch_stride;
-    p.layer_stride = io.layer_stride;
-    p.cache = io.cache.data();
-    p.past_len = io.past_len.data();
-    p.accepted = io.accepted.data();
-    p.accept_len = io.accept_len.data();
-    p.max_path = io.max_path;
-    return launch_compact(p);
+    return launch_compact(cache_compact_params(io, host_data));
   }
 
   // the launcher's choice of access width, on the emulator
