@@ -73,9 +73,12 @@ def call_tool(conn: Connection, python: str, command: str, args: dict | None = N
 
 
 def release_name(manifest: Manifest, now: float | None = None) -> str:
-    """`<UTC time>-<tree hash>`: sorts by time, and says which tree it holds."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
-    return f"{stamp}-{manifest.tree_hash()[:12]}"
+    """`<UTC time to the microsecond>-<tree hash>`: sorts by time (pruning keeps the newest by
+    name, and two deploys can land in the same second), and says which tree it holds."""
+    now = time.time() if now is None else now
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
+    micros = int((now % 1) * 1_000_000)  # truncated: never rolls over into the next second
+    return f"{stamp}.{micros:06d}Z-{manifest.tree_hash()[:12]}"
 
 
 def ensure_dir(conn: Connection, path: str) -> None:

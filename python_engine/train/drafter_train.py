@@ -17,7 +17,6 @@ of the evaluation with the best DDTree tau are the ones saved.
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from python_engine.train.drafter_data import LayerTaps, distill_sequences, sampl
 from python_engine.train.drafter_model import DFlashTrainModel, drafter_config_dict, position_weights, save_drafter
 from python_engine.train.drafter_validation import build_validation_set, validate
 from python_engine.train.evaluate import heldout_prompts
-from python_engine.train.progress import Progress
+from python_engine.train.progress import LossMeter, Progress
 from python_engine.train.recipe import Recipe
 from python_engine.train.schedule import StepPlan, TimeGuard, lr_at
 from python_engine.train.target_model import load_hf_target, read_config
@@ -83,8 +82,8 @@ def train_drafter(recipe: Recipe, tokens: TokenizedCorpus, target_dir: Path, out
     sync = (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
     history = {"train": {"step": [], "loss": []}, "val": {"step": [], **{k: [] for k in VAL_KEYS}}}
     best = {"tau_budget": -1.0, "step": 0, "state": None}
-    log_every = max(1, dt.eval_every // 4)
-    running, since_log, step = torch.zeros((), device=device), 0, 0
+    meter = LossMeter("drafter", device, dt.eval_every // 4, history["train"])
+    step = 0
     while step < plan.total:
         lr = lr_at(step, plan.total, dt.lr, plan.warmup, dt.min_lr_ratio)
         for group in opt.param_groups:
@@ -101,19 +100,11 @@ def train_drafter(recipe: Recipe, tokens: TokenizedCorpus, target_dir: Path, out
         torch.nn.utils.clip_grad_norm_(model.parameters(), dt.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        running += loss.detach()
-        since_log += 1
+        meter.add(loss)
         guard.check(step, sync)
         guard.overran(step)  # may end the run at this step (plan.total = step + 1)
         last = step + 1 == plan.total
-        if (step + 1) % log_every == 0 or last or step == 0:
-            value = float(running) / since_log
-            running.zero_()
-            since_log = 0
-            if not math.isfinite(value):
-                raise FloatingPointError(f"drafter training diverged at step {step + 1} (loss {value})")
-            history["train"]["step"].append(step + 1)
-            history["train"]["loss"].append(value)
+        meter.log_if_due(step, last)
         if (step + 1) % dt.eval_every == 0 or last:
             v = validate(model, val, embed, lm_head, weights, dt.val_budget)
             history["val"]["step"].append(step + 1)

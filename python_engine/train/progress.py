@@ -3,8 +3,11 @@ a remote command (which only keeps its tail) stays readable."""
 
 from __future__ import annotations
 
+import math
 import sys
 import time
+
+import torch
 
 
 class Progress:
@@ -26,3 +29,31 @@ class Progress:
         eta = elapsed / done * (self.total - done)
         fields = " ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in values.items())
         self.say(f"step {done}/{self.total} {fields} | {elapsed:.0f} s, eta {eta:.0f} s")
+
+
+class LossMeter:
+    """The training loss between log points: summed on the device (one host sync per logged
+    value), logged every `every` steps, at the first and the last, into train_history's
+    "step" and "loss" lists. A non-finite mean stops the run: later steps cannot mend it."""
+
+    def __init__(self, what: str, device, every: int, train_history: dict):
+        self.what, self.every, self.history = what, max(1, every), train_history
+        self._sum = torch.zeros((), device=device)
+        self._count = 0
+
+    def add(self, loss: torch.Tensor) -> None:
+        self._sum += loss.detach()
+        self._count += 1
+
+    def log_if_due(self, step: int, last: bool) -> bool:
+        """Record the mean since the last record when step (0-based) is a log point."""
+        if not ((step + 1) % self.every == 0 or last or step == 0):
+            return False
+        value = float(self._sum) / self._count
+        self._sum.zero_()
+        self._count = 0
+        if not math.isfinite(value):
+            raise FloatingPointError(f"{self.what} training diverged at step {step + 1} (loss {value})")
+        self.history["step"].append(step + 1)
+        self.history["loss"].append(value)
+        return True

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from python_engine.train.batches import WindowSampler, fixed_windows
 from python_engine.train.moe_balance import ExpertLoadBalancer
-from python_engine.train.progress import Progress
+from python_engine.train.progress import LossMeter, Progress
 from python_engine.train.recipe import Recipe
 from python_engine.train.schedule import StepPlan, TimeGuard, lr_at
 from python_engine.train.target_model import build_target, save_target
@@ -85,9 +85,8 @@ def train_target(recipe: Recipe, tokens: TokenizedCorpus, tokenizer_dir: Path, o
     sync = (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
     history = {"train": {"step": [], "loss": []}, "heldout": {"step": [], "loss": []}, "imbalance": []}
 
-    log_every = max(1, tt.eval_every // 4)
-    step, since_log = 0, 0
-    running = torch.zeros((), device=device)  # summed on device: one sync per log line
+    meter = LossMeter("target", device, tt.eval_every // 4, history["train"])
+    step = 0
     while step < plan.total:
         lr = lr_at(step, plan.total, tt.lr, plan.warmup, tt.min_lr_ratio)
         for g in opt.param_groups:
@@ -99,19 +98,11 @@ def train_target(recipe: Recipe, tokens: TokenizedCorpus, tokenizer_dir: Path, o
         opt.step()
         opt.zero_grad(set_to_none=True)
         imbalance = balancer.step()
-        running += loss.detach()
-        since_log += 1
+        meter.add(loss)
         guard.check(step, sync)
         guard.overran(step)  # may end the run at this step (plan.total = step + 1)
         last = step + 1 == plan.total
-        if (step + 1) % log_every == 0 or last or step == 0:
-            value = float(running) / since_log
-            running.zero_()
-            since_log = 0
-            if not math.isfinite(value):
-                raise FloatingPointError(f"target training diverged at step {step + 1} (loss {value})")
-            history["train"]["step"].append(step + 1)
-            history["train"]["loss"].append(value)
+        if meter.log_if_due(step, last):
             history["imbalance"].append(1.0 if imbalance is None else float(imbalance))
         if (step + 1) % tt.eval_every == 0 or last:
             h = heldout_loss(model, eval_windows, tt.batch_size, device)

@@ -177,3 +177,19 @@ def test_release_tool_runs_with_a_bare_python(tmp_path):
     out = subprocess.run([sys.executable, "-I", "-S", "-c", TOOL_SOURCE, "state", '{"dir": "%s"}' % tmp_path],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == '{"current": null, "current_ok": false, "releases": [], "partials": [], "manifest": null}'
+
+
+def test_release_names_sort_by_time_within_one_second(tmp_path, rng):
+    """Pruning keeps the newest releases by name: two deploys in the same second must still
+    sort in the order they were made, whatever their tree hashes."""
+    from remote.releases import release_name
+
+    manifests = []
+    for i in range(6):
+        (tmp_path / "f.txt").write_text(f"{i} {rng.integers(1 << 30)}\n")
+        manifests.append(build_manifest(tmp_path, ["f.txt"]))
+    base = 1_795_000_000.0 + float(rng.random())  # a fixed second, random offset inside it
+    times = [base + k * 0.00011 for k in range(6)]
+    names = [release_name(m, t) for m, t in zip(manifests, times)]
+    assert sorted(names) == names
+    assert len({n.split("-")[0] for n in names}) == 6
