@@ -39,19 +39,7 @@ KernelResult verify_attn(const VerifyAttnParams& p, cudaStream_t stream) {
                                  std::to_string(p.workspace_bytes) + " (ask verify_attn_workspace_bytes)");
   if (plan.workspace_bytes > 0 && reinterpret_cast<uintptr_t>(p.workspace) % 256 != 0)
     return KernelResult::invalid("verify_attn: workspace must be 256-byte aligned (cudaMalloc memory is)");
-  kern::VerifyKernelParams k;
-  k.p = p;
-  k.rows = p.tree_len * p.heads;
-  k.m_tiles = plan.m_tiles;
-  k.splits = plan.splits;
-  k.split_len = plan.split_len;
-  k.scale_log2 = p.scale * kern::kLog2e;
-  const size_t parts = static_cast<size_t>(p.batch) * plan.splits * k.rows;
-  k.part_o = static_cast<float*>(p.workspace);
-  k.part_lse = plan.workspace_bytes > 0
-                   ? reinterpret_cast<float*>(static_cast<char*>(p.workspace) +
-                                              (parts * kVerifyLatentDim * sizeof(float) + 255) / 256 * 256)
-                   : nullptr;
+  const kern::VerifyKernelParams k = kern::make_kernel_params(p, plan, p.workspace);
   return p.dtype == AttnDType::kBF16 ? launch_verify_attn_bf16(k, plan, stream) : launch_verify_attn_f32(k, plan, stream);
 }
 

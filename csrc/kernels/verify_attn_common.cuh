@@ -3,6 +3,8 @@
 // tree tail, the partial-result layout, and the log-sum-exp merge kernel.
 #pragma once
 
+#include <cstdint>
+
 #include "device_compat.cuh"
 #include "verify_attn.cuh"
 
@@ -24,6 +26,27 @@ struct VerifyKernelParams {
   float* part_o;        // [B, splits, M, 512] normalised partial outputs (splits > 1)
   float* part_lse;      // [B, splits, M] partial lse, base 2 (-inf: no visible key)
 };
+
+// The kernels' parameters for a plan (host side: the launcher and the CPU emulator share
+// it). The workspace, 256-byte aligned, holds the partial outputs [B, splits, M, 512] and,
+// at the next 256-byte boundary, the partial lse [B, splits, M]; none when splits == 1.
+inline VerifyKernelParams make_kernel_params(const VerifyAttnParams& p, const VerifyAttnPlan& plan,
+                                             void* workspace) {
+  VerifyKernelParams k;
+  k.p = p;
+  k.rows = p.tree_len * p.heads;
+  k.m_tiles = plan.m_tiles;
+  k.splits = plan.splits;
+  k.split_len = plan.split_len;
+  k.scale_log2 = p.scale * kLog2e;
+  const size_t parts = static_cast<size_t>(p.batch) * plan.splits * k.rows;
+  const bool partials = plan.workspace_bytes > 0;
+  k.part_o = partials ? static_cast<float*>(workspace) : nullptr;
+  k.part_lse = partials ? reinterpret_cast<float*>(static_cast<char*>(workspace) +
+                                                   (parts * kVerifyLatentDim * sizeof(float) + 255) / 256 * 256)
+                        : nullptr;
+  return k;
+}
 
 // The keys one CTA covers: prefix [key_begin, key_end) and, for the last split, the tree.
 struct SplitWork {

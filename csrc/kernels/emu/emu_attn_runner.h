@@ -54,17 +54,8 @@ struct EmuAttnRunner {
     if (KernelResult r = make_verify_attn_plan(p, sms, smem_optin, smem_per_sm, &plan); !r.ok()) return r;
     last_plan = plan;
     std::vector<uint8_t> workspace(plan.workspace_bytes + 256);
-    kern::VerifyKernelParams k;
-    k.p = p;
-    k.rows = p.tree_len * p.heads;
-    k.m_tiles = plan.m_tiles;
-    k.splits = plan.splits;
-    k.split_len = plan.split_len;
-    k.scale_log2 = p.scale * kern::kLog2e;
-    const size_t parts = static_cast<size_t>(p.batch) * plan.splits * k.rows;
     uint8_t* ws = workspace.data() + (256 - reinterpret_cast<uintptr_t>(workspace.data()) % 256) % 256;
-    k.part_o = reinterpret_cast<float*>(ws);
-    k.part_lse = reinterpret_cast<float*>(ws + (parts * kVerifyLatentDim * sizeof(float) + 255) / 256 * 256);
+    const kern::VerifyKernelParams k = kern::make_kernel_params(p, plan, ws);
     const dim3 grid(plan.m_tiles, plan.splits, p.batch);
     if (plan.config == kVerifyF32) {
       ::kdemu::launch(grid, dim3(kern::F32Attn::kThreads), kern::F32Attn::kSmemBytes, kern::verify_attn_f32_kernel, k);
