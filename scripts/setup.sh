@@ -30,7 +30,7 @@ step "installing kdtree and its test dependencies"
 # Native builds: nvcc compiles here even without a GPU; cuBLAS comes from the toolkit or,
 # where the toolkit has none, from the nvidia-cublas wheel (asked of kdtree's own discovery).
 needs_cublas_wheel='
-from kdtree_cli.build.toolchain import find_cuda, _cublas_in_toolkit
+from kdtree_cli.native_build.toolchain import find_cuda, _cublas_in_toolkit
 import sys
 try:
     cuda = find_cuda()

@@ -44,7 +44,7 @@ def build(
     """Build csrc/ (libraries, test and bench programs) with nvcc, driven by ninja."""
     from rich.console import Console
 
-    from kdtree_cli.build import driver
+    from kdtree_cli.native_build import driver
 
     out, err = Console(soft_wrap=True), Console(stderr=True, soft_wrap=True)
     request = driver.BuildRequest(
@@ -95,7 +95,7 @@ def _print_summary(err, outcome, verbose: bool) -> None:
             err.print(f"[dim]  skipped {note}[/]", highlight=False)
     for name in outcome.configured.layout.unknown_dirs:
         err.print(f"[yellow]warning:[/] csrc/{name}/ has sources but no build rule "
-                  "(see kdtree_cli/build/layout.py)", highlight=False)
+                  "(see kdtree_cli/native_build/layout.py)", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

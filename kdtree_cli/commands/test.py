@@ -69,8 +69,8 @@ def test(
 def run_native(arch: Optional[str], profile: str, cuda_home: Optional[str]) -> None:
     from rich.console import Console
 
-    from kdtree_cli.build.driver import BuildRequest
-    from kdtree_cli.build.native_tests import run_native_tests
+    from kdtree_cli.native_build.driver import BuildRequest
+    from kdtree_cli.native_build.native_tests import run_native_tests
     from python_engine.errors import KdtreeError
 
     results = run_native_tests(BuildRequest(profile=profile, arch=arch, cuda_home=cuda_home),

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow  # ~1 minute to compile, ~1 minute to run on 2 cor
 
 def _toolchain():
     try:
-        from kdtree_cli.build.toolchain import find_cuda, find_cxx
+        from kdtree_cli.native_build.toolchain import find_cuda, find_cxx
 
         return find_cuda(), find_cxx()
     except Exception as exc:  # no CUDA headers or no g++: nothing to build against

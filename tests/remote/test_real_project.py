@@ -39,10 +39,10 @@ def test_deploy_this_repository(sshd, tmp_path):
               "--junitxml={results}/junit.xml"),
     )
     synced = list_files(REPO)
-    missing = [p for p in ("kdtree_cli/build/driver.py", "kdtree_cli/commands/build.py") if p not in synced]
+    missing = [p for p in ("kdtree_cli/native_build/driver.py", "kdtree_cli/commands/build.py") if p not in synced]
     assert not missing, (
         f"{missing} would not be deployed: git ignores them (check `git check-ignore -v {missing[0]}`; "
-        f"a bare `build/` in .gitignore matches kdtree_cli/build/ too: anchor it as `/build/`)"
+        f"a bare `build/` in .gitignore matches kdtree_cli/native_build/ too: anchor it as `/build/`)"
     )
     results = tmp_path / "results"
     r = run_deploy(host, REPO, results)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kdtree_cli.build.driver import REPO_ROOT, BuildRequest
+from kdtree_cli.native_build.driver import REPO_ROOT, BuildRequest
 from python_engine.errors import KdtreeError
 
 # One target keeps nvcc quick here; the two-target build is what `kdtree build` does in CI.
@@ -18,7 +18,7 @@ SCRATCH_ARCH = "120"
 
 def have_toolchain() -> str | None:
     """None when nvcc, cuBLAS, g++ and ninja are all found, else why not."""
-    from kdtree_cli.build.toolchain import find_toolchain
+    from kdtree_cli.native_build.toolchain import find_toolchain
 
     try:
         find_toolchain()

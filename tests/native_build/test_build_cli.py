@@ -8,7 +8,7 @@ import sys
 
 from build_scratch import needs_toolchain
 
-from kdtree_cli.build.driver import REPO_ROOT
+from kdtree_cli.native_build.driver import REPO_ROOT
 
 
 def kdtree(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

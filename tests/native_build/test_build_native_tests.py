@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kdtree_cli.build.native_tests import parse_summary, run_program
+from kdtree_cli.native_build.native_tests import parse_summary, run_program
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kdtree_cli.build import toolchain
-from kdtree_cli.build.toolchain import find_cublas, find_cuda
+from kdtree_cli.native_build import toolchain
+from kdtree_cli.native_build.toolchain import find_cublas, find_cuda
 from python_engine.errors import KdtreeError
 
 FAKE_NVCC = """#!/bin/sh

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kdtree_cli.build.arch import CudaArch
-from kdtree_cli.build.compdb import rewrite_nvcc_args
+from kdtree_cli.native_build.arch import CudaArch
+from kdtree_cli.native_build.compdb import rewrite_nvcc_args
 
 
 def test_nvcc_only_flags_are_dropped_and_host_flags_unwrapped():

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from kdtree_cli.build.arch import (
+from kdtree_cli.native_build.arch import (
     ARCH_ENV_VAR,
     CudaArch,
     arch_for_compute_cap,

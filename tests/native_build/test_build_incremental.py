@@ -14,9 +14,9 @@ import pytest
 from build_scratch import make_scratch_repo, needs_toolchain, scratch_request
 from rich.console import Console
 
-from kdtree_cli.build.driver import build, configure
-from kdtree_cli.build.native_tests import run_native_tests
-from kdtree_cli.build.toolchain import find_ninja
+from kdtree_cli.native_build.driver import build, configure
+from kdtree_cli.native_build.native_tests import run_native_tests
+from kdtree_cli.native_build.toolchain import find_ninja
 from python_engine.errors import KdtreeError
 
 pytestmark = needs_toolchain

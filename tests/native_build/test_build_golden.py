@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from python_engine.refgen.kdtr_golden import BUNDLE_NAME, golden_tensors, write_kdtr_golden
 
-from kdtree_cli.build.driver import REPO_ROOT
+from kdtree_cli.native_build.driver import REPO_ROOT
 from python_engine.kdtr import Tensor, read_tensors
 
 
