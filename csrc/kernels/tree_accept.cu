@@ -18,7 +18,7 @@ KernelResult launch_error(const char* what) {
 
 KernelResult tree_accept(const TreeAcceptParams& p, cudaStream_t stream) {
   if (KernelResult r = check_tree_accept_params(p); !r.ok()) return r;
-  kern::tree_accept_kernel<<<p.batch, kern::kAcceptThreads, 0, stream>>>(p);
+  KD_LAUNCH(kern::tree_accept_kernel, p.batch, kern::kAcceptThreads, 0, stream, p);
   return launch_error("tree_accept_kernel launch");
 }
 
@@ -29,8 +29,8 @@ KernelResult cache_compact(const CacheCompactParams& p, cudaStream_t stream) {
   const int vec = vec4 ? 4 : 1;
   const int per_block = kern::kCompactThreads * vec;
   const dim3 grid((p.row_words + per_block - 1) / per_block, p.batch, p.layers);
-  if (vec4) kern::cache_compact_kernel<4><<<grid, kern::kCompactThreads, 0, stream>>>(p);
-  else kern::cache_compact_kernel<1><<<grid, kern::kCompactThreads, 0, stream>>>(p);
+  if (vec4) KD_LAUNCH(kern::cache_compact_kernel<4>, grid, kern::kCompactThreads, 0, stream, p);
+  else KD_LAUNCH(kern::cache_compact_kernel<1>, grid, kern::kCompactThreads, 0, stream, p);
   return launch_error("cache_compact_kernel launch");
 }
 

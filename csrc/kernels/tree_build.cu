@@ -45,17 +45,16 @@ KernelResult tree_build(const TreeBuildParams& p, cudaStream_t stream) {
     return KernelResult::over_limit("tree_build: needs " + str(static_cast<long long>(smem)) +
                                     " bytes of shared memory per block, the device allows " + str(limit));
   const bool staged = smem > kern::tree_build_base_smem();  // logp rows fit beside the pool
-  cudaError_t err = cudaFuncSetAttribute(kern::tree_build_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem));
+  cudaError_t err = kern::set_max_dynamic_smem(kern::tree_build_kernel, static_cast<int>(smem));
   if (err != cudaSuccess)
     return KernelResult::cuda(std::string("tree_build: cudaFuncSetAttribute: ") + cudaGetErrorString(err));
-  kern::tree_build_kernel<<<p.batch, kern::kTreeBuildThreads, smem, stream>>>(p, staged);
+  KD_LAUNCH(kern::tree_build_kernel, p.batch, kern::kTreeBuildThreads, smem, stream, p, staged);
   return launch_error("tree_build_kernel launch");
 }
 
 KernelResult topk_logprobs(const TopkLogprobsParams& p, cudaStream_t stream) {
   if (KernelResult r = check_topk_logprobs_params(p); !r.ok()) return r;
-  kern::topk_logprobs_kernel<<<p.rows, kern::kTopkThreads, 0, stream>>>(p);
+  KD_LAUNCH(kern::topk_logprobs_kernel, p.rows, kern::kTopkThreads, 0, stream, p);
   return launch_error("topk_logprobs_kernel launch");
 }
 

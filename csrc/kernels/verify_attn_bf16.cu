@@ -8,12 +8,11 @@ namespace {
 template <class Cfg>
 KernelResult launch_config(const kern::VerifyKernelParams& k, const VerifyAttnPlan& plan, cudaStream_t stream) {
   auto* kernel = kern::verify_attn_bf16_kernel<Cfg, __nv_bfloat16>;
-  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(Cfg::kSmemBytes));
+  const cudaError_t err = kern::set_max_dynamic_smem(kernel, static_cast<int>(Cfg::kSmemBytes));
   if (err != cudaSuccess)
     return KernelResult::cuda(std::string("verify_attn (bf16): cudaFuncSetAttribute: ") + cudaGetErrorString(err));
   const dim3 grid(plan.m_tiles, plan.splits, k.p.batch);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(k);
+  KD_LAUNCH(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, k);
   return verify_launch_status("verify_attn_bf16_kernel launch");
 }
 }  // namespace
@@ -22,7 +21,7 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
   KernelResult r = plan.config == kVerifyBf16Sm90 ? launch_config<kern::Bf16AttnSm90>(k, plan, stream)
                                                    : launch_config<kern::Bf16AttnSmall>(k, plan, stream);
   if (!r.ok() || plan.splits == 1) return r;
-  kern::verify_merge_kernel<__nv_bfloat16><<<dim3(k.rows, k.p.batch), kern::kMergeThreads, 0, stream>>>(k);
+  KD_LAUNCH(kern::verify_merge_kernel<__nv_bfloat16>, dim3(k.rows, k.p.batch), kern::kMergeThreads, 0, stream, k);
   return verify_launch_status("verify_merge_kernel (bf16) launch");
 }
 

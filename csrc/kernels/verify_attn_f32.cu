@@ -5,14 +5,14 @@
 namespace kdtree {
 
 KernelResult launch_verify_attn_f32(const kern::VerifyKernelParams& k, const VerifyAttnPlan& plan, cudaStream_t stream) {
-  const cudaError_t err = cudaFuncSetAttribute(kern::verify_attn_f32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(kern::F32Attn::kSmemBytes));
+  const cudaError_t err = kern::set_max_dynamic_smem(kern::verify_attn_f32_kernel,
+                                                         static_cast<int>(kern::F32Attn::kSmemBytes));
   if (err != cudaSuccess)
     return KernelResult::cuda(std::string("verify_attn (f32): cudaFuncSetAttribute: ") + cudaGetErrorString(err));
   const dim3 grid(plan.m_tiles, plan.splits, k.p.batch);
-  kern::verify_attn_f32_kernel<<<grid, kern::F32Attn::kThreads, kern::F32Attn::kSmemBytes, stream>>>(k);
+  KD_LAUNCH(kern::verify_attn_f32_kernel, grid, kern::F32Attn::kThreads, kern::F32Attn::kSmemBytes, stream, k);
   if (KernelResult r = verify_launch_status("verify_attn_f32_kernel launch"); !r.ok() || plan.splits == 1) return r;
-  kern::verify_merge_kernel<float><<<dim3(k.rows, k.p.batch), kern::kMergeThreads, 0, stream>>>(k);
+  KD_LAUNCH(kern::verify_merge_kernel<float>, dim3(k.rows, k.p.batch), kern::kMergeThreads, 0, stream, k);
   return verify_launch_status("verify_merge_kernel (f32) launch");
 }
 

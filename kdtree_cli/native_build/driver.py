@@ -152,6 +152,10 @@ def build(request: BuildRequest, console: Console | None = None) -> BuildOutcome
 def resolve_targets(layout: SourceLayout, names: Sequence[str]) -> list[str]:
     """Check target names against build.ninja's: programs, their bin/ paths, tests, bench, libs, all."""
     known = {"all", "tests", "bench", "libs"}
+    if layout.has_engine:
+        from .layout import ENGINE_EMU_LIB, ENGINE_LIB
+
+        known |= {"engine", "engine_emu", ENGINE_LIB, ENGINE_EMU_LIB}
     for prog in layout.programs:
         known |= {prog.name, prog.output}
     for lib in list(layout.libraries) + list(layout.support.values()):

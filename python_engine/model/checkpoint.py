@@ -10,10 +10,8 @@ from pathlib import Path
 import torch
 
 from python_engine.errors import KdtreeError
+from python_engine.model.checkpoint_files import INDEX_NAME, SINGLE_NAME
 from python_engine.model.config import read_json
-
-INDEX_NAME = "model.safetensors.index.json"
-SINGLE_NAME = "model.safetensors"
 
 
 class Checkpoint:

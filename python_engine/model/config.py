@@ -49,6 +49,9 @@ _DEFAULTS: dict[str, Any] = {
     "eos_token_id": 1,
 }
 DEFAULT_ROPE_THETA = 10000.0
+# transformers builds q_a_layernorm and kv_a_layernorm with DeepseekV3RMSNorm's default eps,
+# not config.rms_norm_eps; the oracle wins (both engines use this).
+LATENT_NORM_EPS = 1e-6
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,380 @@
+#include "engine/weights.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "engine/engine_error.h"
+#include "kernels/elementwise.cuh"
+
+namespace kdtree::engine {
+namespace {
+
+// Bytes read per pread into a pinned stage; two stages per reader thread let one chunk
+// cross the bus while the next is read.
+constexpr size_t kLoadStageBytes = size_t{16} << 20;
+constexpr int kStagesPerReader = 2;
+constexpr auto kProgressPeriod = std::chrono::milliseconds(100);
+
+std::string shape_str(const int64_t* shape, int ndim) {
+  std::string s = "[";
+  for (int i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) { return shape_str(shape.data(), static_cast<int>(shape.size())); }
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+size_t stored_bytes(int32_t dtype) { return dtype == KD_F32 ? 4 : 2; }
+
+ModelDType model_type(int32_t dtype) { return dtype == KD_F32 ? ModelDType::kF32 : ModelDType::kBF16; }
+
+// One tensor to read: its source entry and destination slot.
+struct LoadJob {
+  const kd_tensor_entry* entry;
+  const WeightSlot* slot;
+};
+
+class Reader {
+ public:
+  Reader(char* device_base, ModelDType compute, std::atomic<uint64_t>* done, std::atomic<bool>* stop)
+      : base_(device_base), compute_(compute), done_(done), stop_(stop) {}
+
+  // Reads every job of one file; the first failure is returned as text (empty: ok).
+  std::string run(const std::vector<LoadJob>& jobs) {
+    try {
+      setup();
+      for (const LoadJob& job : jobs) {
+        if (stop_->load()) break;
+        read_tensor(job);
+      }
+      KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    } catch (const std::exception& e) {
+      teardown();
+      return e.what();
+    }
+    teardown();
+    return {};
+  }
+
+ private:
+  void setup() {
+    KD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    for (int s = 0; s < kStagesPerReader; ++s) {
+      pinned_[s] = PinnedBuffer(kLoadStageBytes, "checkpoint staging");
+      scratch_[s] = DeviceBuffer(kLoadStageBytes, "checkpoint staging");
+      KD_CUDA_CHECK(cudaEventCreateWithFlags(&ready_[s], cudaEventDisableTiming));
+      used_[s] = false;
+    }
+  }
+
+  void teardown() {
+    if (stream_) (void)cudaStreamSynchronize(stream_);
+    for (int s = 0; s < kStagesPerReader; ++s) {
+      if (ready_[s]) (void)cudaEventDestroy(ready_[s]);
+      ready_[s] = nullptr;
+      pinned_[s].release();
+      scratch_[s].release();
+    }
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+    if (stream_) (void)cudaStreamDestroy(stream_);
+    stream_ = nullptr;
+  }
+
+  void open_file(const char* path) {
+    if (fd_ >= 0 && open_path_ == path) return;
+    if (fd_ >= 0) close(fd_);
+    fd_ = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) fail(KD_LOAD_ERROR, std::string("cannot open ") + path + ": " + std::strerror(errno));
+    open_path_ = path;
+  }
+
+  void read_tensor(const LoadJob& job) {
+    const kd_tensor_entry& e = *job.entry;
+    open_file(e.file);
+    const size_t src_el = stored_bytes(e.dtype);
+    const ModelDType dst_type = job.slot->float32 ? ModelDType::kF32 : compute_;
+    const size_t dst_el = static_cast<size_t>(model_dtype_bytes(dst_type));
+    const bool convert = model_type(e.dtype) != dst_type;
+    const size_t chunk = kLoadStageBytes / src_el * src_el;
+    for (uint64_t off = 0; off < e.nbytes; off += chunk) {
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(chunk, e.nbytes - off));
+      const int s = stage_++ % kStagesPerReader;
+      if (used_[s]) KD_CUDA_CHECK(cudaEventSynchronize(ready_[s]));  // its last copy has left
+      char* host = static_cast<char*>(pinned_[s].data());
+      size_t got = 0;
+      while (got < len) {
+        const ssize_t r = pread(fd_, host + got, len - got, static_cast<off_t>(e.offset + off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+          fail(KD_LOAD_ERROR, std::string("reading tensor '") + e.name + "' from " + e.file + " at byte " +
+                                  std::to_string(e.offset + off + got) + ": " +
+                                  (r == 0 ? "the file ends early (truncated?)" : std::strerror(errno)));
+        got += static_cast<size_t>(r);
+      }
+      char* dst = base_ + job.slot->offset + off / src_el * dst_el;
+      if (!convert) {
+        KD_CUDA_CHECK(cudaMemcpyAsync(dst, host, len, cudaMemcpyHostToDevice, stream_));
+      } else {
+        KD_CUDA_CHECK(cudaMemcpyAsync(scratch_[s].data(), host, len, cudaMemcpyHostToDevice, stream_));
+        CopyRowsParams p;
+        p.in_dtype = model_type(e.dtype);
+        p.out_dtype = dst_type;
+        p.rows = 1;
+        p.cols = static_cast<int>(len / src_el);
+        p.in = scratch_[s].data();
+        p.in_stride = p.cols;
+        p.out = dst;
+        p.out_stride = p.cols;
+        check_kernel(copy_rows(p, stream_));
+      }
+      KD_CUDA_CHECK(cudaEventRecord(ready_[s], stream_));
+      used_[s] = true;
+      done_->fetch_add(len);
+    }
+  }
+
+  char* base_;
+  ModelDType compute_;
+  std::atomic<uint64_t>* done_;
+  std::atomic<bool>* stop_;
+  cudaStream_t stream_ = nullptr;
+  PinnedBuffer pinned_[kStagesPerReader];
+  DeviceBuffer scratch_[kStagesPerReader];
+  cudaEvent_t ready_[kStagesPerReader] = {};
+  bool used_[kStagesPerReader] = {};
+  int stage_ = 0;
+  int fd_ = -1;
+  std::string open_path_;
+};
+
+// Every planned tensor's entry, checked; throws KD_LOAD_ERROR on the first problem.
+std::vector<LoadJob> match_entries(const WeightPlan& plan, const kd_tensor_entry* entries, int n) {
+  if (n < 0 || (n > 0 && !entries)) fail(KD_INVALID_ARGUMENT, "tensor table: null or negative count");
+  std::unordered_map<std::string, const kd_tensor_entry*> by_name;
+  for (int i = 0; i < n; ++i) {
+    const kd_tensor_entry& e = entries[i];
+    if (!e.name || !e.file) fail(KD_INVALID_ARGUMENT, "tensor table entry " + std::to_string(i) + " has no name or file");
+    by_name.emplace(e.name, &e);
+  }
+  std::unordered_map<std::string, uint64_t> file_size;
+  std::vector<LoadJob> jobs;
+  for (const WeightSlot& slot : plan.slots()) {
+    auto it = by_name.find(slot.name);
+    if (it == by_name.end())
+      fail(KD_LOAD_ERROR, "tensor '" + slot.name + "' is missing from the checkpoint (expected shape " +
+                              shape_str(slot.shape) + ")");
+    const kd_tensor_entry& e = *it->second;
+    const std::string where = "tensor '" + slot.name + "' in " + e.file;
+    if (e.dtype != KD_F32 && e.dtype != KD_BF16)
+      fail(KD_LOAD_ERROR, where + " has an unsupported element type (the engine reads float32 and bfloat16)");
+    if (e.ndim != static_cast<int>(slot.shape.size()) ||
+        !std::equal(slot.shape.begin(), slot.shape.end(), e.shape))
+      fail(KD_LOAD_ERROR, where + " has shape " + shape_str(e.shape, std::clamp(e.ndim, 0, 4)) + ", expected " +
+                              shape_str(slot.shape));
+    const uint64_t want = static_cast<uint64_t>(numel(slot.shape)) * stored_bytes(e.dtype);
+    if (e.nbytes != want)
+      fail(KD_LOAD_ERROR, where + " spans " + std::to_string(e.nbytes) + " bytes, its shape and type need " +
+                              std::to_string(want));
+    auto fs = file_size.find(e.file);
+    if (fs == file_size.end()) {
+      struct stat st;
+      if (stat(e.file, &st) != 0)
+        fail(KD_LOAD_ERROR, std::string("cannot read ") + e.file + " (holding " + where + "): " + std::strerror(errno));
+      if (!S_ISREG(st.st_mode)) fail(KD_LOAD_ERROR, std::string(e.file) + " is not a regular file");
+      fs = file_size.emplace(e.file, static_cast<uint64_t>(st.st_size)).first;
+    }
+    if (e.offset + e.nbytes > fs->second)
+      fail(KD_LOAD_ERROR, where + " needs bytes " + std::to_string(e.offset) + ".." + std::to_string(e.offset + e.nbytes) +
+                              " but the file has " + std::to_string(fs->second) + " bytes (truncated?)");
+    jobs.push_back({&e, &slot});
+  }
+  return jobs;
+}
+
+}  // namespace
+
+void WeightPlan::add(const std::string& name, std::vector<int64_t> shape, bool float32) {
+  WeightSlot s;
+  s.name = name;
+  s.float32 = float32;
+  s.bytes = static_cast<size_t>(numel(shape)) * element_bytes(float32);
+  s.shape = std::move(shape);
+  s.offset = layout_.add(s.bytes);
+  slots_.push_back(std::move(s));
+}
+
+void WeightPlan::add_stack(const std::vector<std::string>& names, std::vector<int64_t> shape) {
+  const size_t one = static_cast<size_t>(numel(shape)) * element_bytes(false);
+  const size_t base = layout_.add(one * names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    WeightSlot s;
+    s.name = names[i];
+    s.shape = shape;
+    s.bytes = one;
+    s.offset = base + i * one;
+    slots_.push_back(std::move(s));
+  }
+}
+
+void plan_target_weights(const TargetDims& t, WeightPlan* plan) {
+  const int64_t H = t.hidden, V = t.vocab, nh = t.heads;
+  plan->add("model.embed_tokens.weight", {V, H});
+  plan->add("model.norm.weight", {H});
+  if (!t.tie_embeddings) plan->add("lm_head.weight", {V, H});
+  for (int i = 0; i < t.layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const std::string a = p + "self_attn.";
+    plan->add(p + "input_layernorm.weight", {H});
+    plan->add(p + "post_attention_layernorm.weight", {H});
+    if (t.q_lora == 0) {
+      plan->add(a + "q_proj.weight", {nh * t.qk(), H});
+    } else {
+      plan->add(a + "q_a_proj.weight", {t.q_lora, H});
+      plan->add(a + "q_a_layernorm.weight", {t.q_lora});
+      plan->add(a + "q_b_proj.weight", {nh * t.qk(), t.q_lora});
+    }
+    plan->add(a + "kv_a_proj_with_mqa.weight", {t.kv_lora + t.rope, H});
+    plan->add(a + "kv_a_layernorm.weight", {t.kv_lora});
+    plan->add(a + "kv_b_proj.weight", {nh * (t.nope + t.v_head), t.kv_lora});
+    plan->add(a + "o_proj.weight", {H, nh * t.v_head});
+    const std::string m = p + "mlp.";
+    if (!t.moe_layer(i)) {
+      plan->add(m + "gate_proj.weight", {t.dense_inter, H});
+      plan->add(m + "up_proj.weight", {t.dense_inter, H});
+      plan->add(m + "down_proj.weight", {H, t.dense_inter});
+      continue;
+    }
+    plan->add(m + "gate.weight", {t.experts, H}, /*float32=*/true);
+    plan->add(m + "gate.e_score_correction_bias", {t.experts}, /*float32=*/true);
+    for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+      std::vector<std::string> names;
+      for (int e = 0; e < t.experts; ++e) names.push_back(m + "experts." + std::to_string(e) + "." + proj + ".weight");
+      const bool down = std::strcmp(proj, "down_proj") == 0;
+      plan->add_stack(names, down ? std::vector<int64_t>{H, t.moe_inter} : std::vector<int64_t>{t.moe_inter, H});
+    }
+    if (t.shared_experts > 0) {
+      const int64_t I = static_cast<int64_t>(t.moe_inter) * t.shared_experts;
+      plan->add(m + "shared_experts.gate_proj.weight", {I, H});
+      plan->add(m + "shared_experts.up_proj.weight", {I, H});
+      plan->add(m + "shared_experts.down_proj.weight", {H, I});
+    }
+  }
+}
+
+void plan_drafter_weights(const DrafterDims& d, WeightPlan* plan) {
+  const int64_t H = d.hidden, q = static_cast<int64_t>(d.heads) * d.head_dim;
+  const int64_t kv = static_cast<int64_t>(d.kv_heads) * d.head_dim;
+  plan->add("drafter.fc.weight", {H, d.features()});
+  plan->add("drafter.hidden_norm.weight", {H});
+  plan->add("drafter.norm.weight", {H});
+  for (int i = 0; i < d.layers; ++i) {
+    const std::string p = "drafter.layers." + std::to_string(i) + ".";
+    plan->add(p + "input_layernorm.weight", {H});
+    plan->add(p + "post_attention_layernorm.weight", {H});
+    plan->add(p + "self_attn.q_proj.weight", {q, H});
+    plan->add(p + "self_attn.k_proj.weight", {kv, H});
+    plan->add(p + "self_attn.v_proj.weight", {kv, H});
+    plan->add(p + "self_attn.o_proj.weight", {H, q});
+    plan->add(p + "self_attn.q_norm.weight", {d.head_dim});
+    plan->add(p + "self_attn.k_norm.weight", {d.head_dim});
+    plan->add(p + "mlp.gate_proj.weight", {d.inter, H});
+    plan->add(p + "mlp.up_proj.weight", {d.inter, H});
+    plan->add(p + "mlp.down_proj.weight", {H, d.inter});
+  }
+}
+
+const void* DeviceWeights::find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+const void* DeviceWeights::get(const std::string& name) const {
+  const void* p = find(name);
+  if (!p) fail(KD_INTERNAL, "weight '" + name + "' was not planned");
+  return p;
+}
+
+DeviceWeights DeviceWeights::load(const WeightPlan& plan, const kd_tensor_entry* entries, int n_entries,
+                                  const LoadOptions& options) {
+  std::vector<LoadJob> jobs = match_entries(plan, entries, n_entries);
+  DeviceWeights w;
+  w.memory_ = DeviceBuffer(plan.total_bytes(), "the model weights");
+  for (const WeightSlot& s : plan.slots()) w.by_name_[s.name] = w.memory_.bytes_ptr(s.offset);
+
+  // one reader per file at a time, files dealt round-robin, each file's tensors in offset order
+  std::sort(jobs.begin(), jobs.end(), [](const LoadJob& a, const LoadJob& b) {
+    const int c = std::strcmp(a.entry->file, b.entry->file);
+    return c != 0 ? c < 0 : a.entry->offset < b.entry->offset;
+  });
+  std::vector<std::vector<LoadJob>> per_file;
+  for (const LoadJob& j : jobs) {
+    if (per_file.empty() || std::strcmp(per_file.back().back().entry->file, j.entry->file) != 0) per_file.emplace_back();
+    per_file.back().push_back(j);
+  }
+  uint64_t total = 0;
+  for (const LoadJob& j : jobs) total += j.entry->nbytes;
+#if defined(KD_SIMT_EMULATION)
+  const int threads = 1;  // the CPU emulator runs one kernel at a time
+#else
+  const int threads = std::max(1, std::min<int>(options.threads, static_cast<int>(per_file.size())));
+#endif
+  std::atomic<uint64_t> done{0};
+  std::atomic<bool> stop{false};
+  std::atomic<size_t> next_file{0};
+  std::mutex error_mutex;
+  std::string first_error;
+  int device = 0;
+  KD_CUDA_CHECK(cudaGetDevice(&device));
+  auto work = [&]() {
+    (void)cudaSetDevice(device);  // a new thread starts on device 0
+    Reader reader(w.memory_.bytes_ptr(), plan.dtype(), &done, &stop);
+    for (size_t f = next_file++; f < per_file.size() && !stop.load(); f = next_file++) {
+      const std::string err = reader.run(per_file[f]);
+      if (!err.empty()) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (first_error.empty()) first_error = err;
+        stop = true;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  std::mutex running_mutex;
+  std::condition_variable finished;
+  int running = threads;
+  for (int i = 0; i < threads; ++i)
+    pool.emplace_back([&]() {
+      work();
+      std::lock_guard<std::mutex> lock(running_mutex);
+      --running;
+      finished.notify_all();
+    });
+  {
+    std::unique_lock<std::mutex> lock(running_mutex);
+    while (running > 0) {
+      if (options.progress) options.progress(options.progress_user, done.load(), total);
+      finished.wait_for(lock, kProgressPeriod, [&] { return running == 0; });
+    }
+  }
+  for (auto& t : pool) t.join();
+  if (!first_error.empty()) fail(KD_LOAD_ERROR, first_error);  // w (and its memory) goes with the throw
+  if (options.progress) options.progress(options.progress_user, total, total);
+  return w;
+}
+
+}  // namespace kdtree::engine
