@@ -18,6 +18,7 @@ from python_engine.errors import KdtreeError
 COMMAND_MODULES = [
     "demo", "train_demo",
     "run",
+    "quantize",
     "refs",
     "build",
     "test",

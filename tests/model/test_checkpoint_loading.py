@@ -125,7 +125,9 @@ def test_missing_directory_and_config(tmp_path):
     ({"attention_bias": True}, "attention_bias"),
     ({"hidden_size": 0}, "hidden_size must be an integer >= 1"),
     ({"scoring_func": "softmax"}, "scoring_func = 'softmax' is not supported"),
-    ({"quantization_config": {"quant_method": "compressed-tensors"}}, "quantized checkpoints"),
+    ({"quantization_config": {"quant_method": "fp8"}}, r"quantized checkpoints \(fp8\) are not supported"),
+    ({"quantization_config": {"quant_method": "compressed-tensors", "format": "float-quantized"}},
+     r"quantization_config\.format = 'float-quantized' is not supported"),
 ])
 def test_unsupported_config_values_are_refused(override, message):
     with pytest.raises(KdtreeError, match=message):
