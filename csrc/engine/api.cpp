@@ -1,5 +1,7 @@
 // The C API (kdtree_engine.h) over engine::Engine: every exception becomes a status and the
 // engine's last-error text; a CUDA failure marks the engine broken.
+#include <cuda_runtime_api.h>
+
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -60,6 +62,21 @@ void copy_error(char* dst, size_t len, const std::string& msg) {
 extern "C" {
 
 int32_t kd_abi_version(void) { return KD_ENGINE_ABI; }
+
+kd_status kd_device_memory(int32_t device, uint64_t* free_bytes, uint64_t* total_bytes) {
+  if (cudaSetDevice(device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return KD_CUDA_ERROR;
+  }
+  size_t f = 0, t = 0;
+  if (cudaMemGetInfo(&f, &t) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return KD_CUDA_ERROR;
+  }
+  if (free_bytes) *free_bytes = f;
+  if (total_bytes) *total_bytes = t;
+  return KD_OK;
+}
 
 kd_status kd_engine_create(const kd_target_config* target, const kd_drafter_config* drafter,
                            const kd_tensor_entry* tensors, int32_t n_tensors, const kd_engine_options* options,

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "common/cuda_check.h"
@@ -37,7 +38,10 @@ Engine::Engine(const kd_target_config& target, const kd_drafter_config* drafter,
   lo.threads = limits_.load_threads;
   lo.progress = progress;
   lo.progress_user = progress_user;
+  const auto load_start = std::chrono::steady_clock::now();
   weights_ = DeviceWeights::load(plan, tensors, n_tensors, lo);
+  memory_.load_us = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - load_start).count());
 
   gemm_.init(stream_);
   const std::vector<int> feature_layers = ddims_ ? ddims_->target_layers : std::vector<int>{};
@@ -72,7 +76,7 @@ Engine::Engine(const kd_target_config& target, const kd_drafter_config* drafter,
   memory_.weights = weights_.bytes();
   memory_.target_cache = tcache_->bytes();
   memory_.drafter_cache = (dcache_ ? dcache_->bytes() : 0) + slots_->bytes();
-  memory_.workspace = ws_.bytes();
+  memory_.workspace = ws_.bytes() + gemm_.workspace_bytes();
   memory_.total = memory_.weights + memory_.target_cache + memory_.drafter_cache + memory_.workspace;
   memory_.device_free_after = device_memory_info().first;
 }

@@ -33,6 +33,7 @@ class Gemm {
   Gemm& operator=(const Gemm&) = delete;
 
   void init(cudaStream_t stream);  // creates the handle and its fixed workspace (graph capture needs one)
+  size_t workspace_bytes() const { return workspace_.size(); }
 
   // y[rows, out] = x[rows, in] @ w[out, in]^T
   void linear(int rows, int out, int in, Matrix x, Matrix w, MatrixOut y);

@@ -99,11 +99,14 @@ typedef struct kd_engine_options {
 typedef struct kd_memory_report {
   uint64_t weights, target_cache, drafter_cache, workspace, total;
   uint64_t device_total, device_free_before, device_free_after;
+  uint64_t load_us; /* reading the checkpoint into GPU memory */
 } kd_memory_report;
 
 typedef void (*kd_progress_fn)(void* user, uint64_t done_bytes, uint64_t total_bytes);
 
 int32_t kd_abi_version(void);
+/* The device's memory now, as cudaMemGetInfo reports it (for memory checks). */
+kd_status kd_device_memory(int32_t device, uint64_t* free_bytes, uint64_t* total_bytes);
 
 /* Loads the checkpoint (drafter may be NULL: AR only). On failure *out stays NULL, nothing is
  * left allocated on the GPU, and `error` (if given) holds the message. `progress` (may be
@@ -198,7 +201,8 @@ typedef struct kd_step_report {
   float stage_us[KD_STAGES]; /* draft, tree_build, verify, commit (CUDA events), host */
   int32_t admitted, finished, waiting, running;
   int32_t graph_replayed; /* 1 when the round ran as a captured CUDA graph */
-  int32_t sampled_slot;   /* slot whose tree is in sample_tree (-1: none) */
+  int32_t sampled_slot;   /* slot whose tree is in sample_* (-1: none) */
+  int64_t sample_request; /* its request id */
   int32_t sample_n;       /* its node count */
   int32_t sample_parent[1025], sample_token[1025]; /* the sampled tree (root first) */
   int32_t sample_accepted[33];

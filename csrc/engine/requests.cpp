@@ -211,6 +211,7 @@ void Engine::run_round(bool tree, bool want_tree, kd_step_report* report) {
       const DecodeRound::TreeSample t = round_->tree_of(s, shape, stream_);
       sampled_slot_ = s;
       report->sampled_slot = s;
+      report->sample_request = slot_owner_[s];
       report->sample_n = t.n;
       for (int i = 0; i <= t.n && i < shape.rows; ++i) {
         report->sample_parent[i] = t.parent[i];

@@ -270,7 +270,7 @@ class NativeEngine:
         tree = None
         if r.sampled_slot >= 0:
             n = r.sample_n
-            tree = {"slot": r.sampled_slot, "parent": list(r.sample_parent[: n + 1]),
+            tree = {"slot": r.sampled_slot, "request": int(r.sample_request), "parent": list(r.sample_parent[: n + 1]),
                     "token": list(r.sample_token[: n + 1]),
                     "accepted": list(r.sample_accepted[: r.sample_accept_len])}
         return StepReport(r.rounds, r.batch, records, dict(zip(L.STAGES, map(float, r.stage_us))), r.admitted,
@@ -292,6 +292,16 @@ class NativeEngine:
     def release(self, rid: int) -> None:
         with self._lock:
             self._call(self.lib.kd_release, rid)
+
+
+def device_memory(device: int = 0, variant: str = "gpu") -> tuple[int, int]:
+    """(free, total) bytes of a device, as the engine's CUDA runtime sees them."""
+    lib = L.load_library(L.library_path(variant))
+    free, total = ctypes.c_uint64(), ctypes.c_uint64()
+    status = lib.kd_device_memory(device, byref(free), byref(total))
+    if status != 0:
+        raise L.status_error(status, f"cannot read device {device}'s memory")
+    return free.value, total.value
 
 
 def philox4x32_10(counter, key, variant: str = "emu") -> list[int]:

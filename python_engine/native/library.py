@@ -85,7 +85,7 @@ class EngineOptionsC(Structure):
 class MemoryReportC(Structure):
     _fields_ = [(name, c_uint64) for name in (
         "weights", "target_cache", "drafter_cache", "workspace", "total",
-        "device_total", "device_free_before", "device_free_after")]
+        "device_total", "device_free_before", "device_free_after", "load_us")]
 
 
 class RequestC(Structure):
@@ -108,7 +108,7 @@ class StepReportC(Structure):
     _fields_ = [("rounds", c_int32), ("batch", c_int32), ("n_records", c_int32),
                 ("records", RoundRecordC * MAX_BATCH), ("stage_us", c_float * len(STAGES)),
                 ("admitted", c_int32), ("finished", c_int32), ("waiting", c_int32), ("running", c_int32),
-                ("graph_replayed", c_int32), ("sampled_slot", c_int32), ("sample_n", c_int32),
+                ("graph_replayed", c_int32), ("sampled_slot", c_int32), ("sample_request", c_int64), ("sample_n", c_int32),
                 ("sample_parent", c_int32 * 1025), ("sample_token", c_int32 * 1025),
                 ("sample_accepted", c_int32 * 33), ("sample_accept_len", c_int32)]
 
@@ -117,6 +117,7 @@ PROGRESS_FN = ctypes.CFUNCTYPE(None, c_void_p, c_uint64, c_uint64)
 
 _SIGNATURES = {
     "kd_abi_version": ([], c_int32),
+    "kd_device_memory": ([c_int32, POINTER(c_uint64), POINTER(c_uint64)], c_int32),
     "kd_engine_create": ([POINTER(TargetConfigC), POINTER(DrafterConfigC), POINTER(TensorEntry), c_int32,
                           POINTER(EngineOptionsC), PROGRESS_FN, c_void_p, POINTER(c_void_p), c_char_p, c_size_t],
                          c_int32),

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One lease of the GPU machine for the native engine (issues 11, 12): build, the smoke
+# check, the parity and decoding tests at full size, the engine and load benchmarks,
+# compute-sanitizer memcheck, the native kernel tests. Every step is bounded and logged
+# under $OUT; a short table comes last. Usage (repository root, on the GPU machine):
+#   OUT=/tmp/o scripts/gpu_engine_run.sh [steps...]     steps default to all, in order:
+#   build smoke parity decode bench sanitize load native
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 KDTREE_NATIVE_VARIANT=gpu KDTREE_NATIVE_RESULTS="$OUT/native-results.jsonl"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+STEPS=("$@"); [ ${#STEPS[@]} -eq 0 ] && STEPS=(build smoke parity decode bench sanitize load native)
+declare -a rows=()
+step() {  # name, timeout seconds, command...
+  local name=$1 limit=$2; shift 2
+  local t0=$(date +%s.%N)
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$? t1=$(date +%s.%N)
+  local secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
+  local last=$(grep -v '^\s*$' "$OUT/$name.log" | tail -1 | cut -c1-90)
+  rows+=("$(printf '%-10s %-6s %7s s  %s' "$name" "$([ $rc -eq 0 ] && echo ok || echo rc=$rc)" "$secs" "$last")")
+  [ $rc -ne 0 ] && tail -25 "$OUT/$name.log"
+  return 0
+}
+{ date -u +%FT%TZ; git rev-parse --short HEAD 2>/dev/null; nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader;
+  nvcc --version | tail -1; "$PY" -c 'import torch; print("torch", torch.__version__)'; } >"$OUT/env.txt" 2>&1
+for s in "${STEPS[@]}"; do
+  case $s in
+    build) step build 300 "$PY" -m kdtree_cli build -j 16 ;;
+    smoke) step smoke 120 "$PY" -m python_engine.native.smoke --requests 4 --tokens 32 ;;
+    parity) step parity 300 "$PY" -m pytest -q -x -s -p no:cacheprovider tests/native/test_native_forward.py ;;
+    decode) step decode 400 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_decode.py ;;
+    bench) step bench 300 "$PY" -c "from pathlib import Path; from kdtree_cli.bench.engine import EngineBench, run_engine_bench; \
+           import json; r = run_engine_bench(EngineBench(out_dir=Path('$OUT'))); print(json.dumps(r['tokens_per_s']))" ;;
+    sanitize) step sanitize 300 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
+           "$PY" -m python_engine.native.smoke --requests 4 --tokens 32 ;;
+    load) step load 400 "$PY" -c "from pathlib import Path; from kdtree_cli.bench.load import run_load_bench; import json; \
+           r = run_load_bench(Path('/tmp/kimi-slice')); open('$OUT/load.json','w').write(json.dumps(r, indent=2)); \
+           print('native', round(r['native_gb_per_s'],2), 'GB/s; torch', round(r['torch_gb_per_s'],2), 'GB/s; mem ratio', round(r['memory']['ratio'],3), 'left', r['memory']['left_behind'])" ;;
+    native) step native 300 "$PY" -m kdtree_cli test --native ;;
+    *) echo "unknown step $s" ;;
+  esac
+done
+cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz *.log *.txt *.jsonl *.json *.md 2>/dev/null
+printf '%s\n' "${rows[@]}"
