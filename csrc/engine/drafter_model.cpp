@@ -58,8 +58,7 @@ void DrafterModel::declare(Workspace* ws) {
   const size_t Nd = static_cast<size_t>(limits_.slots) * (limits_.max_block - 1);
   ws->declare(&ext_feat_, Ne * dims_.features() * el);
   ws->declare(&ext_c_, Ne * H * el);
-  ws->declare(&ext_k_, Ne * kvw * el);
-  ws->declare(&ext_v_, Ne * kvw * el);
+  ws->declare(&ext_kv_, Ne * 2 * kvw * el);
   ws->declare(&ext_pos_, Ne * sizeof(int32_t));
   ws->declare(&ext_dest_, Ne * sizeof(int32_t));
   ws->declare(&blk_tokens_, Nb * sizeof(int32_t));
@@ -67,13 +66,10 @@ void DrafterModel::declare(Workspace* ws) {
   ws->declare(&gather_, std::max<size_t>(Nd, 1) * sizeof(int32_t));
   ws->declare(&x_, Nb * H * el);
   ws->declare(&h_, Nb * H * el);
-  ws->declare(&q_, Nb * qw * el);
-  ws->declare(&k_, Nb * kvw * el);
-  ws->declare(&v_, Nb * kvw * el);
+  ws->declare(&qkv_, Nb * (qw + 2 * kvw) * el);
   ws->declare(&attn_, Nb * qw * el);
   ws->declare(&o_, Nb * H * el);
-  ws->declare(&g_, Nb * dims_.inter * el);
-  ws->declare(&u_, Nb * dims_.inter * el);
+  ws->declare(&gate_up_, Nb * 2 * dims_.inter * el);
   ws->declare(&act_, Nb * dims_.inter * el);
   ws->declare(&hs_, std::max<size_t>(Nd, 1) * H * el);
   ws->declare(&logits_, std::max<size_t>(Nd, 1) * vocab_ * sizeof(float));
@@ -86,29 +82,29 @@ void DrafterModel::upload_constants(cudaStream_t stream) {
   KD_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
-// K (normalised per head, rotated) and V of `rows` rows of x.
-void DrafterModel::kv_rows(const Layer& w, const void* x, int rows, const int32_t* positions, void* k, void* v,
-                           cudaStream_t stream) {
-  const int64_t H = dims_.hidden, kvw = static_cast<int64_t>(dims_.kv_heads) * dims_.head_dim;
-  gemm_->linear(rows, static_cast<int>(kvw), dims_.hidden, mat(x, H, dt_), mat(w.k, H, dt_), out(k, kvw, dt_));
-  gemm_->linear(rows, static_cast<int>(kvw), dims_.hidden, mat(x, H, dt_), mat(w.v, H, dt_), out(v, kvw, dt_));
+// K (normalised per head, rotated) of rows of [.. | k | v ..] laid out `stride` apart, in place.
+void DrafterModel::norm_rope_heads(void* x, int64_t stride, int rows, int heads, const void* norm_weight,
+                                   const int32_t* positions, cudaStream_t stream) {
+  const int64_t hd = dims_.head_dim;
   RmsNormParams n;
   n.dtype = dt_;
-  n.rows = rows * dims_.kv_heads;
+  n.rows = rows;
+  n.heads = heads;
   n.dim = dims_.head_dim;
-  n.x = n.out = k;
-  n.x_stride = n.out_stride = dims_.head_dim;
-  n.weight = w.k_norm;
+  n.x = n.out = x;
+  n.x_stride = n.out_stride = stride;
+  n.x_head_stride = n.out_head_stride = hd;
+  n.weight = norm_weight;
   n.eps = dims_.eps;
   check_kernel(rms_norm(n, stream));
   RopeParams r;
   r.dtype = dt_;
   r.tokens = rows;
-  r.heads = dims_.kv_heads;
+  r.heads = heads;
   r.dim = dims_.head_dim;
-  r.x = r.out = k;
-  r.x_token_stride = r.out_token_stride = kvw;
-  r.x_head_stride = r.out_head_stride = dims_.head_dim;
+  r.x = r.out = x;
+  r.x_token_stride = r.out_token_stride = stride;
+  r.x_head_stride = r.out_head_stride = hd;
   r.positions = positions;
   r.inv_freq = inv_freq_;
   r.attention_factor = dims_.rope_factor;
@@ -143,14 +139,17 @@ void DrafterModel::extend(int first_slot, int batch, int max_rows, const void* f
   n.eps = dims_.eps;
   check_kernel(rms_norm(n, stream));
   for (int l = 0; l < dims_.layers; ++l) {
-    kv_rows(layers_[l], ext_c_, rows, ext_pos_, ext_k_, ext_v_, stream);
+    // [k | v] of the context rows in one GEMM (k_proj and v_proj are adjacent rows of one matrix)
+    gemm_->linear(rows, static_cast<int>(2 * kvw), dims_.hidden, mat(ext_c_, H, dt_), mat(layers_[l].k, H, dt_),
+                  out(ext_kv_, 2 * kvw, dt_));
+    norm_rope_heads(ext_kv_, 2 * kvw, rows, dims_.kv_heads, layers_[l].k_norm, ext_pos_, stream);
     for (int which = 0; which < 2; ++which) {
       CopyRowsParams c;
       c.in_dtype = c.out_dtype = dt_;
       c.rows = rows;
       c.cols = static_cast<int>(kvw);
-      c.in = which == 0 ? ext_k_ : ext_v_;
-      c.in_stride = kvw;
+      c.in = static_cast<char*>(ext_kv_) + which * kvw * model_dtype_bytes(dt_);
+      c.in_stride = 2 * kvw;
       c.out_index = ext_dest_;
       c.out = which == 0 ? cache.keys(l, first_slot) : cache.values(l, first_slot);
       c.out_stride = kvw;
@@ -177,7 +176,7 @@ void DrafterModel::draft(int first_slot, int batch, int block, const SlotTable& 
   bi.gather = gather_;
   check_kernel(draft_block_inputs(bi, stream));
   const int64_t H = dims_.hidden, hd = dims_.head_dim;
-  const int64_t qw = dims_.heads * hd;
+  const int64_t qw = dims_.heads * hd, kvw = dims_.kv_heads * hd;
   EmbedParams e;
   e.dtype = dt_;
   e.rows = rows;
@@ -210,29 +209,13 @@ void DrafterModel::draft(int first_slot, int batch, int block, const SlotTable& 
     const Layer& w = layers_[l];
     n.weight = w.input_norm;
     check_kernel(rms_norm(n, stream));
-    gemm_->linear(rows, static_cast<int>(qw), dims_.hidden, mat(h_, H, dt_), mat(w.q, H, dt_), out(q_, qw, dt_));
-    RmsNormParams qn;
-    qn.dtype = dt_;
-    qn.rows = rows * dims_.heads;
-    qn.dim = dims_.head_dim;
-    qn.x = qn.out = q_;
-    qn.x_stride = qn.out_stride = hd;
-    qn.weight = w.q_norm;
-    qn.eps = dims_.eps;
-    check_kernel(rms_norm(qn, stream));
-    RopeParams r;
-    r.dtype = dt_;
-    r.tokens = rows;
-    r.heads = dims_.heads;
-    r.dim = dims_.head_dim;
-    r.x = r.out = q_;
-    r.x_token_stride = r.out_token_stride = qw;
-    r.x_head_stride = r.out_head_stride = hd;
-    r.positions = blk_pos_;
-    r.inv_freq = inv_freq_;
-    r.attention_factor = dims_.rope_factor;
-    check_kernel(rope(r, stream));
-    kv_rows(w, h_, rows, blk_pos_, k_, v_, stream);
+    // [q | k | v] of the block in one GEMM; q and k normalised per head and rotated in place
+    const int64_t qkv = qw + 2 * kvw;
+    gemm_->linear(rows, static_cast<int>(qkv), dims_.hidden, mat(h_, H, dt_), mat(w.q, H, dt_), out(qkv_, qkv, dt_));
+    norm_rope_heads(qkv_, qkv, rows, dims_.heads, w.q_norm, blk_pos_, stream);
+    void* k = static_cast<char*>(qkv_) + qw * model_dtype_bytes(dt_);
+    void* v = static_cast<char*>(qkv_) + (qw + kvw) * model_dtype_bytes(dt_);
+    norm_rope_heads(k, qkv, rows, dims_.kv_heads, w.k_norm, blk_pos_, stream);
     DrafterAttnParams a;
     a.dtype = dt_;
     a.batch = batch;
@@ -240,13 +223,15 @@ void DrafterModel::draft(int first_slot, int batch, int block, const SlotTable& 
     a.heads = dims_.heads;
     a.kv_heads = dims_.kv_heads;
     a.head_dim = dims_.head_dim;
-    a.q = q_;
+    a.q = qkv_;
+    a.q_stride = qkv;
     a.ctx_k = cache.keys(l, first_slot);
     a.ctx_v = cache.values(l, first_slot);
     a.ctx_batch_stride = cache.slot_stride();
     a.ctx_len = state.drafter_len;
-    a.blk_k = k_;
-    a.blk_v = v_;
+    a.blk_k = k;
+    a.blk_v = v;
+    a.blk_stride = qkv;
     a.scale = 1.0f / std::sqrt(static_cast<float>(dims_.head_dim));
     a.out = attn_;
     check_kernel(drafter_attn(a, stream));
@@ -254,18 +239,18 @@ void DrafterModel::draft(int first_slot, int batch, int block, const SlotTable& 
     check_kernel(add_inplace(add, stream));
     n.weight = w.post_norm;
     check_kernel(rms_norm(n, stream));
-    gemm_->linear(rows, dims_.inter, dims_.hidden, mat(h_, H, dt_), mat(w.gate, H, dt_), out(g_, dims_.inter, dt_));
-    gemm_->linear(rows, dims_.inter, dims_.hidden, mat(h_, H, dt_), mat(w.up, H, dt_), out(u_, dims_.inter, dt_));
+    const int I = dims_.inter;
+    gemm_->linear(rows, 2 * I, dims_.hidden, mat(h_, H, dt_), mat(w.gate, H, dt_), out(gate_up_, 2 * I, dt_));
     SiluMulParams s;
     s.dtype = dt_;
     s.rows = rows;
-    s.dim = dims_.inter;
-    s.gate = g_;
-    s.gate_stride = dims_.inter;
-    s.up = u_;
-    s.up_stride = dims_.inter;
+    s.dim = I;
+    s.gate = gate_up_;
+    s.gate_stride = 2 * I;
+    s.up = static_cast<char*>(gate_up_) + I * model_dtype_bytes(dt_);
+    s.up_stride = 2 * I;
     s.out = act_;
-    s.out_stride = dims_.inter;
+    s.out_stride = I;
     check_kernel(silu_mul(s, stream));
     gemm_->linear(rows, dims_.hidden, dims_.inter, mat(act_, dims_.inter, dt_), mat(w.down, dims_.inter, dt_),
                   out(o_, H, dt_));

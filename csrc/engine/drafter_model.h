@@ -40,10 +40,11 @@ class DrafterModel {
 
  private:
   struct Layer {
+    // q, k, v: rows of one [q | k | v] matrix; gate, up: rows of one [2I, H] matrix (weights.cpp)
     const void *input_norm, *post_norm, *q, *k, *v, *o, *q_norm, *k_norm, *gate, *up, *down;
   };
-  void kv_rows(const Layer& w, const void* x, int rows, const int32_t* positions, void* k, void* v,
-               cudaStream_t stream);
+  void norm_rope_heads(void* x, int64_t stride, int rows, int heads, const void* norm_weight,
+                       const int32_t* positions, cudaStream_t stream);
 
   DrafterDims dims_;
   int vocab_;
@@ -56,11 +57,11 @@ class DrafterModel {
   float* inv_freq_ = nullptr;
 
   // workspace
-  void *ext_feat_ = nullptr, *ext_c_ = nullptr, *ext_k_ = nullptr, *ext_v_ = nullptr;
+  void *ext_feat_ = nullptr, *ext_c_ = nullptr, *ext_kv_ = nullptr;
   int32_t *ext_pos_ = nullptr, *ext_dest_ = nullptr;
   int32_t *blk_tokens_ = nullptr, *blk_pos_ = nullptr, *gather_ = nullptr;
-  void *x_ = nullptr, *h_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *attn_ = nullptr, *o_ = nullptr;
-  void *g_ = nullptr, *u_ = nullptr, *act_ = nullptr, *hs_ = nullptr;
+  void *x_ = nullptr, *h_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *o_ = nullptr;
+  void *gate_up_ = nullptr, *act_ = nullptr, *hs_ = nullptr;
   float* logits_ = nullptr;
 };
 

@@ -119,9 +119,8 @@ void TargetModel::declare(Workspace* ws) {
   const size_t H = t.hidden, heads = t.heads;
   ws->declare(&x_, N * H * el);
   ws->declare(&hn_, N * H * el);
-  if (t.q_lora) ws->declare(&q_a_, N * t.q_lora * el);
-  ws->declare(&q_, N * heads * t.qk() * el);
-  ws->declare(&kv_a_, N * (t.kv_lora + t.rope) * el);
+  ws->declare(&proj_, N * proj_width() * el);
+  if (t.q_lora) ws->declare(&q_, N * heads * t.qk() * el);
   // zeroed: a model narrower than 512 / 64 leaves the padding columns at zero for good
   ws->declare(&q_lat_, N * heads * kVerifyLatentDim * el, /*zeroed=*/true);
   ws->declare(&q_pe_, N * heads * kVerifyRopeDim * el, /*zeroed=*/true);
@@ -131,8 +130,7 @@ void TargetModel::declare(Workspace* ws) {
   const size_t inter = std::max<size_t>(t.first_dense > 0 ? t.dense_inter : 0,
                                         static_cast<size_t>(t.moe_inter) * t.shared_experts);
   if (inter > 0) {
-    ws->declare(&gate_buf_, N * inter * el);
-    ws->declare(&up_buf_, N * inter * el);
+    ws->declare(&gate_up_, N * 2 * inter * el);
     ws->declare(&act_, N * inter * el);
   }
   ws->declare(&ffn_out_, N * H * el);
@@ -142,7 +140,6 @@ void TargetModel::declare(Workspace* ws) {
     ws->declare(&router_logits_, N * t.experts * sizeof(float));
     ws->declare(&topk_ids_, pairs * sizeof(int32_t));
     ws->declare(&topk_weights_, pairs * sizeof(float));
-    ws->declare(&expert_counts_, t.experts * sizeof(int32_t));
     ws->declare(&expert_offsets_, (t.experts + 1) * sizeof(int32_t));
     ws->declare(&row_token_, pairs * sizeof(int32_t));
     ws->declare(&pair_row_, pairs * sizeof(int32_t));
@@ -155,6 +152,11 @@ void TargetModel::declare(Workspace* ws) {
   ws->declare(&inv_freq_dev_, inv_freq_host_.size() * sizeof(float));
   attn_workspace_bytes_ = attention_workspace_bytes();
   ws->declare(&attn_workspace_, std::max<size_t>(attn_workspace_bytes_, 1));
+}
+
+int64_t TargetModel::proj_width() const {
+  const TargetDims& t = dims_;
+  return (t.q_lora ? t.q_lora : static_cast<int64_t>(t.heads) * t.qk()) + t.kv_lora + t.rope;
 }
 
 void TargetModel::upload_constants(cudaStream_t stream) {
@@ -182,7 +184,7 @@ void TargetModel::forward(const TargetBatch& b, const TargetCache& cache, const 
   e.out_stride = H;
   check_kernel(embed(e, stream));
 
-  RmsNormParams n;
+  RmsNormParams n;  // the first layer's input norm; every later norm comes with its residual add
   n.dtype = dt_;
   n.rows = rows;
   n.dim = t.hidden;
@@ -191,27 +193,30 @@ void TargetModel::forward(const TargetBatch& b, const TargetCache& cache, const 
   n.out = hn_;
   n.out_stride = H;
   n.eps = t.eps;
-  AddParams add;
-  add.dtype = dt_;
-  add.rows = rows;
-  add.dim = t.hidden;
-  add.x = x_;
-  add.x_stride = H;
-  add.y_stride = H;
+  n.weight = layers_[0].input_norm;
+  check_kernel(rms_norm(n, stream));
+  AddRmsNormParams an;
+  an.dtype = dt_;
+  an.rows = rows;
+  an.dim = t.hidden;
+  an.x = x_;
+  an.x_stride = H;
+  an.y_stride = H;
+  an.out = hn_;
+  an.out_stride = H;
+  an.eps = t.eps;
 
   for (int l = 0; l < t.layers; ++l) {
     const Layer& w = layers_[l];
-    n.weight = w.input_norm;
-    check_kernel(rms_norm(n, stream));
     attention(w, l, b, cache, cache_len, stream);
-    add.y = attn_out_;
-    check_kernel(add_inplace(add, stream));
-    n.weight = w.post_norm;
-    check_kernel(rms_norm(n, stream));
+    an.y = attn_out_;
+    an.weight = w.post_norm;
+    check_kernel(add_rms_norm(an, stream));
     if (t.moe_layer(l)) moe_ffn(w, rows, stream);
-    else dense_ffn(w.gate, w.up, w.down, t.dense_inter, rows, ffn_out_, stream);
-    add.y = ffn_out_;
-    check_kernel(add_inplace(add, stream));
+    else dense_ffn(w.gate, w.down, t.dense_inter, rows, ffn_out_, stream);
+    an.y = ffn_out_;
+    an.weight = l + 1 < t.layers ? layers_[l + 1].input_norm : norm_;  // the last layer's: the final norm
+    check_kernel(add_rms_norm(an, stream));
     if (b.features) {
       for (size_t f = 0; f < feature_layers_.size(); ++f) {
         if (feature_layers_[f] != l) continue;
@@ -228,8 +233,6 @@ void TargetModel::forward(const TargetBatch& b, const TargetCache& cache, const 
     }
   }
   if (b.logits == LogitRows::kNone) return;
-  n.weight = norm_;
-  check_kernel(rms_norm(n, stream));
   if (b.logits == LogitRows::kAll) {
     gemm_->linear(rows, t.vocab, t.hidden, mat(hn_, H, dt_), mat(lm_head_, H, dt_), out(logits_, t.vocab, ModelDType::kF32));
   } else {  // the last row of each slot: rows T-1, 2T-1, ... are a matrix of leading dimension T * H
@@ -243,35 +246,36 @@ void TargetModel::attention(const Layer& w, int layer, const TargetBatch& b, con
   const TargetDims& t = dims_;
   const int rows = b.batch * b.tokens;
   const int64_t H = t.hidden, qk = t.qk(), heads = t.heads;
-  // q: [rows, heads, nope + rope]
-  if (t.q_lora == 0) {
-    gemm_->linear(rows, static_cast<int>(heads * qk), t.hidden, mat(hn_, H, dt_), mat(w.q_proj, H, dt_),
-                  out(q_, heads * qk, dt_));
-  } else {
-    gemm_->linear(rows, t.q_lora, t.hidden, mat(hn_, H, dt_), mat(w.q_a, H, dt_), out(q_a_, t.q_lora, dt_));
+  // one GEMM for everything read from hn: [q_a | kv_a] (q LoRA) or [q | kv_a]
+  const int64_t pw = proj_width();
+  const int64_t qa = t.q_lora ? t.q_lora : heads * qk;  // width of the first part
+  gemm_->linear(rows, static_cast<int>(pw), t.hidden, mat(hn_, H, dt_), mat(w.q_a ? w.q_a : w.q_proj, H, dt_),
+                out(proj_, pw, dt_));
+  const void* q = proj_;  // [rows, heads, nope + rope] at leading dimension q_ld
+  int64_t q_ld = pw;
+  if (t.q_lora) {
     RmsNormParams qn;
     qn.dtype = dt_;
     qn.rows = rows;
     qn.dim = t.q_lora;
-    qn.x = qn.out = q_a_;
-    qn.x_stride = qn.out_stride = t.q_lora;
+    qn.x = qn.out = proj_;
+    qn.x_stride = qn.out_stride = pw;
     qn.weight = w.q_a_norm;
     qn.eps = t.latent_eps;
     check_kernel(rms_norm(qn, stream));
-    gemm_->linear(rows, static_cast<int>(heads * qk), t.q_lora, mat(q_a_, t.q_lora, dt_), mat(w.q_b, t.q_lora, dt_),
+    gemm_->linear(rows, static_cast<int>(heads * qk), t.q_lora, mat(proj_, pw, dt_), mat(w.q_b, t.q_lora, dt_),
                   out(q_, heads * qk, dt_));
+    q = q_;
+    q_ld = heads * qk;
   }
-  // kv_a -> the cache rows of the new tokens (normalised c, rotated k_pe)
-  gemm_->linear(rows, t.kv_lora + t.rope, t.hidden, mat(hn_, H, dt_), mat(w.kv_a, H, dt_),
-                out(kv_a_, t.kv_lora + t.rope, dt_));
   MlaCacheWriteParams cw;
   cw.dtype = dt_;
   cw.batch = b.batch;
   cw.tokens = b.tokens;
   cw.kv_lora = t.kv_lora;
   cw.rope_dim = t.rope;
-  cw.kv_a = kv_a_;
-  cw.kv_a_stride = t.kv_lora + t.rope;
+  cw.kv_a = at(proj_, qa, dt_);  // the kv_a part of the projection rows
+  cw.kv_a_stride = pw;
   cw.norm_weight = w.kv_a_norm;
   cw.eps = t.latent_eps;
   cw.positions = b.positions;
@@ -290,8 +294,8 @@ void TargetModel::attention(const Layer& w, int layer, const TargetBatch& b, con
   rp.tokens = rows;
   rp.heads = t.heads;
   rp.dim = t.rope;
-  rp.x = at(q_, t.nope, dt_);
-  rp.x_token_stride = heads * qk;
+  rp.x = at(q, t.nope, dt_);
+  rp.x_token_stride = q_ld;
   rp.x_head_stride = qk;
   rp.out = q_pe_;
   rp.out_token_stride = heads * kVerifyRopeDim;
@@ -303,7 +307,7 @@ void TargetModel::attention(const Layer& w, int layer, const TargetBatch& b, con
   check_kernel(rope(rp, stream));
   // absorbed queries: q_lat[:, h] = q_nope[:, h] @ w_kc[h], w_kc[h] = kv_b rows h*(nope+v) .. +nope
   const int64_t head_rows = static_cast<int64_t>(t.nope + t.v_head) * t.kv_lora;  // kv_b elements per head
-  gemm_->batched(t.heads, rows, t.kv_lora, t.nope, mat(q_, heads * qk, dt_), qk, mat(w.kv_b, t.kv_lora, dt_), head_rows,
+  gemm_->batched(t.heads, rows, t.kv_lora, t.nope, mat(q, q_ld, dt_), qk, mat(w.kv_b, t.kv_lora, dt_), head_rows,
                  /*transpose_w=*/false, out(q_lat_, heads * kVerifyLatentDim, dt_), kVerifyLatentDim);
   VerifyAttnParams a;
   a.dtype = attn_type(dt_);
@@ -332,19 +336,19 @@ void TargetModel::attention(const Layer& w, int layer, const TargetBatch& b, con
                 mat(w.o_proj, heads * t.v_head, dt_), out(attn_out_, H, dt_));
 }
 
-void TargetModel::dense_ffn(const void* gate, const void* up, const void* down, int inter, int rows, void* dst,
+void TargetModel::dense_ffn(const void* gate_up, const void* down, int inter, int rows, void* dst,
                             cudaStream_t stream) {
   const int64_t H = dims_.hidden;
-  gemm_->linear(rows, inter, dims_.hidden, mat(hn_, H, dt_), mat(gate, H, dt_), out(gate_buf_, inter, dt_));
-  gemm_->linear(rows, inter, dims_.hidden, mat(hn_, H, dt_), mat(up, H, dt_), out(up_buf_, inter, dt_));
+  // gate and up are one [2I, H] matrix (weights.cpp): one GEMM, then silu(gate) * up
+  gemm_->linear(rows, 2 * inter, dims_.hidden, mat(hn_, H, dt_), mat(gate_up, H, dt_), out(gate_up_, 2 * inter, dt_));
   SiluMulParams s;
   s.dtype = dt_;
   s.rows = rows;
   s.dim = inter;
-  s.gate = gate_buf_;
-  s.gate_stride = inter;
-  s.up = up_buf_;
-  s.up_stride = inter;
+  s.gate = gate_up_;
+  s.gate_stride = 2 * inter;
+  s.up = at(gate_up_, inter, dt_);
+  s.up_stride = 2 * inter;
   s.out = act_;
   s.out_stride = inter;
   check_kernel(silu_mul(s, stream));
@@ -389,7 +393,6 @@ void TargetModel::moe_ffn(const Layer& w, int rows, cudaStream_t stream) {
   g.experts = t.experts;
   g.topk = t.topk;
   g.topk_ids = topk_ids_;
-  g.counts = expert_counts_;
   g.offsets = expert_offsets_;
   g.row_token = row_token_;
   g.pair_row = pair_row_;
@@ -426,7 +429,7 @@ void TargetModel::moe_ffn(const Layer& w, int rows, cudaStream_t stream) {
   down.out_stride = H;
   check_kernel(moe_gemm(down, stream));
   if (t.shared_experts > 0)
-    dense_ffn(w.shared_gate, w.shared_up, w.shared_down, t.moe_inter * t.shared_experts, rows, shared_out_, stream);
+    dense_ffn(w.shared_gate, w.shared_down, t.moe_inter * t.shared_experts, rows, shared_out_, stream);
   MoeCombineParams c;
   c.dtype = dt_;
   c.tokens = rows;

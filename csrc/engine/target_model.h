@@ -53,15 +53,15 @@ class TargetModel {
  private:
   struct Layer {
     const void *input_norm, *post_norm, *q_proj, *q_a, *q_a_norm, *q_b, *kv_a, *kv_a_norm, *kv_b, *o_proj;
-    const void *gate, *up, *down;                             // dense layers
+    const void *gate, *up, *down;                             // dense layers (gate, up: one [2I, H])
     const float *router, *router_bias;                        // MoE layers
     const void *experts_gate, *experts_up, *experts_down;
     const void *shared_gate, *shared_up, *shared_down;
   };
   void attention(const Layer& w, int layer, const TargetBatch& b, const TargetCache& cache, const int32_t* cache_len,
                  cudaStream_t stream);
-  void dense_ffn(const void* gate, const void* up, const void* down, int inter, int rows, void* out,
-                 cudaStream_t stream);
+  void dense_ffn(const void* gate_up, const void* down, int inter, int rows, void* out, cudaStream_t stream);
+  int64_t proj_width() const;  // [q_a | kv_a] or [q | kv_a]: the columns of the first projection
   void moe_ffn(const Layer& w, int rows, cudaStream_t stream);
 
   TargetDims dims_;
@@ -75,11 +75,11 @@ class TargetModel {
   std::vector<float> inv_freq_host_;
 
   // workspace (rows = limits.forward_rows())
-  void *x_ = nullptr, *hn_ = nullptr, *q_a_ = nullptr, *q_ = nullptr, *kv_a_ = nullptr;
+  void *x_ = nullptr, *hn_ = nullptr, *proj_ = nullptr, *q_ = nullptr;
   void *q_lat_ = nullptr, *q_pe_ = nullptr, *o_lat_ = nullptr, *o_ = nullptr, *attn_out_ = nullptr;
-  void *gate_buf_ = nullptr, *up_buf_ = nullptr, *act_ = nullptr, *ffn_out_ = nullptr, *shared_out_ = nullptr;
+  void *gate_up_ = nullptr, *act_ = nullptr, *ffn_out_ = nullptr, *shared_out_ = nullptr;
   float *h32_ = nullptr, *router_logits_ = nullptr, *topk_weights_ = nullptr, *inv_freq_dev_ = nullptr;
-  int32_t *topk_ids_ = nullptr, *expert_counts_ = nullptr, *expert_offsets_ = nullptr, *row_token_ = nullptr,
+  int32_t *topk_ids_ = nullptr, *expert_offsets_ = nullptr, *row_token_ = nullptr,
           *pair_row_ = nullptr;
   void *expert_act_ = nullptr, *expert_out_ = nullptr;
   float* logits_ = nullptr;

@@ -232,6 +232,21 @@ void WeightPlan::add_stack(const std::vector<std::string>& names, std::vector<in
   }
 }
 
+void WeightPlan::add_rows(const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
+  size_t total = 0;
+  for (const auto& [name, shape] : parts) total += static_cast<size_t>(numel(shape)) * element_bytes(false);
+  size_t at = layout_.add(total);
+  for (const auto& [name, shape] : parts) {
+    WeightSlot s;
+    s.name = name;
+    s.shape = shape;
+    s.bytes = static_cast<size_t>(numel(shape)) * element_bytes(false);
+    s.offset = at;
+    at += s.bytes;
+    slots_.push_back(std::move(s));
+  }
+}
+
 void plan_target_weights(const TargetDims& t, WeightPlan* plan) {
   const int64_t H = t.hidden, V = t.vocab, nh = t.heads;
   plan->add("model.embed_tokens.weight", {V, H});
@@ -242,21 +257,20 @@ void plan_target_weights(const TargetDims& t, WeightPlan* plan) {
     const std::string a = p + "self_attn.";
     plan->add(p + "input_layernorm.weight", {H});
     plan->add(p + "post_attention_layernorm.weight", {H});
+    // the projections of the normalised hidden state, one matrix: [q_a | kv_a] or [q | kv_a]
     if (t.q_lora == 0) {
-      plan->add(a + "q_proj.weight", {nh * t.qk(), H});
+      plan->add_rows({{a + "q_proj.weight", {nh * t.qk(), H}}, {a + "kv_a_proj_with_mqa.weight", {t.kv_lora + t.rope, H}}});
     } else {
-      plan->add(a + "q_a_proj.weight", {t.q_lora, H});
+      plan->add_rows({{a + "q_a_proj.weight", {t.q_lora, H}}, {a + "kv_a_proj_with_mqa.weight", {t.kv_lora + t.rope, H}}});
       plan->add(a + "q_a_layernorm.weight", {t.q_lora});
       plan->add(a + "q_b_proj.weight", {nh * t.qk(), t.q_lora});
     }
-    plan->add(a + "kv_a_proj_with_mqa.weight", {t.kv_lora + t.rope, H});
     plan->add(a + "kv_a_layernorm.weight", {t.kv_lora});
     plan->add(a + "kv_b_proj.weight", {nh * (t.nope + t.v_head), t.kv_lora});
     plan->add(a + "o_proj.weight", {H, nh * t.v_head});
     const std::string m = p + "mlp.";
-    if (!t.moe_layer(i)) {
-      plan->add(m + "gate_proj.weight", {t.dense_inter, H});
-      plan->add(m + "up_proj.weight", {t.dense_inter, H});
+    if (!t.moe_layer(i)) {  // gate and up as one [2I, H] matrix
+      plan->add_rows({{m + "gate_proj.weight", {t.dense_inter, H}}, {m + "up_proj.weight", {t.dense_inter, H}}});
       plan->add(m + "down_proj.weight", {H, t.dense_inter});
       continue;
     }
@@ -270,8 +284,7 @@ void plan_target_weights(const TargetDims& t, WeightPlan* plan) {
     }
     if (t.shared_experts > 0) {
       const int64_t I = static_cast<int64_t>(t.moe_inter) * t.shared_experts;
-      plan->add(m + "shared_experts.gate_proj.weight", {I, H});
-      plan->add(m + "shared_experts.up_proj.weight", {I, H});
+      plan->add_rows({{m + "shared_experts.gate_proj.weight", {I, H}}, {m + "shared_experts.up_proj.weight", {I, H}}});
       plan->add(m + "shared_experts.down_proj.weight", {H, I});
     }
   }
@@ -287,14 +300,13 @@ void plan_drafter_weights(const DrafterDims& d, WeightPlan* plan) {
     const std::string p = "drafter.layers." + std::to_string(i) + ".";
     plan->add(p + "input_layernorm.weight", {H});
     plan->add(p + "post_attention_layernorm.weight", {H});
-    plan->add(p + "self_attn.q_proj.weight", {q, H});
-    plan->add(p + "self_attn.k_proj.weight", {kv, H});
-    plan->add(p + "self_attn.v_proj.weight", {kv, H});
+    // [q | k | v] as one matrix: the block's projections in one GEMM, the context's (k, v) in one
+    plan->add_rows({{p + "self_attn.q_proj.weight", {q, H}}, {p + "self_attn.k_proj.weight", {kv, H}},
+                    {p + "self_attn.v_proj.weight", {kv, H}}});
     plan->add(p + "self_attn.o_proj.weight", {H, q});
     plan->add(p + "self_attn.q_norm.weight", {d.head_dim});
     plan->add(p + "self_attn.k_norm.weight", {d.head_dim});
-    plan->add(p + "mlp.gate_proj.weight", {d.inter, H});
-    plan->add(p + "mlp.up_proj.weight", {d.inter, H});
+    plan->add_rows({{p + "mlp.gate_proj.weight", {d.inter, H}}, {p + "mlp.up_proj.weight", {d.inter, H}}});
     plan->add(p + "mlp.down_proj.weight", {H, d.inter});
   }
 }

@@ -34,6 +34,9 @@ class WeightPlan {
   void add(const std::string& name, std::vector<int64_t> shape, bool float32 = false);
   // `count` tensors of one shape back to back: name_of(i) at base + i * bytes.
   void add_stack(const std::vector<std::string>& names, std::vector<int64_t> shape);
+  // Matrices [rows_i, in] of one input width back to back, so together they are one
+  // [sum rows_i, in] matrix: one GEMM computes every projection of the same input.
+  void add_rows(const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts);
   const std::vector<WeightSlot>& slots() const { return slots_; }
   size_t total_bytes() const { return layout_.total(); }
   ModelDType dtype() const { return dtype_; }

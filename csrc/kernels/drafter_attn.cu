@@ -39,9 +39,11 @@ __global__ void __launch_bounds__(kDrafterThreads) drafter_attn_kernel(const Dra
   float *ms = sm + L.m, *ls = sm + L.l, *as = sm + L.alpha;
   const int kpad = hd + 1;
   const T* q = static_cast<const T*>(p.q);
+  const int64_t q_stride = p.q_stride ? p.q_stride : static_cast<int64_t>(p.heads) * hd;
+  const int64_t blk_stride = p.blk_stride ? p.blk_stride : static_cast<int64_t>(p.kv_heads) * hd;
   for (int i = tid; i < ql * hd; i += kDrafterThreads) {
     const int t = i / hd, d = i % hd;
-    qs[i] = to_f32(q[((static_cast<int64_t>(b) * ql + t) * p.heads + h) * hd + d]) * p.scale;
+    qs[i] = to_f32(q[(static_cast<int64_t>(b) * ql + t) * q_stride + h * hd + d]) * p.scale;
     os[i] = 0.0f;
   }
   for (int t = tid; t < ql; t += kDrafterThreads) {
@@ -62,7 +64,7 @@ __global__ void __launch_bounds__(kDrafterThreads) drafter_attn_kernel(const Dra
         kp = static_cast<const T*>(p.ctx_k) + off;
         vp = static_cast<const T*>(p.ctx_v) + off;
       } else {
-        const int64_t off = (static_cast<int64_t>(b) * ql + (j - ctx)) * kv_row + g * hd + d;
+        const int64_t off = (static_cast<int64_t>(b) * ql + (j - ctx)) * blk_stride + g * hd + d;
         kp = static_cast<const T*>(p.blk_k) + off;
         vp = static_cast<const T*>(p.blk_v) + off;
       }

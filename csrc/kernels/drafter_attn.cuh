@@ -21,13 +21,15 @@ constexpr int kDrafterMaxHeadDim = 256;
 struct DrafterAttnParams {
   ModelDType dtype = ModelDType::kF32;
   int batch = 0, q_len = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  const void* q = nullptr;              // [batch, q_len, heads, head_dim]
+  const void* q = nullptr;              // [batch, q_len, heads, head_dim], tokens q_stride apart
+  int64_t q_stride = 0;                 // elements between tokens (0: heads * head_dim)
   const void* ctx_k = nullptr;          // request b, key j, kv head g at
   const void* ctx_v = nullptr;          //   ctx + b * ctx_batch_stride + j * kv_heads * head_dim + g * head_dim
   int64_t ctx_batch_stride = 0;
   const int32_t* ctx_len = nullptr;     // [batch] device: context keys of each request
-  const void* blk_k = nullptr;          // [batch, q_len, kv_heads, head_dim]
+  const void* blk_k = nullptr;          // [batch, q_len, kv_heads, head_dim], tokens blk_stride apart
   const void* blk_v = nullptr;
+  int64_t blk_stride = 0;               // elements between tokens (0: kv_heads * head_dim)
   float scale = 0.0f;                   // 1 / sqrt(head_dim)
   void* out = nullptr;                  // [batch, q_len, heads, head_dim]
 };

@@ -93,29 +93,37 @@ __global__ void __launch_bounds__(kRowThreads) moe_route_kernel(const MoeRoutePa
   }
 }
 
-__global__ void __launch_bounds__(kElementThreads) moe_count_kernel(const MoeGroupParams p) {
-  const int i = static_cast<int>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < p.tokens * p.topk) atomicAdd(&p.counts[p.topk_ids[i]], 1);
-}
+constexpr int kGroupThreads = 1024;
 
-// One thread: experts are few (<= kMoeMaxExperts), and this keeps the offsets deterministic.
-__global__ void moe_offsets_kernel(const MoeGroupParams p) {
-  int run = 0;
-  for (int e = 0; e < p.experts; ++e) {
-    p.offsets[e] = run;
-    run += p.counts[e];
-    p.counts[e] = 0;  // from here on: the expert's fill cursor
+// The whole grouping in one block: count per expert, offsets, then each pair's row. The
+// order of rows within an expert is whatever the atomics give; every row is computed on its
+// own, so the results do not depend on it.
+__global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const MoeGroupParams p) {
+  __shared__ int count[kMoeMaxExperts];
+  __shared__ int offset[kMoeMaxExperts + 1];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int pairs = p.tokens * p.topk;
+  for (int e = tid; e < p.experts; e += kGroupThreads) count[e] = 0;
+  __syncthreads();
+  for (int i = tid; i < pairs; i += kGroupThreads) atomicAdd(&count[p.topk_ids[i]], 1);
+  __syncthreads();
+  if (tid == 0) {  // experts are few (<= kMoeMaxExperts): a serial scan is cheaper than a tree
+    int run = 0;
+    for (int e = 0; e < p.experts; ++e) {
+      offset[e] = run;
+      run += count[e];
+      count[e] = 0;  // from here on: the expert's fill cursor
+    }
+    offset[p.experts] = run;
   }
-  p.offsets[p.experts] = run;
-}
-
-__global__ void __launch_bounds__(kElementThreads) moe_scatter_kernel(const MoeGroupParams p) {
-  const int i = static_cast<int>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= p.tokens * p.topk) return;
-  const int e = p.topk_ids[i];
-  const int row = p.offsets[e] + atomicAdd(&p.counts[e], 1);
-  p.row_token[row] = i / p.topk;
-  p.pair_row[i] = row;
+  __syncthreads();
+  for (int e = tid; e <= p.experts; e += kGroupThreads) p.offsets[e] = offset[e];
+  for (int i = tid; i < pairs; i += kGroupThreads) {
+    const int e = p.topk_ids[i];
+    const int row = offset[e] + atomicAdd(&count[e], 1);
+    p.row_token[row] = i / p.topk;
+    p.pair_row[i] = row;
+  }
 }
 
 template <class T>
@@ -147,16 +155,10 @@ KernelResult moe_group(const MoeGroupParams& p, cudaStream_t stream) {
   if (p.tokens < 0 || p.experts < 1 || p.experts > kMoeMaxExperts || p.topk < 1)
     return KernelResult::invalid("moe_group: tokens >= 0, experts in 1.." + std::to_string(kMoeMaxExperts) +
                                  " and topk >= 1 required");
-  if (!p.topk_ids || !p.counts || !p.offsets || !p.row_token || !p.pair_row)
-    return KernelResult::invalid("moe_group: every pointer must be non-null");
-  const cudaError_t err = cudaMemsetAsync(p.counts, 0, sizeof(int32_t) * p.experts, stream);
-  if (err != cudaSuccess) return KernelResult::cuda(std::string("moe_group: cudaMemsetAsync: ") + cudaGetErrorString(err));
-  const int pairs = p.tokens * p.topk;
-  const int blocks = kern::ceil_div(pairs > 0 ? pairs : 1, kern::kElementThreads);
-  if (pairs > 0) KD_LAUNCH_FLAT(kern::moe_count_kernel, blocks, kern::kElementThreads, 0, stream, p);
-  KD_LAUNCH_FLAT(kern::moe_offsets_kernel, 1, 1, 0, stream, p);
-  if (pairs > 0) KD_LAUNCH_FLAT(kern::moe_scatter_kernel, blocks, kern::kElementThreads, 0, stream, p);
-  return model_launch_status("moe_group kernels launch");
+  if (!p.topk_ids || !p.offsets || !p.row_token || !p.pair_row)
+    return KernelResult::invalid("moe_group: topk_ids, offsets, row_token and pair_row must be non-null");
+  KD_LAUNCH(kern::moe_group_kernel, 1, kern::kGroupThreads, 0, stream, p);
+  return model_launch_status("moe_group_kernel launch");
 }
 
 KernelResult moe_combine(const MoeCombineParams& p, cudaStream_t stream) {

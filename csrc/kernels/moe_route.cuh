@@ -37,7 +37,6 @@ struct MoeRouteParams {
 struct MoeGroupParams {
   int tokens = 0, experts = 0, topk = 0;
   const int32_t* topk_ids = nullptr;  // [tokens, topk]
-  int32_t* counts = nullptr;          // [experts] scratch (counts, then cursors)
   int32_t* offsets = nullptr;         // [experts + 1] out: expert e's rows are offsets[e] .. offsets[e+1]-1
   int32_t* row_token = nullptr;       // [tokens * topk] out: the token of each grouped row
   int32_t* pair_row = nullptr;        // [tokens * topk] out: the grouped row of pair (t, j)
