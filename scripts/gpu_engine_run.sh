@@ -12,7 +12,7 @@ OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KDTREE_NATIVE_VARIANT=gpu KDTREE_NATIVE_RESULTS="$OUT/native-results.jsonl"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-STEPS=("$@"); [ ${#STEPS[@]} -eq 0 ] && STEPS=(build smoke parity decode bench sanitize load native)
+STEPS=("$@"); [ ${#STEPS[@]} -eq 0 ] && STEPS=(build smoke parity decode bench bench16 profile sanitize load native)
 declare -a rows=()
 step() {  # name, timeout seconds, command...
   local name=$1 limit=$2; shift 2
@@ -25,7 +25,7 @@ step() {  # name, timeout seconds, command...
   [ $rc -ne 0 ] && tail -25 "$OUT/$name.log"
   return 0
 }
-{ date -u +%FT%TZ; git rev-parse --short HEAD 2>/dev/null; nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader;
+{ date -u +%FT%TZ; echo "commit ${KDTREE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"; nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader;
   nvcc --version | tail -1; "$PY" -c 'import torch; print("torch", torch.__version__)'; } >"$OUT/env.txt" 2>&1
 for s in "${STEPS[@]}"; do
   case $s in
@@ -33,8 +33,13 @@ for s in "${STEPS[@]}"; do
     smoke) step smoke 120 "$PY" -m python_engine.native.smoke --requests 4 --tokens 32 ;;
     parity) step parity 300 "$PY" -m pytest -q -x -s -p no:cacheprovider tests/native/test_native_forward.py ;;
     decode) step decode 400 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_decode.py ;;
-    bench) step bench 300 "$PY" -c "from pathlib import Path; from kdtree_cli.bench.engine import EngineBench, run_engine_bench; \
-           import json; r = run_engine_bench(EngineBench(out_dir=Path('$OUT'))); print(json.dumps(r['tokens_per_s']))" ;;
+    bench|bench16) dt=float32; [ $s = bench16 ] && dt=bfloat16
+           step $s 300 "$PY" -c "from pathlib import Path; from kdtree_cli.bench.engine import EngineBench, run_engine_bench; \
+           import json; r = run_engine_bench(EngineBench(dtype='$dt', out_dir=Path('$OUT/$dt'))); \
+           print(json.dumps({k: round(v) for k, v in r['tokens_per_s'].items()}), r['graph_share'])" ;;
+    profile) step profile 240 ncu --profile-from-start off --metrics gpu__time_duration.sum --csv \
+           --log-file "$OUT/ncu.csv" "$PY" -m kdtree_cli.bench.kernel_profile --dtype float32 --tokens 12
+           "$PY" -m kdtree_cli.bench.kernel_profile --summarize "$OUT/ncu.csv" >"$OUT/profile.txt" 2>&1 ;;
     sanitize) step sanitize 300 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
            "$PY" -m python_engine.native.smoke --requests 4 --tokens 32 ;;
     load) step load 400 "$PY" -c "from pathlib import Path; from kdtree_cli.bench.load import run_load_bench; import json; \
@@ -44,5 +49,6 @@ for s in "${STEPS[@]}"; do
     *) echo "unknown step $s" ;;
   esac
 done
-cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz *.log *.txt *.jsonl *.json *.md 2>/dev/null
+export KDTREE_COMMIT=${KDTREE_COMMIT:-unknown}
+cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz *.log *.txt *.jsonl *.csv */ 2>/dev/null; rm -f *.csv
 printf '%s\n' "${rows[@]}"

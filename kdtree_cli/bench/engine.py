@@ -41,6 +41,11 @@ class EngineBench:
 
 
 def _git_commit() -> str:
+    """KDTREE_COMMIT when set (a copied tree's .git may be stale), else git's HEAD."""
+    import os
+
+    if os.environ.get("KDTREE_COMMIT"):
+        return os.environ["KDTREE_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_ROOT, capture_output=True,
                               text=True, timeout=10).stdout.strip() or "unknown"
@@ -79,10 +84,11 @@ def _native_runs(b: EngineBench, prompts) -> dict:
     with NativeEngine(DEFAULT_TARGET, DEFAULT_DRAFTER, opts, variant="gpu") as eng:
         def one_at_a_time(settings):
             run_native(eng, prompts[:2], settings)  # warm-up: the round shapes get captured
-            toks, decode_s, decode_tokens, rounds, accepted = [], 0.0, 0, 0, 0
+            toks, decode_s, decode_tokens, rounds, accepted, graphs = [], 0.0, 0, 0, 0, 0
             stage = {}
             for p in prompts:
                 s = run_native(eng, [p], settings)
+                graphs += s.graph_steps
                 r = s.results[0]
                 toks.append(r.tokens)
                 decode_s += r.decode_s
@@ -94,6 +100,7 @@ def _native_runs(b: EngineBench, prompts) -> dict:
             total = sum(stage.values())
             return {"tokens_per_s": decode_tokens / decode_s if decode_s else 0.0,
                     "tau": accepted / rounds if rounds else 0.0, "rounds": rounds, "tokens": toks,
+                    "graph_share": graphs / max(rounds, 1),
                     "stage_us_per_round": {k: v / max(rounds, 1) for k, v in stage.items()},
                     "machinery_share": (total - stage.get("draft", 0) - stage.get("verify", 0)) / total if total else 0}
 
@@ -153,6 +160,8 @@ def run_engine_bench(b: EngineBench) -> dict:
         "tau": {"native_ddtree": native["native_ddtree"]["tau"], "torch_ddtree": torch_res["torch_ddtree"]["tau"],
                 "native_ddtree_batch": native["native_ddtree_batch"]["tau"]},
         "machinery_share": native["native_ddtree"]["machinery_share"],
+        "graph_share": {"native_ddtree": native["native_ddtree"]["graph_share"],
+                        "native_ar": native["native_ar"]["graph_share"]},
         "stage_us_per_round": native["native_ddtree"]["stage_us_per_round"],
         "budgets": {str(k): {"tokens_per_s": v["tokens_per_s"], "tau": v["tau"], "machinery_share": v["machinery_share"]}
                     for k, v in native["native_ddtree_budgets"].items()},
