@@ -49,6 +49,8 @@ for s in "${STEPS[@]}"; do
     *) echo "unknown step $s" ;;
   esac
 done
-export KDTREE_COMMIT=${KDTREE_COMMIT:-unknown}
-cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz *.log *.txt *.jsonl *.csv */ 2>/dev/null; rm -f *.csv
+# everything in one archive; beside it only the few files read first (the device tool returns 8)
+cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz ./* 2>/dev/null
+find . -type f ! -name logs.tgz ! -name env.txt ! -name native-results.jsonl ! -name profile.txt ! -name load.json \
+  ! -name engine.json -delete
 printf '%s\n' "${rows[@]}"
