@@ -104,10 +104,11 @@ class EventWriter:
     """Writes events to a text stream, one flushed line each, with t from a monotonic clock
     started at construction (so t is seconds since the run began)."""
 
-    def __init__(self, stream: IO[str] | None, clock=time.perf_counter):
+    def __init__(self, stream: IO[str] | None, clock=time.perf_counter, listeners=()):
         self._stream = stream
         self._clock = clock
         self._t0 = clock()
+        self.listeners = list(listeners)  # callables given every event (e.g. the Prometheus exporter)
 
     def emit(self, kind: str, **fields: Any) -> dict:
         event = {"event": kind, "t": round(self._clock() - self._t0, 6), **fields}
@@ -115,4 +116,6 @@ class EventWriter:
         if self._stream is not None:
             self._stream.write(json.dumps(event, separators=(",", ":")) + "\n")
             self._stream.flush()
+        for listener in self.listeners:
+            listener(event)
         return event

@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define KD_ENGINE_ABI 1        /* bumped whenever a struct below changes */
+#define KD_ENGINE_ABI 2        /* bumped whenever a struct below changes */
 #define KD_MAX_TARGET_LAYER_IDS 16
 #define KD_MAX_STOP_IDS 16
 #define KD_MAX_BATCH 256       /* request slots per engine */

@@ -1,4 +1,5 @@
-"""`kdtree run`: generate with the torch reference engine (DDTree, or plain AR with --ar)."""
+"""`kdtree run`: generate with the torch reference engine or the native engine (DDTree, or
+plain AR with --ar)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,12 @@ def run(
         "--prompt", help="Prompt text (needs tokenizer.json in the model dir); repeat for several requests.")] = None,
     prompt_ids: Annotated[Optional[list[str]], Opt(
         "--prompt-ids", help="Prompt as comma-separated token ids, e.g. 1,2,3; repeatable.")] = None,
-    engine: Annotated[str, Opt(help="Engine: torch (the reference).")] = "torch",
+    prompts_file: Annotated[Optional[Path], Opt(
+        "--prompts", help="A file of prompts: one text per line, or JSON lines {\"prompt\": ...} / "
+        "{\"ids\": [...]}; all of them decoded together (native: continuous batching).",
+        show_default=False)] = None,
+    engine: Annotated[str, Opt(help="Engine: torch (the reference), native (the CUDA engine; needs `kdtree build` "
+                               "and a GPU), or auto (native when available).")] = "torch",
     budget: Annotated[int, Opt(help="DDTree node budget N.")] = 32,
     block_size: Annotated[Optional[int], Opt(help="Drafter block size (default: the drafter's).")] = None,
     temperature: Annotated[float, Opt(help="0 = greedy; > 0 samples (lossless under DDTree).")] = 0.0,
@@ -37,24 +43,29 @@ def run(
     metrics: Annotated[Optional[str], Opt(help="Write metrics events (JSON lines) to FILE, or - for stdout.")] = None,
     ar: Annotated[bool, Opt("--ar", help="Plain autoregressive decoding (no drafter).")] = False,
     ignore_eos: Annotated[bool, Opt("--ignore-eos", help="Do not stop at the model's EOS tokens.")] = False,
+    prometheus: Annotated[Optional[int], Opt(
+        "--prometheus", help="Serve Prometheus metrics (acceptance length, per-depth rates, tokens/s, stage "
+        "times) on this port for the run's duration.", show_default=False)] = None,
+    max_slots: Annotated[Optional[int], Opt(
+        "--max-slots", help="Native engine: requests decoded at once (default: all of them, up to 64).",
+        show_default=False)] = None,
     tui: Annotated[bool, Opt("--tui", help="Watch this run in the live monitor (kdtree tui).")] = False,
     host: Annotated[Optional[str], Opt(
         "--host", help="Run on this host from kdtree.toml (paths are the host's), streaming output back.",
         show_default=False)] = None,
 ) -> None:
-    """Generate with the PyTorch reference engine and print tokens (or text) and a summary."""
+    """Generate with DDTree (or --ar) and print each request's tokens (or text) and a summary."""
     from python_engine.decode.run_command import RunRequest, run_command
 
     if tui or host:
         _delegate(forwarded_args(sys.argv), tui=tui, host=host)
         return
 
-    if engine != "torch":
-        raise KdtreeError(f"--engine {engine!r}: `kdtree run` drives the torch engine only")
     request = RunRequest(
         model=model, drafter=drafter, prompts=prompt or [], prompt_ids=prompt_ids or [],
         budget=budget, block_size=block_size, temperature=temperature, max_tokens=max_tokens,
         seed=seed, device=device, dtype=dtype, metrics=metrics, ar=ar, ignore_eos=ignore_eos,
+        engine=engine, prompts_file=prompts_file, prometheus=prometheus, max_slots=max_slots,
     )
     run_command(request, stdout=sys.stdout, stderr=sys.stderr)
 

@@ -114,7 +114,7 @@ def run_native(engine: NativeEngine, prompts: list[list[int]], settings: NativeR
                 extra["gpus"], gpu_figures = gpu_figures, None  # once per step is plenty
             events.emit("round", request=index.get(rec.request, rec.request), round=rec.round,
                         accept_len=rec.accept_len, tree_size=rec.tree_size, tree_depth=rec.tree_depth,
-                        times_us=times, tokens=rec.tokens, batch=report.batch,
+                        times_us=times, tokens=rec.tokens, batch=report.batch, done=rec.done,
                         host_us=round(report.stage_us["host"], 1), **extra)
         if on_step:
             on_step(report)

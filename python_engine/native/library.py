@@ -16,7 +16,7 @@ from pathlib import Path
 
 from python_engine.errors import KdtreeError
 
-ABI_VERSION = 1  # KD_ENGINE_ABI
+ABI_VERSION = 2  # KD_ENGINE_ABI
 MAX_TARGET_LAYER_IDS = 16
 MAX_STOP_IDS = 16
 MAX_BATCH = 256
@@ -161,7 +161,10 @@ def load_library(path: Path) -> ctypes.CDLL:
     except OSError as exc:
         raise KdtreeError(f"cannot load the native engine library {path}: {exc}") from None
     for name, (args, res) in _SIGNATURES.items():
-        fn = getattr(lib, name)
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise KdtreeError(f"{path} has no {name}: it is older than this kdtree; rebuild with `kdtree build`") from None
         fn.argtypes = args
         fn.restype = res
     abi = lib.kd_abi_version()
