@@ -12,3 +12,5 @@ DDTREE_PROMPTS = 32 if GPU else 3
 DDTREE_TOKENS = 128 if GPU else 24
 CONCURRENT = 32 if GPU else 4   # requests decoded together vs alone
 SAMPLES = 2000 if GPU else 600  # T > 0 draws for the chi-square test
+SOAK_TOKENS = 100_000 if GPU else 200   # generated tokens over many requests (issue 12's soak)
+BF16_PROMPTS = 32 if GPU else 2
