@@ -24,7 +24,7 @@ COMMAND_MODULES = [
     "test",
     "tui",
     "deploy", "hosts",
-    "bench_moe",  # `kdtree bench moe`, in the `bench` group (created here if no module before made it)
+    "bench",
 ]
 
 app = typer.Typer(

@@ -1,7 +1,6 @@
 """`kdtree bench moe`: the routed experts of one Kimi K2.6-shaped MoE layer, INT4 and bf16 next
-to torch's grouped GEMM and each format's floor (kdtree_cli/bench/moe.py does the work).
-
-Registers `moe` under the `bench` command group, creating the group if no other module has."""
+to torch's grouped GEMM and each format's floor (the command; kdtree_cli/bench/moe.py does the
+work and is imported only when it runs)."""
 
 from __future__ import annotations
 
@@ -9,8 +8,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-
-BENCH_HELP = "Timings on a GPU next to baselines measured in the same run."
 
 
 def moe(
@@ -50,15 +47,5 @@ def moe(
     out.print(f"wrote {json_path} and {md_path}", highlight=False)
 
 
-def bench_group(app: typer.Typer) -> typer.Typer:
-    """The app's `bench` group: the one already registered, or a new one."""
-    for info in app.registered_groups:
-        if info.name == "bench" and info.typer_instance is not None:
-            return info.typer_instance
-    group = typer.Typer(name="bench", help=BENCH_HELP, no_args_is_help=True)
-    app.add_typer(group, name="bench")
-    return group
-
-
-def register(app: typer.Typer) -> None:
-    bench_group(app).command("moe")(moe)
+def register(group: typer.Typer) -> None:
+    group.command("moe")(moe)
