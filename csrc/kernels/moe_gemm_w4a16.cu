@@ -47,9 +47,9 @@ template <bool kSwiglu, int kWarpsN, int kFrags>
 struct W4Tile {
   static constexpr int kMats = kSwiglu ? 2 : 1;
   static constexpr int kWarpsK = kW4Warps / kWarpsN;
-  // blocks in flight per warp: ~4.6 KB of weights per warp either way, ~37 KB per CTA, which
-  // with two or more CTAs per SM keeps > 70 KB per SM in flight (an H200 needs ~30 KB/SM to
-  // cover its DRAM latency at full bandwidth)
+  // blocks in flight per warp: ~4.6 KB of weights per warp either way, ~37 KB per CTA, so
+  // two or more CTAs per SM keep > 70 KB per SM in flight; the estimate of what an H200
+  // needs (Little's law: ~20 B/clk/SM of DRAM bandwidth x ~1.5 K clk of loaded latency) is ~30 KB
   static constexpr int kStages = kSwiglu ? 4 : 8;
   static constexpr int kPassRows = 8 * kFrags;
   static constexpr int kRingWords = kW4Warps * kStages * kMats * kW4BlockWords;
