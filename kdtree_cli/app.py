@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "test",
     "tui",
     "deploy", "hosts",
+    "bench",
 ]
 
 app = typer.Typer(
