@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define KD_ENGINE_ABI 2        /* bumped whenever a struct below changes */
+#define KD_ENGINE_ABI 3        /* bumped whenever a struct below changes */
 #define KD_MAX_TARGET_LAYER_IDS 16
 #define KD_MAX_STOP_IDS 16
 #define KD_MAX_BATCH 256       /* request slots per engine */
@@ -43,8 +43,9 @@ typedef enum kd_status {
   KD_INTERNAL = 7,         /* a bug: please report the message */
 } kd_status;
 
-/* Element type of a stored tensor, and the engine's compute type (F32 or BF16). */
-typedef enum kd_dtype { KD_F32 = 0, KD_BF16 = 1 } kd_dtype;
+/* Element type of a stored tensor, and the engine's compute type (F32 or BF16). KD_I32 is
+ * for stored INT4 words (weight_packed) only. */
+typedef enum kd_dtype { KD_F32 = 0, KD_BF16 = 1, KD_I32 = 2 } kd_dtype;
 
 /* One tensor of the checkpoint: where its bytes lie. Target names are the DeepSeek-V3
  * names without Kimi's "language_model." prefix; drafter names carry "drafter.". */
@@ -65,6 +66,8 @@ typedef struct kd_target_config {
   int32_t kv_lora_rank, qk_nope_dim, qk_rope_dim, v_head_dim;
   int32_t n_routed_experts, n_shared_experts, experts_per_token, n_group, topk_group;
   int32_t first_dense_layers, norm_topk_prob, rope_interleave, tie_word_embeddings;
+  int32_t experts_int4; /* routed experts as compressed-tensors pack-quantized INT4, group 32
+                           (weight_packed int32 [out, in/8] + weight_scale bf16 [out, in/32]) */
   float routed_scaling_factor, rms_norm_eps, latent_norm_eps; /* latent: q_a / kv_a norms */
   float softmax_scale;          /* 1/sqrt(qk_nope + qk_rope), times YaRN's mscale^2 */
   float rope_attention_factor;  /* YaRN's cos/sin scale (1 for default RoPE) */

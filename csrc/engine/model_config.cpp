@@ -5,6 +5,7 @@
 
 #include "engine/engine_error.h"
 #include "kernels/drafter_attn.cuh"
+#include "kernels/moe_gemm_w4a16.cuh"
 #include "kernels/moe_route.cuh"
 #include "kernels/tree_build.cuh"
 #include "kernels/verify_attn.cuh"
@@ -15,6 +16,7 @@ namespace {
 constexpr int kDefaultPrefillChunk = 256;  // prompt tokens per forward: a causal "tree" of 256 rows
 constexpr int kDefaultLoadThreads = 4;     // files read at once; NVMe and page cache both like a few
 constexpr int kMaxLoadThreads = 64;
+constexpr int kInt4GroupSize = kW4GroupSize;  // compressed-tensors group_size of the INT4 experts
 
 void need(bool ok, const std::string& what) {
   if (!ok) fail(KD_INVALID_ARGUMENT, what);
@@ -65,6 +67,7 @@ TargetDims check_target_config(const kd_target_config& c) {
   t.norm_topk = c.norm_topk_prob != 0;
   t.rope_interleave = c.rope_interleave != 0;
   t.tie_embeddings = c.tie_word_embeddings != 0;
+  t.experts_int4 = c.experts_int4 != 0;
   t.scaling = c.routed_scaling_factor;
   t.eps = c.rms_norm_eps;
   t.latent_eps = c.latent_norm_eps;
@@ -95,6 +98,10 @@ TargetDims check_target_config(const kd_target_config& c) {
              " and fit in topk_group groups");
     need(t.shared_experts >= 0, std::string(w) + ": n_shared_experts must be >= 0");
     positive_finite(w, "routed_scaling_factor", t.scaling);
+    if (t.experts_int4)
+      need(t.hidden % kInt4GroupSize == 0 && t.moe_inter % kInt4GroupSize == 0,
+           std::string(w) + ": INT4 experts need hidden_size and moe_intermediate_size divisible by the group size " +
+               std::to_string(kInt4GroupSize));
   }
   positive_finite(w, "rms_norm_eps", t.eps);
   positive_finite(w, "latent_norm_eps", t.latent_eps);

@@ -18,6 +18,7 @@ struct TargetDims {
   int kv_lora = 0, nope = 0, rope = 0, v_head = 0;
   int experts = 0, shared_experts = 0, topk = 0, n_group = 1, topk_group = 1, first_dense = 0;
   bool norm_topk = true, rope_interleave = true, tie_embeddings = false;
+  bool experts_int4 = false;  // routed experts stored INT4 (W4A16); kept packed in bf16 mode
   float scaling = 1.0f, eps = 1e-6f, latent_eps = 1e-6f, softmax_scale = 0.0f, rope_factor = 1.0f;
   std::vector<float> rope_inv_freq;
 

@@ -7,6 +7,7 @@
 #include "kernels/elementwise.cuh"
 #include "kernels/mla_cache.cuh"
 #include "kernels/moe_gemm.cuh"
+#include "kernels/moe_gemm_w4a16.cuh"
 #include "kernels/moe_route.cuh"
 #include "kernels/norm.cuh"
 #include "kernels/rope.cuh"
@@ -60,9 +61,11 @@ TargetModel::TargetModel(const TargetDims& dims, const EngineLimits& limits, con
     } else {
       L.router = static_cast<const float*>(w.get(m + "gate.weight"));
       L.router_bias = static_cast<const float*>(w.get(m + "gate.e_score_correction_bias"));
-      L.experts_gate = w.get(m + "experts.0.gate_proj.weight");  // stacked: expert e follows at e * I * H
-      L.experts_up = w.get(m + "experts.0.up_proj.weight");
-      L.experts_down = w.get(m + "experts.0.down_proj.weight");
+      // stacked: expert e follows the first at a fixed stride (INT4 in bf16 compute: W4A16 tiles)
+      const char* suffix = int4_packed() ? ".weight_packed" : ".weight";
+      L.experts_gate = w.get(m + "experts.0.gate_proj" + suffix);
+      L.experts_up = w.get(m + "experts.0.up_proj" + suffix);
+      L.experts_down = w.get(m + "experts.0.down_proj" + suffix);
       if (dims.shared_experts > 0) {
         L.shared_gate = w.get(m + "shared_experts.gate_proj.weight");
         L.shared_up = w.get(m + "shared_experts.up_proj.weight");
@@ -398,36 +401,67 @@ void TargetModel::moe_ffn(const Layer& w, int rows, cudaStream_t stream) {
   g.pair_row = pair_row_;
   check_kernel(moe_group(g, stream));
   const int pairs = rows * t.topk;
-  MoeGemmParams up;
-  up.dtype = dt_;
-  up.experts = t.experts;
-  up.rows = pairs;
-  up.n = t.moe_inter;
-  up.k = t.hidden;
-  up.x = hn_;
-  up.x_stride = H;
-  up.x_row = row_token_;
-  up.offsets = expert_offsets_;
-  up.w = w.experts_gate;
-  up.w_up = w.experts_up;
-  up.w_expert_stride = static_cast<int64_t>(t.moe_inter) * H;
-  up.out = expert_act_;
-  up.out_stride = t.moe_inter;
-  check_kernel(moe_gemm(up, stream));
-  MoeGemmParams down;
-  down.dtype = dt_;
-  down.experts = t.experts;
-  down.rows = pairs;
-  down.n = t.hidden;
-  down.k = t.moe_inter;
-  down.x = expert_act_;
-  down.x_stride = t.moe_inter;
-  down.offsets = expert_offsets_;
-  down.w = w.experts_down;
-  down.w_expert_stride = static_cast<int64_t>(t.moe_inter) * H;
-  down.out = expert_out_;
-  down.out_stride = H;
-  check_kernel(moe_gemm(down, stream));
+  if (int4_packed()) {  // W4A16: the experts stay packed, dequantized in registers
+    MoeW4a16Params up;
+    up.experts = t.experts;
+    up.rows = pairs;
+    up.n = t.moe_inter;
+    up.k = t.hidden;
+    up.max_rows_per_expert = rows;  // an expert is picked at most once per token
+    up.x = hn_;
+    up.x_stride = H;
+    up.x_row = row_token_;
+    up.offsets = expert_offsets_;
+    up.w = static_cast<const uint32_t*>(w.experts_gate);
+    up.w_up = static_cast<const uint32_t*>(w.experts_up);
+    up.w_expert_stride = moe_w4a16_expert_words(t.moe_inter, t.hidden);
+    up.out = expert_act_;
+    up.out_stride = t.moe_inter;
+    check_kernel(moe_gemm_w4a16(up, stream));
+    MoeW4a16Params down = up;
+    down.n = t.hidden;
+    down.k = t.moe_inter;
+    down.x = expert_act_;
+    down.x_stride = t.moe_inter;
+    down.x_row = nullptr;
+    down.w = static_cast<const uint32_t*>(w.experts_down);
+    down.w_up = nullptr;
+    down.w_expert_stride = moe_w4a16_expert_words(t.hidden, t.moe_inter);
+    down.out = expert_out_;
+    down.out_stride = H;
+    check_kernel(moe_gemm_w4a16(down, stream));
+  } else {
+    MoeGemmParams up;
+    up.dtype = dt_;
+    up.experts = t.experts;
+    up.rows = pairs;
+    up.n = t.moe_inter;
+    up.k = t.hidden;
+    up.x = hn_;
+    up.x_stride = H;
+    up.x_row = row_token_;
+    up.offsets = expert_offsets_;
+    up.w = w.experts_gate;
+    up.w_up = w.experts_up;
+    up.w_expert_stride = static_cast<int64_t>(t.moe_inter) * H;
+    up.out = expert_act_;
+    up.out_stride = t.moe_inter;
+    check_kernel(moe_gemm(up, stream));
+    MoeGemmParams down;
+    down.dtype = dt_;
+    down.experts = t.experts;
+    down.rows = pairs;
+    down.n = t.hidden;
+    down.k = t.moe_inter;
+    down.x = expert_act_;
+    down.x_stride = t.moe_inter;
+    down.offsets = expert_offsets_;
+    down.w = w.experts_down;
+    down.w_expert_stride = static_cast<int64_t>(t.moe_inter) * H;
+    down.out = expert_out_;
+    down.out_stride = H;
+    check_kernel(moe_gemm(down, stream));
+  }
   if (t.shared_experts > 0)
     dense_ffn(w.shared_gate, w.shared_down, t.moe_inter * t.shared_experts, rows, shared_out_, stream);
   MoeCombineParams c;

@@ -61,7 +61,8 @@ class TargetModel {
   void attention(const Layer& w, int layer, const TargetBatch& b, const TargetCache& cache, const int32_t* cache_len,
                  cudaStream_t stream);
   void dense_ffn(const void* gate_up, const void* down, int inter, int rows, void* out, cudaStream_t stream);
-  int64_t proj_width() const;  // [q_a | kv_a] or [q | kv_a]: the columns of the first projection
+  int64_t proj_width() const;
+  bool int4_packed() const { return dims_.experts_int4 && dt_ == ModelDType::kBF16; }  // [q_a | kv_a] or [q | kv_a]: the columns of the first projection
   void moe_ffn(const Layer& w, int rows, cudaStream_t stream);
 
   TargetDims dims_;

@@ -15,6 +15,7 @@
 
 #include "engine/engine_error.h"
 #include "kernels/elementwise.cuh"
+#include "kernels/moe_gemm_w4a16.cuh"
 
 namespace kdtree::engine {
 namespace {
@@ -39,15 +40,35 @@ int64_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-size_t stored_bytes(int32_t dtype) { return dtype == KD_F32 ? 4 : 2; }
+size_t stored_bytes(int32_t dtype) { return dtype == KD_BF16 ? 2 : 4; }
+constexpr int kInt4PerWord = 8;     // eight 4-bit values per int32 word (compressed-tensors pack-quantized)
+constexpr int kInt4Group = kW4GroupSize;
+constexpr int kInt4Offset = 8;      // a nibble holds q + 8
 
 ModelDType model_type(int32_t dtype) { return dtype == KD_F32 ? ModelDType::kF32 : ModelDType::kBF16; }
 
-// One tensor to read: its source entry and destination slot.
+// One tensor to read: its source entry and destination slot (INT4: also the scales' entry).
 struct LoadJob {
   const kd_tensor_entry* entry;
   const WeightSlot* slot;
+  const kd_tensor_entry* scale = nullptr;
 };
+
+float bf16_bits_to_float(uint16_t b) {
+  const uint32_t wide = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &wide, 4);
+  return f;
+}
+
+float round_bf16(float v) {  // round to nearest even, as __float2bfloat16_rn (weights are finite)
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
 
 class Reader {
  public:
@@ -60,7 +81,8 @@ class Reader {
       setup();
       for (const LoadJob& job : jobs) {
         if (stop_->load()) break;
-        read_tensor(job);
+        if (job.slot->int4) read_int4(job);
+        else read_tensor(job);
       }
       KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
     } catch (const std::exception& e) {
@@ -102,6 +124,59 @@ class Reader {
     fd_ = open(path, O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) fail(KD_LOAD_ERROR, std::string("cannot open ") + path + ": " + std::strerror(errno));
     open_path_ = path;
+  }
+
+  void read_all(const kd_tensor_entry& e, void* dst) {
+    open_file(e.file);
+    size_t got = 0;
+    while (got < e.nbytes) {
+      const ssize_t r = pread(fd_, static_cast<char*>(dst) + got, e.nbytes - got, static_cast<off_t>(e.offset + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0)
+        fail(KD_LOAD_ERROR, std::string("reading tensor '") + e.name + "' from " + e.file + ": " +
+                                (r == 0 ? "the file ends early (truncated?)" : std::strerror(errno)));
+      got += static_cast<size_t>(r);
+    }
+  }
+
+  // host bytes -> device, through the pinned stages
+  void upload(const void* host, size_t bytes, char* dst) {
+    for (size_t off = 0; off < bytes; off += kLoadStageBytes) {
+      const size_t len = std::min(kLoadStageBytes, bytes - off);
+      const int s = stage_++ % kStagesPerReader;
+      if (used_[s]) KD_CUDA_CHECK(cudaEventSynchronize(ready_[s]));
+      std::memcpy(pinned_[s].data(), static_cast<const char*>(host) + off, len);
+      KD_CUDA_CHECK(cudaMemcpyAsync(dst + off, pinned_[s].data(), len, cudaMemcpyHostToDevice, stream_));
+      KD_CUDA_CHECK(cudaEventRecord(ready_[s], stream_));
+      used_[s] = true;
+    }
+  }
+
+  void read_int4(const LoadJob& job) {
+    const WeightSlot& w = *job.slot;
+    const int n = static_cast<int>(w.n), k = static_cast<int>(w.k);
+    std::vector<int32_t> packed(static_cast<size_t>(n) * k / kInt4PerWord);
+    std::vector<uint16_t> scale(static_cast<size_t>(n) * k / kInt4Group);
+    read_all(*job.entry, packed.data());
+    read_all(*job.scale, scale.data());
+    char* dst = base_ + w.offset;
+    if (compute_ == ModelDType::kBF16) {  // kept packed: repacked into the kernel's tiles
+      std::vector<uint32_t> tiles(static_cast<size_t>(moe_w4a16_expert_words(n, k)));
+      const KernelResult r = moe_w4a16_repack(packed.data(), scale.data(), n, k, tiles.data());
+      if (!r.ok()) fail(KD_LOAD_ERROR, w.module + ": " + r.message);
+      upload(tiles.data(), tiles.size() * sizeof(uint32_t), dst);
+    } else {  // float32 mode: w = bf16(q * scale), python_engine/model/int4.py's dequantization
+      std::vector<float> full(static_cast<size_t>(n) * k);
+      for (int r = 0; r < n; ++r)
+        for (int c = 0; c < k; ++c) {
+          const uint32_t word = static_cast<uint32_t>(packed[static_cast<size_t>(r) * (k / kInt4PerWord) + c / kInt4PerWord]);
+          const int q = static_cast<int>((word >> (4 * (c % kInt4PerWord))) & 0xfu) - kInt4Offset;
+          const float sc = bf16_bits_to_float(scale[static_cast<size_t>(r) * (k / kInt4Group) + c / kInt4Group]);
+          full[static_cast<size_t>(r) * k + c] = round_bf16(static_cast<float>(q) * sc);
+        }
+      upload(full.data(), full.size() * sizeof(float), dst);
+    }
+    done_->fetch_add(job.entry->nbytes + job.scale->nbytes);
   }
 
   void read_tensor(const LoadJob& job) {
@@ -174,23 +249,13 @@ std::vector<LoadJob> match_entries(const WeightPlan& plan, const kd_tensor_entry
   }
   std::unordered_map<std::string, uint64_t> file_size;
   std::vector<LoadJob> jobs;
-  for (const WeightSlot& slot : plan.slots()) {
-    auto it = by_name.find(slot.name);
+  auto find = [&](const std::string& name, const std::string& expect) -> const kd_tensor_entry& {
+    auto it = by_name.find(name);
     if (it == by_name.end())
-      fail(KD_LOAD_ERROR, "tensor '" + slot.name + "' is missing from the checkpoint (expected shape " +
-                              shape_str(slot.shape) + ")");
-    const kd_tensor_entry& e = *it->second;
-    const std::string where = "tensor '" + slot.name + "' in " + e.file;
-    if (e.dtype != KD_F32 && e.dtype != KD_BF16)
-      fail(KD_LOAD_ERROR, where + " has an unsupported element type (the engine reads float32 and bfloat16)");
-    if (e.ndim != static_cast<int>(slot.shape.size()) ||
-        !std::equal(slot.shape.begin(), slot.shape.end(), e.shape))
-      fail(KD_LOAD_ERROR, where + " has shape " + shape_str(e.shape, std::clamp(e.ndim, 0, 4)) + ", expected " +
-                              shape_str(slot.shape));
-    const uint64_t want = static_cast<uint64_t>(numel(slot.shape)) * stored_bytes(e.dtype);
-    if (e.nbytes != want)
-      fail(KD_LOAD_ERROR, where + " spans " + std::to_string(e.nbytes) + " bytes, its shape and type need " +
-                              std::to_string(want));
+      fail(KD_LOAD_ERROR, "tensor '" + name + "' is missing from the checkpoint (expected " + expect + ")");
+    return *it->second;
+  };
+  auto check_file = [&](const kd_tensor_entry& e, const std::string& where) {
     auto fs = file_size.find(e.file);
     if (fs == file_size.end()) {
       struct stat st;
@@ -202,6 +267,48 @@ std::vector<LoadJob> match_entries(const WeightPlan& plan, const kd_tensor_entry
     if (e.offset + e.nbytes > fs->second)
       fail(KD_LOAD_ERROR, where + " needs bytes " + std::to_string(e.offset) + ".." + std::to_string(e.offset + e.nbytes) +
                               " but the file has " + std::to_string(fs->second) + " bytes (truncated?)");
+  };
+  auto check_shape = [](const kd_tensor_entry& e, const std::vector<int64_t>& shape, int32_t dtype,
+                        const std::string& where, const char* type_name) {
+    if (e.dtype != dtype) fail(KD_LOAD_ERROR, where + " must be " + type_name);
+    if (e.ndim != static_cast<int>(shape.size()) || !std::equal(shape.begin(), shape.end(), e.shape))
+      fail(KD_LOAD_ERROR, where + " has shape " + shape_str(e.shape, std::clamp(e.ndim, 0, 4)) + ", expected " +
+                              shape_str(shape));
+    if (e.nbytes != static_cast<uint64_t>(numel(shape)) * stored_bytes(dtype))
+      fail(KD_LOAD_ERROR, where + " spans " + std::to_string(e.nbytes) + " bytes, its shape needs more or fewer");
+  };
+  for (const WeightSlot& slot : plan.slots()) {
+    if (slot.int4) {
+      const std::vector<int64_t> pshape{slot.n, slot.k / kInt4PerWord}, sshape{slot.n, slot.k / kInt4Group};
+      const kd_tensor_entry& p = find(slot.module + ".weight_packed", "int32 " + shape_str(pshape));
+      const kd_tensor_entry& sc = find(slot.module + ".weight_scale", "bfloat16 " + shape_str(sshape));
+      const std::string pw = "tensor '" + slot.module + ".weight_packed' in " + p.file;
+      const std::string sw = "tensor '" + slot.module + ".weight_scale' in " + sc.file;
+      check_shape(p, pshape, KD_I32, pw, "int32 (eight 4-bit values per word)");
+      check_shape(sc, sshape, KD_BF16, sw, "bfloat16 (one scale per 32 columns)");
+      check_file(p, pw);
+      check_file(sc, sw);
+      jobs.push_back({&p, &slot, &sc});
+      continue;
+    }
+    auto it = by_name.find(slot.name);
+    if (it == by_name.end())
+      fail(KD_LOAD_ERROR, "tensor '" + slot.name + "' is missing from the checkpoint (expected shape " +
+                              shape_str(slot.shape) + ")");
+    const kd_tensor_entry& e = *it->second;
+    const std::string where = "tensor '" + slot.name + "' in " + e.file;
+    if (e.dtype != KD_F32 && e.dtype != KD_BF16)
+      fail(KD_LOAD_ERROR, where + " has an unsupported element type (the engine reads float32 and bfloat16; "
+                                  "INT4 only for routed experts declared in quantization_config)");
+    if (e.ndim != static_cast<int>(slot.shape.size()) ||
+        !std::equal(slot.shape.begin(), slot.shape.end(), e.shape))
+      fail(KD_LOAD_ERROR, where + " has shape " + shape_str(e.shape, std::clamp(e.ndim, 0, 4)) + ", expected " +
+                              shape_str(slot.shape));
+    const uint64_t want = static_cast<uint64_t>(numel(slot.shape)) * stored_bytes(e.dtype);
+    if (e.nbytes != want)
+      fail(KD_LOAD_ERROR, where + " spans " + std::to_string(e.nbytes) + " bytes, its shape and type need " +
+                              std::to_string(want));
+    check_file(e, where);
     jobs.push_back({&e, &slot});
   }
   return jobs;
@@ -247,6 +354,25 @@ void WeightPlan::add_rows(const std::vector<std::pair<std::string, std::vector<i
   }
 }
 
+void WeightPlan::add_int4_stack(const std::vector<std::string>& modules, int64_t n, int64_t k) {
+  const bool packed = dtype_ == ModelDType::kBF16;
+  const size_t one = packed ? static_cast<size_t>(moe_w4a16_expert_words(static_cast<int>(n), static_cast<int>(k))) * 4
+                            : static_cast<size_t>(n * k) * sizeof(float);
+  const size_t base = layout_.add(one * modules.size());
+  for (size_t i = 0; i < modules.size(); ++i) {
+    WeightSlot s;
+    s.name = modules[i] + (packed ? ".weight_packed" : ".weight");
+    s.shape = {n, k};
+    s.bytes = one;
+    s.offset = base + i * one;
+    s.int4 = true;
+    s.module = modules[i];
+    s.n = n;
+    s.k = k;
+    slots_.push_back(std::move(s));
+  }
+}
+
 void plan_target_weights(const TargetDims& t, WeightPlan* plan) {
   const int64_t H = t.hidden, V = t.vocab, nh = t.heads;
   plan->add("model.embed_tokens.weight", {V, H});
@@ -277,10 +403,16 @@ void plan_target_weights(const TargetDims& t, WeightPlan* plan) {
     plan->add(m + "gate.weight", {t.experts, H}, /*float32=*/true);
     plan->add(m + "gate.e_score_correction_bias", {t.experts}, /*float32=*/true);
     for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
-      std::vector<std::string> names;
-      for (int e = 0; e < t.experts; ++e) names.push_back(m + "experts." + std::to_string(e) + "." + proj + ".weight");
       const bool down = std::strcmp(proj, "down_proj") == 0;
-      plan->add_stack(names, down ? std::vector<int64_t>{H, t.moe_inter} : std::vector<int64_t>{t.moe_inter, H});
+      const int64_t n = down ? H : t.moe_inter, k = down ? t.moe_inter : H;
+      std::vector<std::string> modules;
+      for (int e = 0; e < t.experts; ++e) modules.push_back(m + "experts." + std::to_string(e) + "." + proj);
+      if (t.experts_int4) {
+        plan->add_int4_stack(modules, n, k);
+      } else {
+        for (std::string& name : modules) name += ".weight";
+        plan->add_stack(modules, {n, k});
+      }
     }
     if (t.shared_experts > 0) {
       const int64_t I = static_cast<int64_t>(t.moe_inter) * t.shared_experts;
@@ -340,7 +472,7 @@ DeviceWeights DeviceWeights::load(const WeightPlan& plan, const kd_tensor_entry*
     per_file.back().push_back(j);
   }
   uint64_t total = 0;
-  for (const LoadJob& j : jobs) total += j.entry->nbytes;
+  for (const LoadJob& j : jobs) total += j.entry->nbytes + (j.scale ? j.scale->nbytes : 0);
 #if defined(KD_SIMT_EMULATION)
   const int threads = 1;  // the CPU emulator runs one kernel at a time
 #else

@@ -25,6 +25,12 @@ struct WeightSlot {
   bool float32 = false;  // stored as float32 whatever the compute dtype
   size_t offset = 0;     // in the weight allocation
   size_t bytes = 0;
+  // An INT4 expert projection [n, k] is filled from two checkpoint tensors, `module`
+  // .weight_packed and .weight_scale: repacked into moe_gemm_w4a16's tiles (bf16 compute), or
+  // dequantized to float32 exactly as the reference does (float32 compute).
+  bool int4 = false;
+  std::string module;
+  int64_t n = 0, k = 0;
 };
 
 class WeightPlan {
@@ -37,6 +43,10 @@ class WeightPlan {
   // Matrices [rows_i, in] of one input width back to back, so together they are one
   // [sum rows_i, in] matrix: one GEMM computes every projection of the same input.
   void add_rows(const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts);
+  // INT4 expert projections [n, k] of the given modules back to back: in bf16 compute
+  // "<module>.weight_packed" in W4A16 tiles (moe_w4a16_expert_words apart), in float32
+  // "<module>.weight" dequantized ([n, k] float32, like add_stack).
+  void add_int4_stack(const std::vector<std::string>& modules, int64_t n, int64_t k);
   const std::vector<WeightSlot>& slots() const { return slots_; }
   size_t total_bytes() const { return layout_.total(); }
   ModelDType dtype() const { return dtype_; }

@@ -22,7 +22,7 @@ KIMI_PREFIX = "language_model."
 DRAFTER_PREFIX = "drafter."
 HEADER_LEN_BYTES = 8  # safetensors: a little-endian u64 header length, then the JSON header
 MAX_HEADER_BYTES = 100 << 20  # the safetensors library's own limit on header size
-STORED_DTYPES = {"F32": 0, "BF16": 1}  # kd_dtype; anything else is refused where it is used
+STORED_DTYPES = {"F32": 0, "BF16": 1, "I32": 2}  # kd_dtype (I32: INT4 words); others are refused where used
 UNSUPPORTED_DTYPE = -1
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from python_engine.errors import KdtreeError
 
-ABI_VERSION = 2  # KD_ENGINE_ABI
+ABI_VERSION = 3  # KD_ENGINE_ABI
 MAX_TARGET_LAYER_IDS = 16
 MAX_STOP_IDS = 16
 MAX_BATCH = 256
@@ -59,7 +59,7 @@ class TargetConfigC(Structure):
         "num_layers", "num_heads", "q_lora_rank",
         "kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim",
         "n_routed_experts", "n_shared_experts", "experts_per_token", "n_group", "topk_group",
-        "first_dense_layers", "norm_topk_prob", "rope_interleave", "tie_word_embeddings")] + [
+        "first_dense_layers", "norm_topk_prob", "rope_interleave", "tie_word_embeddings", "experts_int4")] + [
         (name, c_float) for name in (
             "routed_scaling_factor", "rms_norm_eps", "latent_norm_eps", "softmax_scale", "rope_attention_factor")] + [
         ("rope_inv_freq", POINTER(c_float))]

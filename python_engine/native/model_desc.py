@@ -80,6 +80,7 @@ def describe(target: TargetConfig, drafter: DrafterConfig | None) -> ModelDescri
         experts_per_token=t.num_experts_per_tok, n_group=t.n_group, topk_group=t.topk_group,
         first_dense_layers=t.first_k_dense_replace, norm_topk_prob=int(t.norm_topk_prob),
         rope_interleave=int(t.rope_interleave), tie_word_embeddings=int(t.tie_word_embeddings),
+        experts_int4=int(t.quantization is not None),
         routed_scaling_factor=t.routed_scaling_factor, rms_norm_eps=t.rms_norm_eps,
         latent_norm_eps=LATENT_NORM_EPS, softmax_scale=t.softmax_scale, rope_attention_factor=attn,
         rope_inv_freq=c_floats(inv),

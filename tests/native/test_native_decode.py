@@ -14,7 +14,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from native_cases import DEMO_DRAFTER, DEMO_TARGET, record
+from native_cases import DEMO_DRAFTER, DEMO_TARGET, DEMO_TARGET_INT4, record
 from native_sizes import CONCURRENT, DDTREE_PROMPTS, DDTREE_TOKENS, GPU, SAMPLES
 from sampling_stats import chi_square_pvalue
 
@@ -29,6 +29,7 @@ from python_engine.native.library import NativeError
 BUDGET = 32
 TAU_MIN = 2.0 if GPU else 1.5  # the few short CI prompts vary more
 NEAR_TIE = 1e-4
+BF16_NEAR_TIE = 2e-2  # bf16 rounds to 8 bits: a verify and an AR step may split a gap this small
 
 
 def run_all(eng: NativeEngine, prompts, max_new: int, **kw) -> tuple[list[list[int]], list]:
@@ -82,6 +83,35 @@ def test_ddtree_equals_native_ar_equals_torch_ar(demo_engine, demo_target, seed)
         assert same_or_near_tie(demo_target, p, a, t), "native AR != torch AR"
         assert same_or_near_tie(demo_target, p, d, a), "native DDTree != native AR"
     assert tau > TAU_MIN, f"mean acceptance {tau:.2f}: long accepted paths were not exercised"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_int4_ddtree_equals_ar(dtype, native_variant, torch_device, seed):
+    """The INT4 demo target: float32 (dequantized at load) token for token; bf16 (the W4A16
+    kernel) equal except where a third forward, the native engine's own prefill of the shared
+    prefix, finds the two tokens' logits within a bf16 near-tie."""
+    prompts = code_prompts(DDTREE_PROMPTS, seed + 3)
+    opts = NativeOptions(dtype=dtype, max_slots=max(CONCURRENT, 4), max_tokens=512, max_budget=64)
+    with NativeEngine(DEMO_TARGET_INT4, DEMO_DRAFTER, opts, variant=native_variant) as eng:
+        ar, _ = run_all(eng, prompts, DDTREE_TOKENS, ar=True)
+        dd, infos = run_all(eng, prompts, DDTREE_TOKENS, budget=BUDGET)
+        ties = 0
+        for p, a, d in zip(prompts, ar, dd):
+            j = next((i for i, (x, y) in enumerate(zip(a, d)) if x != y), None)
+            if j is None:
+                assert len(a) == len(d)
+                continue
+            assert dtype == "bfloat16", f"float32 DDTree != AR at step {j}"
+            eng.slot_reset(0)
+            logits, _ = eng.prefill(0, p + a[:j])  # the third forward
+            eng.slot_reset(0)
+            gap = abs(float(logits[a[j]] - logits[d[j]]))
+            assert gap <= BF16_NEAR_TIE * float(np.abs(logits).max()), f"step {j}: gap {gap:.3g} is no near-tie"
+            ties += 1
+    tau = sum(i.accepted for i in infos) / sum(i.rounds for i in infos)
+    record(test="int4_ddtree_equals_ar", dtype=dtype, prompts=len(prompts), tokens=DDTREE_TOKENS, tau=tau,
+           identical_to_ar=ties == 0, near_ties=ties)
+    assert tau > TAU_MIN - 0.3, f"tau {tau:.2f}"
 
 
 def test_batched_requests_give_what_each_gives_alone(demo_engine, demo_target, seed):

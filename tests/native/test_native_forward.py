@@ -2,7 +2,8 @@
 prefill of 210 tokens in 64-token chunks, a cached single-token decode, a 64-node tree
 verify under its ancestor mask, the cache after keeping one accepted path (then another
 decode), the context features, and the drafter's logits; on the demo pair and two random
-configs.
+configs, and the INT4 demo target (routed experts packed: dequantized at load in float32,
+the W4A16 kernel in bf16).
 
 float32: relative error (over the whole output) <= 1e-4 against the float32 reference.
 bf16: both engines round differently, so the reference is float32 and the bound is
@@ -20,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from native_cases import DEMO_DRAFTER, DEMO_TARGET, RANDOM_CONFIGS, random_pair, record, rel
+from native_cases import DEMO_DRAFTER, DEMO_TARGET, DEMO_TARGET_INT4, RANDOM_CONFIGS, random_pair, record, rel
 from native_sizes import PREFILL_TOKENS, TREE_NODES
 
 from python_engine.ddtree import build_tree, visibility_dense, visibility_packed
@@ -38,7 +39,7 @@ PREFILL_CHUNK = 64  # several chunks: the later ones attend to a cached prefix
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
     root = tmp_path_factory.mktemp("native-pairs")
-    out = {"demo": (DEMO_TARGET, DEMO_DRAFTER)}
+    out = {"demo": (DEMO_TARGET, DEMO_DRAFTER), "demo_int4": (DEMO_TARGET_INT4, DEMO_DRAFTER)}
     for i, name in enumerate(RANDOM_CONFIGS):
         out[name] = random_pair(root, name, seed=71 + 2 * i)
     return out
@@ -111,7 +112,7 @@ def native_run(tdir, ddir, dtype, variant, case) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("pair", ["demo", "no_q_lora_groups", "kimi_like"])
+@pytest.mark.parametrize("pair", ["demo", "demo_int4", "no_q_lora_groups", "kimi_like"])
 def test_native_matches_torch_reference(pair, dtype, pairs, native_variant, torch_device, rng):
     tdir, ddir = pairs[pair]
     vocab = load_target(tdir).cfg.vocab_size
