@@ -9,18 +9,23 @@
 #if defined(KD_SIMT_EMULATION)
 #include "emu/simt_emulator.h"
 #define KD_DEVICE inline
+#define KD_HOST_DEVICE
 // dynamic shared memory of the running block
 #define KD_DYNAMIC_SMEM(type, name) type* name = reinterpret_cast<type*>(::kdemu::dynamic_smem())
 // bar.sync id, count: `count` threads (a multiple of 32) of the block meet at barrier `id`
 #define KD_NAMED_BARRIER(id, count) ::kdemu::named_barrier((id), (count))
+// a read-only table in device memory, usable from device code
+#define KD_DEVICE_TABLE static constexpr
 #else
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #define KD_DEVICE __device__ __forceinline__
+#define KD_HOST_DEVICE __host__ __device__
 #define KD_DYNAMIC_SMEM(type, name)                   \
   extern __shared__ __align__(16) uint8_t kd_smem_[]; \
   type* name = reinterpret_cast<type*>(kd_smem_)
 #define KD_NAMED_BARRIER(id, count) asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory")
+#define KD_DEVICE_TABLE static __device__ const
 #endif
 
 namespace kdtree::kern {
@@ -30,8 +35,26 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 // Integer ceil-division and rounding for tile arithmetic (host and device).
 template <class T>
-constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
+KD_HOST_DEVICE constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
 template <class T>
-constexpr T round_up(T a, T b) { return ceil_div(a, b) * b; }
+KD_HOST_DEVICE constexpr T round_up(T a, T b) { return ceil_div(a, b) * b; }
+
+// Leading zero bits of a 64-bit value (64 for 0).
+KD_DEVICE int clz64(uint64_t v) {
+#if defined(KD_SIMT_EMULATION)
+  return v == 0 ? 64 : __builtin_clzll(v);
+#else
+  return __clzll(static_cast<long long>(v));
+#endif
+}
+
+// A 16-byte load of data read once (logits): streamed past the caches on the GPU.
+KD_DEVICE float4 load_streaming(const float4* p) {
+#if defined(KD_SIMT_EMULATION)
+  return *p;
+#else
+  return __ldcs(p);
+#endif
+}
 
 }  // namespace kdtree::kern

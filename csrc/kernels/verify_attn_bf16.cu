@@ -1,4 +1,5 @@
 // The bf16 verify_attn kernels: both tile configurations and the merge, bf16 output.
+#include "launch_support.h"
 #include "verify_attn_bf16.cuh"
 #include "verify_attn_launch.h"
 
@@ -8,13 +9,12 @@ namespace {
 template <class Cfg>
 KernelResult launch_config(const kern::VerifyKernelParams& k, const VerifyAttnPlan& plan, cudaStream_t stream) {
   auto* kernel = kern::verify_attn_bf16_kernel<Cfg, __nv_bfloat16>;
-  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(Cfg::kSmemBytes));
-  if (err != cudaSuccess)
-    return KernelResult::cuda(std::string("verify_attn (bf16): cudaFuncSetAttribute: ") + cudaGetErrorString(err));
+  if (KernelResult r = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, "verify_attn (bf16)");
+      !r.ok())
+    return r;
   const dim3 grid(plan.m_tiles, plan.splits, k.p.batch);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(k);
-  return verify_launch_status("verify_attn_bf16_kernel launch");
+  return launch_status("verify_attn_bf16_kernel launch");
 }
 }  // namespace
 
@@ -23,7 +23,7 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
                                                    : launch_config<kern::Bf16AttnSmall>(k, plan, stream);
   if (!r.ok() || plan.splits == 1) return r;
   kern::verify_merge_kernel<__nv_bfloat16><<<dim3(k.rows, k.p.batch), kern::kMergeThreads, 0, stream>>>(k);
-  return verify_launch_status("verify_merge_kernel (bf16) launch");
+  return launch_status("verify_merge_kernel (bf16) launch");
 }
 
 }  // namespace kdtree

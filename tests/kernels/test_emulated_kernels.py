@@ -66,7 +66,8 @@ def _run(exe: Path, *args: str, env: dict[str, str] | None = None) -> str:
 
 
 def test_tree_build_on_emulator(emulated):
-    _run(emulated["emu_tree_build_test"], "tree_build_single", "tree_build_batches", "tree_build_bad")
+    _run(emulated["emu_tree_build_test"], "tree_build_single", "tree_build_batches", "tree_build_bad",
+         "exp_nonpositive")
 
 
 def test_tree_build_fuzz_on_emulator(emulated, tmp_path, seed):
