@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "refs",
     "build",
     "test",
+    "bench",
     "tui",
     "deploy", "hosts",
 ]

@@ -6,7 +6,7 @@ compared with the committed reference bundles and a fresh tie-heavy fuzz bundle.
 No GPU needed: g++ compiles the kernels' own source with the emulator (each CUDA thread a
 fiber; barriers and warp collectives switch fibers; mma/ldmatrix follow the PTX fragment
 layouts). It checks indexing, fragment layouts, masking, tie order and the split-KV merge;
-it does not detect races (compute-sanitizer on the GPU does: scripts/gpu_kernels.sh).
+it does not detect races (compute-sanitizer on the GPU does: `kdtree test --native --sanitize racecheck`).
 """
 
 from __future__ import annotations
