@@ -10,23 +10,32 @@ namespace kdtree::kern {
 
 namespace sort_detail {
 
+// Compare-exchange of this thread's keys e and e ^ J (J < E: both in registers, element
+// i = t * E + e); J is a template argument so the array indices are constants.
+template <int E, int J>
+KD_DEVICE void in_thread_step(uint64_t (&r)[E], int t, int k) {
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const int f = e ^ J;
+    if (f > e) {
+      const bool ascending = ((t * E + e) & k) == 0;
+      if ((r[e] > r[f]) == ascending) {
+        const uint64_t x = r[e];
+        r[e] = r[f];
+        r[f] = x;
+      }
+    }
+  }
+}
+
 // One compare-exchange step of stage (k, j) on this thread's E consecutive keys (element
 // i = t * E + e): j < E inside the thread, j < 32 E with the partner thread's lane.
 template <int E>
 KD_DEVICE void register_step(uint64_t (&r)[E], int t, int k, int j) {
   if (j < E) {
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      const int f = e ^ j;
-      if (f > e) {
-        const bool ascending = ((t * E + e) & k) == 0;
-        if ((r[e] > r[f]) == ascending) {
-          const uint64_t x = r[e];
-          r[e] = r[f];
-          r[f] = x;
-        }
-      }
-    }
+    if constexpr (E > 4) if (j == 4) in_thread_step<E, 4>(r, t, k);
+    if constexpr (E > 2) if (j == 2) in_thread_step<E, 2>(r, t, k);
+    if constexpr (E > 1) if (j == 1) in_thread_step<E, 1>(r, t, k);
   } else {
 #pragma unroll
     for (int e = 0; e < E; ++e) {

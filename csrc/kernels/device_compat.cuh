@@ -28,6 +28,12 @@
 #define KD_DEVICE_TABLE static __device__ const
 #endif
 
+// Phase marks inside kernels, for the emulator's profile tool (emu/emu_tree_build_profile.cpp,
+// which counts barriers per phase); nothing anywhere else.
+#ifndef KD_PHASE
+#define KD_PHASE(name) ((void)0)
+#endif
+
 namespace kdtree::kern {
 
 constexpr int kWarpSize = 32;

@@ -1,8 +1,9 @@
 """Random tree_build cases from a logged seed (never committed): the schema of
 refs/tree_build.kdtr's single cases (c{i}.*), drawn to stress the tie handling of the GPU
 kernel's threshold selection: exact zeros (log-probability 0 absorbs into any score), -inf
-entries, values from a tiny grid (many exactly tied paths), D = 1, budgets past the number
-of paths, and the compiled maxima.
+entries, values from a tiny grid (many exactly tied paths), slowly falling rows (wide trees
+whose levels overflow the pool), D = 1, budgets past the number of paths, and the compiled
+maxima.
 
 A share of the cases also carries the drafter's logits (c{i}.logits, f32 [D, V]): the kernels
 then go through topk_logprobs first, whose one-pass selection is stressed by long rows
@@ -40,6 +41,9 @@ def _row_values(rng, k: int, style: str) -> np.ndarray:
     elif style == "inf":  # zero-probability tail
         vals = -np.abs(rng.normal(0, 3, size=k)).astype(np.float32)
         vals[rng.random(k) < 0.3] = -np.inf
+    elif style == "flat":  # slowly falling rows (exponential gaps): wide, shallow trees that
+        # overflow a level at a time (the GPU kernel's threshold raises)
+        vals = -np.cumsum(rng.exponential(rng.choice([0.02, 0.08, 0.3]), size=k)).astype(np.float32)
     elif style == "tiny":  # magnitudes under one ulp of typical scores: fadd rounding ties
         vals = -np.abs(rng.normal(0, 1e-7, size=k)).astype(np.float32)
         vals[: max(1, k // 4)] = -rng.integers(1, 3, size=max(1, k // 4)).astype(np.float32)
@@ -94,13 +98,15 @@ def logits_case(rng) -> dict[str, np.ndarray]:
 def fuzz_case(rng) -> dict[str, np.ndarray]:
     if rng.random() < LOGITS_SHARE:
         return logits_case(rng)
-    style = rng.choice(["grid", "zeros", "inf", "tiny", "plain", "mixed"])
+    style = rng.choice(["grid", "zeros", "inf", "tiny", "plain", "flat", "mixed"])
     depth = int(rng.choice([1, 2, 3, 5, 8, 15, MAX_DEPTH]))
-    budget = int(rng.choice([0, 1, 2, 7, 33, 100, 256, MAX_NODES]))
+    budget = int(rng.choice([0, 1, 2, 7, 33, 100, 256, 512, MAX_NODES]))
     k = int(max(1, min(budget if budget else 4, rng.choice([1, 2, 3, 8, 64, 1024]))))
+    if rng.random() < 0.5:  # as the engine calls it: K = the budget (the kernel's one-sweep search)
+        k = max(1, budget)
     rows = []
     for _ in range(depth):
-        row_style = rng.choice(["grid", "zeros", "inf", "tiny", "plain"]) if style == "mixed" else style
+        row_style = rng.choice(["grid", "zeros", "inf", "tiny", "plain", "flat"]) if style == "mixed" else style
         rows.append(_row_values(rng, k, row_style))
     logp = np.stack(rows).astype(np.float32)
     if np.isinf(logp[:, 0]).any():  # keep the best entry of each row finite

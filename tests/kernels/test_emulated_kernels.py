@@ -22,7 +22,7 @@ from python_engine.refgen.tree_fuzz_cases import write_fuzz_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
-PROGRAMS = ["emu_tree_build_test", "emu_tree_accept_test", "emu_verify_attn_test"]
+PROGRAMS = ["emu_tree_build_test", "emu_tree_accept_test", "emu_verify_attn_test", "emu_tree_build_profile"]
 SUMMARY = "passed, "
 
 pytestmark = pytest.mark.slow  # ~1 minute to compile, ~1 minute to run on 2 cores
@@ -74,6 +74,23 @@ def test_tree_build_fuzz_on_emulator(emulated, tmp_path, seed):
     bundle = write_fuzz_bundle(tmp_path / "fuzz.kdtr", 60, seed)
     out = _run(emulated["emu_tree_build_test"], "tree_build_fuzz", env={"KD_TREE_FUZZ": str(bundle)})
     assert "1 passed" in out
+
+
+def test_tree_build_barrier_budget_and_heap_agreement(emulated):
+    """The profile tool's trees equal the C++ reference heap's on bench_kernels' inputs, and the
+    barriers per request stay near what NOTES.md states (the one-sweep search at N <= 256;
+    before it, 260 barriers per request at N=256 on flat rows)."""
+    proc = subprocess.run([str(emulated["emu_tree_build_profile"]), "2"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if "barriers/request" in line]
+    assert len(rows) == 15
+    assert all(line.endswith("trees differing from the heap: 0") for line in rows), proc.stdout
+
+    def barriers(kind: str, n: int) -> float:
+        row = next(r for r in rows if r.startswith(kind) and f"N={n} " in r)
+        return float(row.split("barriers/request")[1].split("|")[0])
+
+    assert barriers("flat", 256) < 80 and barriers("logits", 256) < 40 and barriers("peaky", 256) < 90
 
 
 def test_accept_compaction_chain_on_emulator(emulated):
