@@ -97,6 +97,27 @@ def test_accept_compaction_chain_on_emulator(emulated):
     _run(emulated["emu_tree_accept_test"])
 
 
+def test_verify_attn_decode_shapes_on_emulator(emulated, tmp_path, seed):
+    """Decode shapes (T * H <= 32 query rows) through the launcher's own plan on a pretend
+    8-SM device: the decode kernel with prefixes split over every SM, an empty request in a
+    batch, a 32-token tree tail, prefixes not a multiple of the key tile; against the float64
+    reference, in float32 (exactness path) and bf16."""
+    import numpy as np
+    import torch
+
+    from python_engine.kdtr import write_kdtr
+    from python_engine.refgen.large_attn_cases import make_case
+
+    shapes = [(8, 1, [3000, 1500, 0]), (16, 1, [2500]), (1, 31, [700]), (4, 5, [1234, 64]), (2, 15, [999])]
+    for i, (heads, n, prefixes) in enumerate(shapes):
+        tensors = make_case(torch, np.random.default_rng(seed + i), torch.Generator().manual_seed(seed + i), heads, n,
+                            prefixes, "cpu")
+        write_kdtr(tmp_path / f"{i:02d}_h{heads}_n{n}.kdtr", tensors)
+    out = _run(emulated["emu_verify_attn_test"], "verify_attn_large_from_env", env={"KD_LARGE_ATTN_DIR": str(tmp_path)})
+    assert "1 passed" in out and out.count(" bf16 ") == len(shapes), out[-3000:]
+    assert out.count("splits of") == 2 * len(shapes)
+
+
 def test_verify_attn_on_emulator(emulated):
     out = _run(emulated["emu_verify_attn_test"], "verify_attn_one_split", "verify_attn_forced_splits")
     assert out.count(" f32 ") >= 18 and out.count(" bf16 cfg1 ") >= 18
