@@ -151,16 +151,6 @@ void put_timing(Record& r, const Timing& t) {
   r.integer("reps", t.reps);
 }
 
-std::vector<uint16_t> random_bf16(size_t n, std::mt19937_64& rng) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<uint16_t> v(n);
-  for (auto& x : v) {
-    const __nv_bfloat16 b = __float2bfloat16_rn(d(rng));
-    std::memcpy(&x, &b, 2);
-  }
-  return v;
-}
-
 std::vector<float> widen_bf16(const std::vector<uint16_t>& v) {
   std::vector<float> f(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
@@ -181,13 +171,61 @@ int reps_of(const Case& c, const Env& env, int fallback) {
   return static_cast<int>(c.num("reps", env.quick ? std::max(3, fallback / 5) : fallback));
 }
 
+// ---- random inputs on the device (hundreds of MB: too slow on the host) -------------------------
+
+// Device logits of normal(0, sigma) from a counter hash: fast for hundreds of MB.
+__global__ void fill_normal_kernel(float* x, int64_t n, uint64_t seed, float sigma) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint64_t h = (static_cast<uint64_t>(i) + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 27;
+    h *= 0x94D049BB133111EBull;
+    h ^= h >> 33;
+    const float u1 = (static_cast<float>(h & 0xffffff) + 0.5f) / 16777216.0f;
+    const float u2 = static_cast<float>((h >> 24) & 0xffffff) / 16777216.0f;
+    x[i] = sigma * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+  }
+}
+
+void fill_normal(float* x, int64_t n, uint64_t seed, float sigma, cudaStream_t stream) {
+  fill_normal_kernel<<<1024, 256, 0, stream>>>(x, n, seed, sigma);
+  KD_CHECK_LAUNCH();
+}
+
+__global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = __float2bfloat16_rn(x[i]);
+}
+
+// n random values of the given element size (2: bf16, 4: f32; exactly bf16 values either way).
+void fill_attention_input(void* out, size_t esz, int64_t n, uint64_t seed, cudaStream_t stream) {
+  DeviceBuffer<float> f(static_cast<size_t>(n));
+  fill_normal(f.get(), n, seed, 1.0f, stream);
+  DeviceBuffer<__nv_bfloat16> b(static_cast<size_t>(n));
+  to_bf16_kernel<<<1024, 256, 0, stream>>>(f.get(), b.get(), n);
+  KD_CHECK_LAUNCH();
+  if (esz == 2) {
+    KD_CUDA_CHECK(cudaMemcpyAsync(out, b.get(), n * 2, cudaMemcpyDeviceToDevice, stream));
+  } else {
+    std::vector<uint16_t> host(static_cast<size_t>(n));
+    KD_CUDA_CHECK(cudaStreamSynchronize(stream));
+    KD_CUDA_CHECK(cudaMemcpy(host.data(), b.get(), n * 2, cudaMemcpyDeviceToHost));
+    const std::vector<float> wide = widen_bf16(host);
+    KD_CUDA_CHECK(cudaMemcpy(out, wide.data(), n * 4, cudaMemcpyHostToDevice));
+  }
+  KD_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
 // ---- ceilings ---------------------------------------------------------------------------------
 
 void bench_gemm(const Case& c, Env& env, Record& r) {
   const int m = static_cast<int>(c.need("m")), n = static_cast<int>(c.need("n")), k = static_cast<int>(c.need("k"));
-  std::mt19937_64 rng(7);
-  DeviceBuffer<uint16_t> A(random_bf16(static_cast<size_t>(m) * k, rng)), B(random_bf16(static_cast<size_t>(k) * n, rng));
-  DeviceBuffer<uint16_t> C(static_cast<size_t>(m) * n);
+  DeviceBuffer<uint16_t> A(static_cast<size_t>(m) * k), B(static_cast<size_t>(k) * n), C(static_cast<size_t>(m) * n);
+  fill_attention_input(A.get(), 2, static_cast<int64_t>(m) * k, 7, env.stream);
+  fill_attention_input(B.get(), 2, static_cast<int64_t>(k) * n, 8, env.stream);
   const float alpha = 1.0f, beta = 0.0f;
   KD_CUBLAS_CHECK(cublasSetStream(env.blas, env.stream));
   const Timing t = env.timer->each(
@@ -218,7 +256,6 @@ void bench_verify(const Case& c, Env& env, Record& r) {
   const AttnDType dtype = c.text("dtype", "bf16") == "f32" ? AttnDType::kF32 : AttnDType::kBF16;
   const int batch = static_cast<int>(c.num("batch", 1)), heads = static_cast<int>(c.need("heads"));
   const int n = static_cast<int>(c.need("n")), prefix = static_cast<int>(c.need("prefix"));
-  std::mt19937_64 rng(13);
   const int T = n + 1, words = (T + 31) / 32;
   const int64_t rows = static_cast<int64_t>(prefix) + T;
   const int64_t kv_elems = rows * kVerifyQKDim * batch;
@@ -226,17 +263,16 @@ void bench_verify(const Case& c, Env& env, Record& r) {
   // enough KV copies that one launch's bytes cannot come from L2 (~50-60 MB on Hopper)
   const double set_bytes = static_cast<double>(kv_elems) * esz;
   const int sets = set_bytes >= 200e6 ? 1 : std::min(8, static_cast<int>(std::ceil(200e6 / set_bytes)));
-  auto as_bytes = [&](const std::vector<uint16_t>& v) {
-    std::vector<uint8_t> b(v.size() * esz);
-    if (esz == 2) std::memcpy(b.data(), v.data(), b.size());
-    else std::memcpy(b.data(), widen_bf16(v).data(), b.size());
-    return b;
-  };
-  const std::vector<uint8_t> kv_bytes = as_bytes(random_bf16(static_cast<size_t>(kv_elems), rng));
   std::vector<std::unique_ptr<DeviceBuffer<uint8_t>>> kv_sets;
-  for (int s = 0; s < sets; ++s) kv_sets.push_back(std::make_unique<DeviceBuffer<uint8_t>>(kv_bytes));
-  DeviceBuffer<uint8_t> q(as_bytes(random_bf16(static_cast<size_t>(batch) * T * heads * kVerifyLatentDim, rng)));
-  DeviceBuffer<uint8_t> qpe(as_bytes(random_bf16(static_cast<size_t>(batch) * T * heads * kVerifyRopeDim, rng)));
+  for (int s = 0; s < sets; ++s) {
+    kv_sets.push_back(std::make_unique<DeviceBuffer<uint8_t>>(static_cast<size_t>(kv_elems) * esz));
+    fill_attention_input(kv_sets.back()->get(), esz, kv_elems, 13 + s, env.stream);
+  }
+  const int64_t q_elems = static_cast<int64_t>(batch) * T * heads * kVerifyLatentDim;
+  const int64_t qpe_elems = static_cast<int64_t>(batch) * T * heads * kVerifyRopeDim;
+  DeviceBuffer<uint8_t> q(static_cast<size_t>(q_elems) * esz), qpe(static_cast<size_t>(qpe_elems) * esz);
+  fill_attention_input(q.get(), esz, q_elems, 101, env.stream);
+  fill_attention_input(qpe.get(), esz, qpe_elems, 102, env.stream);
   DeviceBuffer<uint8_t> out(static_cast<size_t>(batch) * T * heads * kVerifyLatentDim * esz);
   // a tree of chains and branches: node i's parent is i-1 when i is odd, else i/2
   std::vector<uint32_t> vis(static_cast<size_t>(batch) * T * words, 0u);
@@ -284,27 +320,6 @@ void bench_verify(const Case& c, Env& env, Record& r) {
 }
 
 // ---- topk_logprobs ----------------------------------------------------------------------------
-
-// Device logits of normal(0, sigma) from a counter hash: fast for hundreds of MB.
-__global__ void fill_normal_kernel(float* x, int64_t n, uint64_t seed, float sigma) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint64_t h = (static_cast<uint64_t>(i) + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 27;
-    h *= 0x94D049BB133111EBull;
-    h ^= h >> 33;
-    const float u1 = (static_cast<float>(h & 0xffffff) + 0.5f) / 16777216.0f;
-    const float u2 = static_cast<float>((h >> 24) & 0xffffff) / 16777216.0f;
-    x[i] = sigma * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
-  }
-}
-
-void fill_normal(float* x, int64_t n, uint64_t seed, float sigma, cudaStream_t stream) {
-  fill_normal_kernel<<<1024, 256, 0, stream>>>(x, n, seed, sigma);
-  KD_CHECK_LAUNCH();
-}
 
 void bench_topk(const Case& c, Env& env, Record& r) {
   const int rows = static_cast<int>(c.need("rows")), vocab = static_cast<int>(c.need("vocab")), k = static_cast<int>(c.need("k"));

@@ -12,7 +12,8 @@
 //      is raised to another lower bound: the N-th best of the pool plus the first few
 //      children of each node of the level (a histogram over their ordered bits gives it, to
 //      a bin). Every node scoring >= t* is then in the pool, stale nodes below t have no
-//      children, and the N best of the pool are the tree.
+//      children, and the N best of the pool are the tree. When stale nodes fill the pool, a
+//      second sweep starts from the best bound reached.
 //   B. otherwise (K < N, or the pool filled up with no progress: many exact ties, very flat
 //      rows): bisection on t over the float's ordered bits, a full grow per probe, until a
 //      set of N_eff..2 N_eff nodes is found (N_eff = min(N, number of paths)); when exact
@@ -22,9 +23,9 @@
 //      (ranks < z_m, the same for all of them at depth m), so tied nodes hang off the strict
 //      tree as complete subtrees of known size, in rank-path order strict node by strict
 //      node in post-order.
-//   C. order: the candidates (score >= the final t) sorted by (score desc, preorder =
-//      rank-path order), a register/shuffle bitonic network; the first ones (then the tied
-//      nodes, in preorder) are the tree. Preorder comes from the level layout without a
+//   C. order: the candidates (score >= the final t, narrowed to ~N by a histogram after A)
+//      sorted by (score desc, preorder = rank-path order), a register/shuffle bitonic
+//      network; the first ones (then the tied nodes, in preorder) are the tree. Preorder comes from the level layout without a
 //      pass per level: see node_preorder. Rows and bit-packed visibility written, one
 //      thread per row.
 // Scores: __fadd_rn in depth order, bit-exact with python_engine/ddtree.

@@ -79,8 +79,8 @@ def nvml_clocks(index: int = 0) -> dict:
         }
         pynvml.nvmlShutdown()
         return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in out.items()}
-    except pynvml.NVMLError as exc:
-        return {"nvml": f"NVML error: {exc}"}
+    except Exception as exc:  # NVMLError, or an older binding without one of the calls: record why
+        return {"nvml": f"{type(exc).__name__}: {exc}"}
 
 
 def device_facts(root: Path) -> dict:
