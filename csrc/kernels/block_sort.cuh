@@ -99,13 +99,10 @@ KD_DEVICE void sort_with(uint64_t* keys, int n) {
 
 }  // namespace sort_detail
 
-// The largest key count block_sort_ascending takes: 8 keys per thread.
-KD_DEVICE int block_sort_capacity() { return 8 * static_cast<int>(blockDim.x); }
-
 // Keys per thread: at least n / threads, and up to 8 so that the keys sit in 4 warps or fewer
 // where possible: more of the network then runs in registers (a smem stage costs a barrier;
 // idle warps cost nothing).
-// Sort keys[0, n) ascending. n: a power of two, 32 <= n <= block_sort_capacity(); pad with
+// Sort keys[0, n) ascending. n: a power of two, 32 <= n <= 8 * blockDim.x; pad with
 // ~0ull to get there. Ends with a barrier (the sorted keys are visible to every thread).
 KD_DEVICE void block_sort_ascending(uint64_t* keys, int n) {
   const int threads = static_cast<int>(blockDim.x);
