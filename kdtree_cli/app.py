@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "refs",
     "build",
     "test",
+    "bench",
     "tui",
     "deploy", "hosts",
     "bench",

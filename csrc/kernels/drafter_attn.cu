@@ -2,6 +2,7 @@
 // keys in tiles of 32 (one lane per key in the softmax update).
 #include "block_scan.cuh"
 #include "drafter_attn.cuh"
+#include "launch_support.h"
 
 namespace kdtree {
 namespace kern {
@@ -13,7 +14,7 @@ constexpr int kDrafterKeyTile = kWarpSize;
 struct DrafterSmem {  // offsets (floats) into dynamic shared memory
   int q, o, k, v, s, m, l, alpha, total;
 };
-KD_HOST_DEVICE DrafterSmem drafter_smem_layout(int q_len, int hd) {
+KD_HOST_DEVICE inline DrafterSmem drafter_smem_layout(int q_len, int hd) {
   DrafterSmem L;
   const int kpad = hd + 1;  // score reads walk k rows across lanes: pad against bank conflicts
   L.q = 0;
@@ -126,17 +127,11 @@ KernelResult drafter_attn(const DrafterAttnParams& p, cudaStream_t stream) {
   KernelResult result = KernelResult::success();
   KD_DISPATCH_DTYPE(p.dtype, T, {
     auto* kernel = kern::drafter_attn_kernel<T>;
-    const cudaError_t err =
-        kern::set_max_dynamic_smem(kernel, static_cast<int>(smem));
-    if (err != cudaSuccess) {
-      result = KernelResult::cuda(std::string("drafter_attn: cudaFuncSetAttribute(") + std::to_string(smem) +
-                                  " bytes): " + cudaGetErrorString(err));
-    } else {
-      KD_LAUNCH(kernel, dim3(p.heads, p.batch), kern::kDrafterThreads, smem, stream, p);
-    }
+    result = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, "drafter_attn");
+    if (result.ok()) KD_LAUNCH(kernel, dim3(p.heads, p.batch), kern::kDrafterThreads, smem, stream, p);
   });
   if (!result.ok()) return result;
-  return model_launch_status("drafter_attn_kernel launch");
+  return launch_status("drafter_attn_kernel launch");
 }
 
 }  // namespace kdtree

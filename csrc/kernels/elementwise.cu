@@ -83,7 +83,7 @@ KernelResult embed(const EmbedParams& p, cudaStream_t stream) {
   if (p.rows * p.dim == 0) return KernelResult::success();
   KD_DISPATCH_DTYPE(p.dtype, T, KD_LAUNCH_FLAT(kern::embed_kernel<T>, kern::element_blocks(p.rows, p.dim),
                                                kern::kElementThreads, 0, stream, p));
-  return model_launch_status("embed_kernel launch");
+  return launch_status("embed_kernel launch");
 }
 
 KernelResult logits_transform(const LogitsTransformParams& p, cudaStream_t stream) {
@@ -91,7 +91,7 @@ KernelResult logits_transform(const LogitsTransformParams& p, cudaStream_t strea
   if (p.rows * p.cols == 0 || (p.multiplier == 1.0f && p.softcap == 0.0f)) return KernelResult::success();
   KD_LAUNCH_FLAT(kern::logits_transform_kernel, kern::element_blocks(p.rows, p.cols), kern::kElementThreads, 0,
                  stream, p);
-  return model_launch_status("logits_transform_kernel launch");
+  return launch_status("logits_transform_kernel launch");
 }
 
 KernelResult add_inplace(const AddParams& p, cudaStream_t stream) {
@@ -100,7 +100,7 @@ KernelResult add_inplace(const AddParams& p, cudaStream_t stream) {
   if (p.rows * p.dim == 0) return KernelResult::success();
   KD_DISPATCH_DTYPE(p.dtype, T, KD_LAUNCH_FLAT(kern::add_kernel<T>, kern::element_blocks(p.rows, p.dim),
                                                kern::kElementThreads, 0, stream, p));
-  return model_launch_status("add_kernel launch");
+  return launch_status("add_kernel launch");
 }
 
 KernelResult silu_mul(const SiluMulParams& p, cudaStream_t stream) {
@@ -111,7 +111,7 @@ KernelResult silu_mul(const SiluMulParams& p, cudaStream_t stream) {
   if (p.rows * p.dim == 0) return KernelResult::success();
   KD_DISPATCH_DTYPE(p.dtype, T, KD_LAUNCH_FLAT(kern::silu_mul_kernel<T>, kern::element_blocks(p.rows, p.dim),
                                                kern::kElementThreads, 0, stream, p));
-  return model_launch_status("silu_mul_kernel launch");
+  return launch_status("silu_mul_kernel launch");
 }
 
 KernelResult copy_rows(const CopyRowsParams& p, cudaStream_t stream) {
@@ -119,7 +119,7 @@ KernelResult copy_rows(const CopyRowsParams& p, cudaStream_t stream) {
     return r;
   if (p.rows * p.cols == 0) return KernelResult::success();
   KD_DISPATCH_DTYPE(p.in_dtype, In, KD_DISPATCH_DTYPE(p.out_dtype, Out, kern::launch_copy_rows<In, Out>(p, stream)));
-  return model_launch_status("copy_rows_kernel launch");
+  return launch_status("copy_rows_kernel launch");
 }
 
 }  // namespace kdtree

@@ -42,7 +42,7 @@ KernelResult mla_cache_write(const MlaCacheWriteParams& p, cudaStream_t stream) 
   const int blocks = kern::ceil_div(rows, kern::kRowWarps);
   KD_DISPATCH_DTYPE(p.dtype, T,
                     KD_LAUNCH(kern::mla_cache_write_kernel<T>, blocks, kern::kRowThreads, 0, stream, p));
-  return model_launch_status("mla_cache_write_kernel launch");
+  return launch_status("mla_cache_write_kernel launch");
 }
 
 }  // namespace kdtree

@@ -11,6 +11,7 @@
 
 #include "device_compat.cuh"
 #include "kernel_status.h"
+#include "launch_support.h"
 
 namespace kdtree {
 
@@ -59,12 +60,5 @@ constexpr int kElementThreads = 256;
       __VA_ARGS__;                                       \
     }                                                    \
   } while (0)
-
-// cudaGetLastError as a KernelResult, for every launcher of the model kernels.
-inline KernelResult model_launch_status(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err == cudaSuccess) return KernelResult::success();
-  return KernelResult::cuda(std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
-}
 
 }  // namespace kdtree

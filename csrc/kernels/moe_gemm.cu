@@ -96,7 +96,7 @@ KernelResult moe_gemm(const MoeGemmParams& p, cudaStream_t stream) {
   if (p.rows == 0) return KernelResult::success();
   if (p.experts > 65535) return KernelResult::over_limit("moe_gemm: more than 65535 experts (grid.y)");
   KD_DISPATCH_DTYPE(p.dtype, T, kern::launch_moe_gemm<T>(p, stream));
-  return model_launch_status("moe_gemm_kernel launch");
+  return launch_status("moe_gemm_kernel launch");
 }
 
 }  // namespace kdtree

@@ -278,7 +278,7 @@ KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
   const int slots = std::min(p.experts, p.rows);  // experts that can own rows
   if (p.w_up) kern::launch_moe_w4a16_rows<true>(p, pass_rows, slots, stream);
   else kern::launch_moe_w4a16_rows<false>(p, pass_rows, slots, stream);
-  return model_launch_status("moe_w4a16_kernel launch");
+  return launch_status("moe_w4a16_kernel launch");
 }
 
 KernelResult moe_w4a16_repack(const int32_t* weight_packed, const uint16_t* weight_scale, int n, int k,

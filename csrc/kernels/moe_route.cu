@@ -148,7 +148,7 @@ KernelResult moe_route(const MoeRouteParams& p, cudaStream_t stream) {
   if (KernelResult r = check_moe_route_params(p); !r.ok()) return r;
   if (p.tokens == 0) return KernelResult::success();
   KD_LAUNCH(kern::moe_route_kernel, kern::ceil_div(p.tokens, kern::kRowWarps), kern::kRowThreads, 0, stream, p);
-  return model_launch_status("moe_route_kernel launch");
+  return launch_status("moe_route_kernel launch");
 }
 
 KernelResult moe_group(const MoeGroupParams& p, cudaStream_t stream) {
@@ -158,7 +158,7 @@ KernelResult moe_group(const MoeGroupParams& p, cudaStream_t stream) {
   if (!p.topk_ids || !p.offsets || !p.row_token || !p.pair_row)
     return KernelResult::invalid("moe_group: topk_ids, offsets, row_token and pair_row must be non-null");
   KD_LAUNCH(kern::moe_group_kernel, 1, kern::kGroupThreads, 0, stream, p);
-  return model_launch_status("moe_group_kernel launch");
+  return launch_status("moe_group_kernel launch");
 }
 
 KernelResult moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
@@ -170,7 +170,7 @@ KernelResult moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
   const int blocks = static_cast<int>(kern::ceil_div<int64_t>(static_cast<int64_t>(p.tokens) * p.hidden,
                                                               kern::kElementThreads));
   KD_DISPATCH_DTYPE(p.dtype, T, KD_LAUNCH_FLAT(kern::moe_combine_kernel<T>, blocks, kern::kElementThreads, 0, stream, p));
-  return model_launch_status("moe_combine_kernel launch");
+  return launch_status("moe_combine_kernel launch");
 }
 
 }  // namespace kdtree

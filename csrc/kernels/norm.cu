@@ -58,7 +58,7 @@ KernelResult add_rms_norm(const AddRmsNormParams& p, cudaStream_t stream) {
     return KernelResult::invalid("add_rms_norm: x, y, weight and out must be non-null, out distinct from x");
   const int blocks = kern::ceil_div(p.rows, kern::kRowWarps);
   KD_DISPATCH_DTYPE(p.dtype, T, KD_LAUNCH(kern::add_rms_norm_kernel<T>, blocks, kern::kRowThreads, 0, stream, p));
-  return model_launch_status("add_rms_norm_kernel launch");
+  return launch_status("add_rms_norm_kernel launch");
 }
 
 KernelResult rms_norm(const RmsNormParams& p, cudaStream_t stream) {
@@ -66,7 +66,7 @@ KernelResult rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.rows == 0) return KernelResult::success();
   const int blocks = kern::ceil_div(p.rows * p.heads, kern::kRowWarps);
   KD_DISPATCH_DTYPE(p.dtype, T, KD_LAUNCH(kern::rms_norm_kernel<T>, blocks, kern::kRowThreads, 0, stream, p));
-  return model_launch_status("rms_norm_kernel launch");
+  return launch_status("rms_norm_kernel launch");
 }
 
 }  // namespace kdtree

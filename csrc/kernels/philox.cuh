@@ -14,7 +14,7 @@ constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u;  // round m
 constexpr uint32_t kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;  // key schedule (golden ratio, sqrt 3 - 1)
 constexpr int kPhiloxRounds = 10;
 
-KD_HOST_DEVICE void philox4x32_10(const uint32_t ctr_in[4], const uint32_t key_in[2], uint32_t out[4]) {
+KD_HOST_DEVICE inline void philox4x32_10(const uint32_t ctr_in[4], const uint32_t key_in[2], uint32_t out[4]) {
   uint32_t c0 = ctr_in[0], c1 = ctr_in[1], c2 = ctr_in[2], c3 = ctr_in[3];
   uint32_t k0 = key_in[0], k1 = key_in[1];
   for (int r = 0; r < kPhiloxRounds; ++r) {
@@ -36,7 +36,7 @@ KD_HOST_DEVICE void philox4x32_10(const uint32_t ctr_in[4], const uint32_t key_i
 }
 
 // A uniform float in the open interval (0, 1) from 32 random bits.
-KD_HOST_DEVICE float uniform_open01(uint32_t bits) {
+KD_HOST_DEVICE inline float uniform_open01(uint32_t bits) {
   return (static_cast<float>(bits >> 8) + 0.5f) * (1.0f / 16777216.0f);  // 24 bits: exact in float
 }
 

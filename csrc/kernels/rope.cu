@@ -28,7 +28,7 @@ KernelResult rope(const RopeParams& p, cudaStream_t stream) {
   if (work == 0) return KernelResult::success();
   const int blocks = static_cast<int>(kern::ceil_div<int64_t>(work, kern::kElementThreads));
   KD_DISPATCH_DTYPE(p.dtype, T, KD_LAUNCH_FLAT(kern::rope_kernel<T>, blocks, kern::kElementThreads, 0, stream, p));
-  return model_launch_status("rope_kernel launch");
+  return launch_status("rope_kernel launch");
 }
 
 }  // namespace kdtree

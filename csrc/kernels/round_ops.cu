@@ -133,7 +133,7 @@ KernelResult round_begin(const SlotState& s, int batch, cudaStream_t stream) {
   if (KernelResult r = need(batch >= 0 && state_ok(s), "round_begin: bad batch or slot state"); !r.ok()) return r;
   if (batch == 0) return KernelResult::success();
   KD_LAUNCH_FLAT(kern::round_begin_kernel, kern::slot_blocks(batch), kern::kSlotThreads, 0, stream, s, batch);
-  return model_launch_status("round_begin_kernel launch");
+  return launch_status("round_begin_kernel launch");
 }
 
 KernelResult draft_block_inputs(const BlockInputsParams& p, cudaStream_t stream) {
@@ -143,7 +143,7 @@ KernelResult draft_block_inputs(const BlockInputsParams& p, cudaStream_t stream)
     return r;
   if (p.batch == 0) return KernelResult::success();
   KD_LAUNCH_FLAT(kern::block_inputs_kernel, kern::slot_blocks(p.batch * p.block), kern::kSlotThreads, 0, stream, p);
-  return model_launch_status("block_inputs_kernel launch");
+  return launch_status("block_inputs_kernel launch");
 }
 
 KernelResult extend_rows(const ExtendRowsParams& p, cudaStream_t stream) {
@@ -154,14 +154,14 @@ KernelResult extend_rows(const ExtendRowsParams& p, cudaStream_t stream) {
     return r;
   if (p.batch == 0) return KernelResult::success();
   KD_LAUNCH_FLAT(kern::extend_rows_kernel, kern::slot_blocks(p.batch * p.max_rows), kern::kSlotThreads, 0, stream, p);
-  return model_launch_status("extend_rows_kernel launch");
+  return launch_status("extend_rows_kernel launch");
 }
 
 KernelResult extend_commit(const SlotState& s, int batch, cudaStream_t stream) {
   if (KernelResult r = need(batch >= 0 && state_ok(s), "extend_commit: bad batch or slot state"); !r.ok()) return r;
   if (batch == 0) return KernelResult::success();
   KD_LAUNCH_FLAT(kern::extend_commit_kernel, kern::slot_blocks(batch), kern::kSlotThreads, 0, stream, s, batch);
-  return model_launch_status("extend_commit_kernel launch");
+  return launch_status("extend_commit_kernel launch");
 }
 
 KernelResult verify_inputs(const VerifyInputsParams& p, cudaStream_t stream) {
@@ -172,7 +172,7 @@ KernelResult verify_inputs(const VerifyInputsParams& p, cudaStream_t stream) {
     return r;
   if (p.batch == 0) return KernelResult::success();
   KD_LAUNCH_FLAT(kern::verify_inputs_kernel, kern::slot_blocks(p.batch * p.rows), kern::kSlotThreads, 0, stream, p);
-  return model_launch_status("verify_inputs_kernel launch");
+  return launch_status("verify_inputs_kernel launch");
 }
 
 KernelResult commit_tree(const CommitTreeParams& p, cudaStream_t stream) {
@@ -183,7 +183,7 @@ KernelResult commit_tree(const CommitTreeParams& p, cudaStream_t stream) {
     return r;
   if (p.batch == 0) return KernelResult::success();
   KD_LAUNCH_FLAT(kern::commit_tree_kernel, kern::slot_blocks(p.batch), kern::kSlotThreads, 0, stream, p);
-  return model_launch_status("commit_tree_kernel launch");
+  return launch_status("commit_tree_kernel launch");
 }
 
 KernelResult commit_ar(const CommitArParams& p, cudaStream_t stream) {
@@ -192,7 +192,7 @@ KernelResult commit_ar(const CommitArParams& p, cudaStream_t stream) {
     return r;
   if (p.batch == 0) return KernelResult::success();
   KD_LAUNCH_FLAT(kern::commit_ar_kernel, kern::slot_blocks(p.batch), kern::kSlotThreads, 0, stream, p);
-  return model_launch_status("commit_ar_kernel launch");
+  return launch_status("commit_ar_kernel launch");
 }
 
 }  // namespace kdtree

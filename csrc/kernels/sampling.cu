@@ -73,7 +73,7 @@ KernelResult choose_tokens(const ChooseTokensParams& p, cudaStream_t stream) {
   const int rows = p.batch * p.rows;
   if (rows == 0) return KernelResult::success();
   KD_LAUNCH(kern::choose_tokens_kernel, rows, kern::kChooseThreads, 0, stream, p);
-  return model_launch_status("choose_tokens_kernel launch");
+  return launch_status("choose_tokens_kernel launch");
 }
 
 }  // namespace kdtree

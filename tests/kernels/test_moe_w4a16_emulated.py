@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
 KERNEL = CSRC / "kernels" / "moe_gemm_w4a16.cu"
 RUNTIME = CSRC / "kernels" / "emu" / "runtime" / "cuda_runtime.cpp"
+LAUNCH_SUPPORT = CSRC / "kernels" / "launch_support.cu"  # launch_status, shared by every launcher
 GROUP = 32
 # Per-element tolerance against float64: bf16 output rounding (unit roundoff 2^-8) plus
 # float32 accumulation error, bounded by 2^-14 of sum |x w|; SwiGLU rounds four times
@@ -77,7 +78,8 @@ def built(tmp_path_factory) -> Built:
 
     def compile_one(args: tuple[list[str], Path]) -> Path:
         extra, target = args
-        cmd = [cxx, *EMU_FLAGS, *includes, *extra, str(KERNEL), str(RUNTIME), "-lpthread", "-o", str(target)]
+        cmd = [cxx, *EMU_FLAGS, *includes, *extra, str(KERNEL), str(LAUNCH_SUPPORT), str(RUNTIME), "-lpthread", "-o",
+               str(target)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr[-4000:]}"
         return target
