@@ -58,6 +58,14 @@ def sshd(tmp_path_factory) -> SshServer:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def jump_sshd(sshd, tmp_path_factory) -> SshServer:
+    """A second server on another loopback port, used as a ProxyJump host."""
+    server = start_sshd(tmp_path_factory.mktemp("jump-sshd"))
+    yield server
+    server.stop()
+
+
 def write_version(project: Path, version: str, rng: np.random.Generator) -> None:
     """Change the project the way an edit does: a small text file and a 200 KB blob."""
     (project / "app").mkdir(exist_ok=True)
