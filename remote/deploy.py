@@ -6,7 +6,7 @@ connection at any point leaves the previous release current and working):
 
     preflight   remote $HOME, Python >= 3.11, nvcc (when building)  - nothing written yet
     lock        <dir>/.deploy.lock, held until the end
-    sync        stage (hard links from current) + upload (one tar of what changed)
+    sync        stage (verified copies from current) + upload (one tar of what changed)
                 + finalize (verify against the manifest, rename into releases/)
     env         <dir>/venv up to date (pyenv.py)
     build/test  in the new release, output streamed as `[host] line`
@@ -35,7 +35,7 @@ from remote.connection import connect
 from remote.errors import RemoteError
 from remote.inventory import HostConfig
 from remote.lock import RemoteLock
-from remote.manifest import Manifest, SyncPlan, build_manifest, plan_sync
+from remote.manifest import Manifest, SyncPlan, build_manifest, check_symlinks, plan_sync
 from remote.output import HostOutput, Reporter
 from remote.paths import RemotePaths, resolve_paths
 from remote.shell import q
@@ -77,7 +77,7 @@ class HostResult:
     switched: bool = False
     uploaded: int = 0
     upload_bytes: int = 0
-    linked: int = 0
+    reused: int = 0  # unchanged files copied from the previous release
     removed_releases: list[str] = field(default_factory=list)
     steps: list[StepResult] = field(default_factory=list)
     results_dir: str | None = None
@@ -100,6 +100,7 @@ def deploy_host(host: HostConfig, opts: DeployOptions, reporter: Reporter) -> Ho
     out = HostOutput(reporter, host.name, None if opts.dry_run else results_dir / "logs")
     conn = None
     try:
+        check_symlinks(opts.project_root)  # a tree that cannot be a release: say so first
         conn = connect(host, accept_new_host_key=opts.accept_new_host_key)
         _hook(opts, host, "connected")
         deploy_over(conn, host, opts, out, result)
@@ -204,9 +205,9 @@ def _sync(conn, host, opts, out, result, paths, manifest: Manifest, plan: SyncPl
     result.release = staged.name
     result.uploaded = len(send)
     result.upload_bytes = sum(manifest.files[p].size for p in send)
-    result.linked = staged.linked + staged.copied
+    result.reused = staged.reused
     out.note(f"sync {staged.name}: {len(send)} file(s) to upload "
-             f"({result.upload_bytes / 1e6:.2f} MB), {result.linked} unchanged from "
+             f"({result.upload_bytes / 1e6:.2f} MB), {result.reused} unchanged from "
              f"{previous or 'nothing'}" + (f", carried {', '.join(staged.carried)}" if staged.carried else ""))
     meta = {"name": staged.name, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     releases.upload(conn, paths.python, staged.partial, opts.project_root, send, manifest,
@@ -258,10 +259,10 @@ def _dry_run(conn, host, opts, out, result, paths, manifest: Manifest) -> None:
     result.previous = previous
     result.plan = {
         "upload": plan.upload, "upload_bytes": plan.upload_bytes(manifest),
-        "unchanged": len(plan.link), "dropped": plan.removed, "commands": commands,
+        "unchanged": len(plan.reuse), "dropped": plan.removed, "commands": commands,
     }
     out.note(f"dry run: would upload {len(plan.upload)} file(s) "
-             f"({plan.upload_bytes(manifest) / 1e6:.2f} MB), reuse {len(plan.link)} from "
+             f"({plan.upload_bytes(manifest) / 1e6:.2f} MB), reuse {len(plan.reuse)} from "
              f"{previous or 'nothing'}, drop {len(plan.removed)}")
     for path in plan.upload[:20]:
         out.note(f"  upload {path}")

@@ -84,11 +84,34 @@ def cmd_state(a):
     })
 
 
+def _copy_verified(src, dst, sha256, mode):
+    """Copy src to dst in one pass, hashing as it goes; keep src's times (so a build
+    carried over sees the file unchanged). False, and no dst, when the hash differs."""
+    h = hashlib.sha256()
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
+            for block in iter(lambda: fin.read(1 << 20), b""):
+                h.update(block)
+                fout.write(block)
+    except BaseException:
+        os.unlink(dst)
+        raise
+    if h.hexdigest() != sha256:
+        os.unlink(dst)
+        return False
+    st = os.stat(src)
+    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.chmod(dst, mode)
+    return True
+
+
 def cmd_stage(a):
-    """Start .partial-<name> (with an empty results/): drop stale partials, hard-link
-    unchanged files from the previous release (copy where linking fails), copy the
-    carried folders. Files whose size no longer matches the previous manifest are
-    reported back as missing."""
+    """Start .partial-<name> (with an empty results/): drop stale partials, copy the
+    unchanged files from the previous release, checking each against its manifest hash on
+    the way (a copy, never a hard link: nothing the new release's steps write can reach
+    the live release), and copy the carried folders. Files whose copy fails its hash (or
+    that are gone) are reported back as missing: the local side uploads them."""
     a = json.load(sys.stdin)
     rel = _releases(a["dir"])
     os.makedirs(rel, exist_ok=True)
@@ -104,32 +127,27 @@ def cmd_stage(a):
     os.mkdir(part)
     os.mkdir(os.path.join(part, "results"))  # where the steps leave reports (fetched home)
     prev = os.path.join(rel, a["prev"]) if a.get("prev") else None
-    linked = copied = 0
+    reused = 0
     missing = []
-    for path, size in a.get("link", []):
+    for path, sha256, mode in a.get("reuse", []):
         src = os.path.join(prev, _safe_rel(path))
         dst = os.path.join(part, path)
-        try:
-            if os.lstat(src).st_size != size:
-                raise OSError("changed since its release")
-        except OSError:
-            missing.append(path)
-            continue
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         try:
-            os.link(src, dst, follow_symlinks=False)
-            linked += 1
+            ok = not os.path.islink(src) and _copy_verified(src, dst, sha256, mode)
         except OSError:
-            shutil.copy2(src, dst, follow_symlinks=False)
-            copied += 1
+            ok = False
+        if ok:
+            reused += 1
+        else:
+            missing.append(path)
     carried = []
     for folder in a.get("carry", []):
         src = os.path.join(prev, _safe_rel(folder)) if prev else None
         if src and os.path.isdir(src) and not os.path.islink(src):
             shutil.copytree(src, os.path.join(part, folder), symlinks=True)
             carried.append(folder)
-    _emit({"name": name, "partial": part, "linked": linked, "copied": copied,
-           "missing": missing, "carried": carried})
+    _emit({"name": name, "partial": part, "reused": reused, "missing": missing, "carried": carried})
 
 
 def _extract_member(tf, member, dest):
@@ -160,8 +178,17 @@ def cmd_extract(a):
     _emit({"extracted": count})
 
 
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def cmd_finalize(a):
-    """Check the partial release against its manifest, then rename it into place."""
+    """Check every file of the partial release against its manifest (content hash, or
+    link target), then rename it into place."""
     rel = _releases(a["dir"])
     part = os.path.join(rel, PARTIAL + a["name"])
     manifest = _read_json(os.path.join(part, MANIFEST))
@@ -174,7 +201,8 @@ def cmd_finalize(a):
             if e.get("link") is not None:
                 ok = os.readlink(full) == e["link"]
             else:
-                ok = os.path.isfile(full) and os.stat(full).st_size == e["size"]
+                ok = (os.path.isfile(full) and not os.path.islink(full)
+                      and os.stat(full).st_size == e["size"] and _sha256(full) == e["sha256"])
         except OSError:
             ok = False
         if not ok:

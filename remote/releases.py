@@ -105,8 +105,7 @@ def read_state(conn: Connection, python: str, layout: RemoteLayout, *, with_mani
 class Staged:
     name: str  # final release name (a suffix is added if the name was taken)
     partial: str  # remote path being assembled
-    linked: int
-    copied: int
+    reused: int  # unchanged files copied from the previous release, hashes checked
     missing: list[str]  # unchanged by hash, but not intact in the previous release: upload
     carried: list[str]
 
@@ -117,12 +116,13 @@ def stage(conn: Connection, python: str, layout: RemoteLayout, name: str, previo
         "dir": layout.dir,
         "name": name,
         "prev": previous,
-        "link": [[p, manifest.files[p].size] for p in plan.link] if previous else [],
+        "reuse": [[p, manifest.files[p].sha256, manifest.files[p].mode] for p in plan.reuse]
+        if previous else [],
         "carry": list(carry) if previous else [],
     }
     raw = call_tool(conn, python, "stage", stdin=json.dumps(request).encode(),
                     what="staging the new release")
-    return Staged(raw["name"], raw["partial"], raw["linked"], raw["copied"], raw["missing"],
+    return Staged(raw["name"], raw["partial"], raw["reused"], raw["missing"],
                   raw["carried"])
 
 

@@ -32,7 +32,7 @@ def test_first_and_second_deploy(sshd, host_factory, project, tmp_path, rng):
     for never in ("build/junk.txt", ".venv/junk.txt", "results/junk.txt", "build-debug/junk.txt"):
         assert never not in manifest["files"]  # ... never build/, .venv/, results/
     assert f"odd dir/{WEIRD}.txt" in manifest["files"] and "refs/ref.bin" in manifest["files"]
-    assert first.uploaded == len(local.files) and first.linked == 0
+    assert first.uploaded == len(local.files) and first.reused == 0
 
     # the steps ran in the release, with the host's arch and the results dir filled in
     build_lines = [t for (_h, step, t, _e) in first.reporter.lines if step == "build"]
@@ -45,15 +45,16 @@ def test_first_and_second_deploy(sshd, host_factory, project, tmp_path, rng):
     summary = json.loads((results / "sshd-test" / "deploy.json").read_text())
     assert summary["ok"] and summary["release"] == first.release
 
-    # a one-file change: one upload (+ the blob), everything else hard-linked
+    # a one-file change: one upload, everything else copied from the previous release
     (project / "app" / "version.txt").write_text("v2\n")
     second = run_deploy(host, project, results)
     assert second.ok, second.error
     assert second.previous == first.release and current_name(rdir) == second.release
-    assert second.uploaded == 1 and second.linked == len(local.files) - 1
+    assert second.uploaded == 1 and second.reused == len(local.files) - 1
     verify_release(rdir, second.release)
     old, new = (rdir / "releases" / n / "refs" / "ref.bin" for n in (first.release, second.release))
-    assert os.stat(old).st_ino == os.stat(new).st_ino  # unchanged: the same inode, not a copy
+    assert old.read_bytes() == new.read_bytes()  # unchanged: the same bytes ...
+    assert os.stat(old).st_ino != os.stat(new).st_ino  # ... in a file of its own
     changed = [rdir / "releases" / n / "app" / "version.txt" for n in (first.release, second.release)]
     assert [p.read_text() for p in changed] == ["v1\n", "v2\n"]  # the old release is untouched
 

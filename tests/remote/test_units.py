@@ -124,7 +124,7 @@ def test_manifest_and_plan(tmp_path, rng):
     new = build_manifest(root)
     plan = plan_sync(new, old)
     assert plan.upload == ["a.txt", "link", "new.txt", "run.sh"]  # symlinks are always sent
-    assert plan.link == [] and plan.removed == ["b.bin"]
+    assert plan.reuse == [] and plan.removed == ["b.bin"]
     assert old.tree_hash() != new.tree_hash() and build_manifest(root).tree_hash() == new.tree_hash()
     assert plan_sync(new, None).upload == sorted(new.files)
 
