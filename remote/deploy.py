@@ -8,7 +8,7 @@ connection at any point leaves the previous release current and working):
     lock        <dir>/.deploy.lock, held until the end
     sync        stage (verified copies from current) + upload (one tar of what changed)
                 + finalize (verify against the manifest, rename into releases/)
-    env         <dir>/venv up to date (pyenv.py)
+    env         the release's own environment, <release>/.venv (pyenv.py)
     build/test  in the new release, output streamed as `[host] line`
     fetch       <release>/results/ -> results/<host>/ (also after a failed step)
     switch      `current` -> the new release, only when build and test passed
@@ -169,7 +169,7 @@ def deploy_over(conn: Connection, host: HostConfig, opts: DeployOptions, out: Ho
         _hook(opts, host, "env")
         with out.step_sink("env") as sink:
             python = pyenv.setup_env(conn, host, layout, paths.python, opts.project_root,
-                                     opts.wheels, out.note, sink)
+                                     opts.wheels, release, out.note, sink)
         failure = None
         try:
             for step, enabled in (("build", opts.build), ("test", opts.test)):
@@ -252,8 +252,8 @@ def _dry_run(conn, host, opts, out, result, paths, manifest: Manifest) -> None:
     state = releases.read_state(conn, paths.python, layout) if exists else None
     previous = state.current if state and state.current_ok else None
     plan = plan_sync(manifest, state.manifest if previous else None)
-    python = f"{layout.venv}/bin/python" if host.venv else paths.python
     release = layout.release(releases.release_name(manifest))
+    python = pyenv.release_python(release) if host.venv else paths.python
     commands = {s: step_command(host, paths, python, release, s)
                 for s, on in (("build", opts.build), ("test", opts.test)) if on}
     result.previous = previous

@@ -5,8 +5,9 @@ printed: the base of `kdtree run --host`, `kdtree test --host` and the TUI's SSH
         ...   # stdout lines, without the newline; metrics events are JSON lines
 
 The remote command runs as `python -m kdtree_cli ARGS` in <dir>/current, with the same
-environment as a deploy's steps (steps.py), using <dir>/venv/bin/python when the host has
-venv = true. Arguments are passed exactly (each one quoted).
+environment as a deploy's steps (steps.py), using the release's own environment
+(current/.venv/bin/python) when the host has venv = true. Arguments are passed exactly
+(each one quoted).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from remote.inventory import HostConfig, Inventory, load_inventory
 from remote.manifest import MANIFEST_NAME
 from remote.output import ConsoleReporter, Reporter
 from remote.paths import resolve_paths
+from remote.pyenv import release_python
 from remote.shell import q, rpath
 from remote.steps import kdtree_command
 
@@ -35,11 +37,14 @@ def _prepare(conn, cfg: HostConfig):
     """The current release, the Python that runs kdtree there, and the resolved paths."""
     paths = resolve_paths(conn, cfg)
     current = paths.layout.current
-    ok = channel.run(conn, f"test -f {q(rpath(current, MANIFEST_NAME))}", what="looking for current").exit_code
-    if ok != 0:
-        raise RemoteEnvError(f"{cfg.name}: no deployed release in {paths.dir} (no {current}); run "
-                             f"`kdtree deploy {cfg.name}` first")
-    python = rpath(paths.layout.venv, "bin", "python") if cfg.venv else paths.python
+    python = release_python(current) if cfg.venv else paths.python
+    check = f"test -f {q(rpath(current, MANIFEST_NAME))}"
+    if cfg.venv:
+        check += f" && test -x {q(python)}"
+    if channel.run(conn, check, what="looking for current").exit_code != 0:
+        raise RemoteEnvError(f"{cfg.name}: no deployed release with its environment in {paths.dir} "
+                             f"(no {current}, or a release made before environments were per "
+                             f"release); run `kdtree deploy {cfg.name}` first")
     return current, python, paths
 
 

@@ -6,6 +6,8 @@ Layout under the host's directory D:
 
     D/current -> releases/<name>       the release in use (a relative symlink)
     D/releases/<name>/                 complete releases, each with .kdtree-release.json
+    D/releases/<name>/.venv -> ../../envs/<key>   its Python environment (venv = true)
+    D/envs/<key>/                      environments, named by the hash of what they hold
     D/releases/.partial-<name>/        a release being assembled (never used, removed
                                        by the next deploy)
     D/.deploy.lock (+ .owner)          the deploy lock
@@ -230,7 +232,8 @@ def cmd_switch(a):
 
 
 def cmd_prune(a):
-    """Keep the newest `keep` complete releases and the current one; drop the rest."""
+    """Keep the newest `keep` complete releases and the current one; drop the rest, then
+    the environments that no release left (complete or partial) links to."""
     d = a["dir"]
     rel = _releases(d)
     names = _complete(rel)
@@ -238,7 +241,35 @@ def cmd_prune(a):
     removed = [n for n in names if n not in keep]
     for n in removed:
         shutil.rmtree(os.path.join(rel, n), ignore_errors=True)
-    _emit({"removed": removed, "kept": sorted(n for n in names if n in keep)})
+    envs = os.path.join(d, "envs")
+    used = set()
+    for n in os.listdir(rel) if os.path.isdir(rel) else []:
+        try:
+            used.add(os.path.basename(os.readlink(os.path.join(rel, n, ".venv")).rstrip("/")))
+        except OSError:
+            pass
+    dropped_envs = sorted(e for e in os.listdir(envs) if e not in used) if os.path.isdir(envs) else []
+    for e in dropped_envs:
+        shutil.rmtree(os.path.join(envs, e), ignore_errors=True)
+    _emit({"removed": removed, "kept": sorted(n for n in names if n in keep),
+           "removed_envs": dropped_envs})
+
+
+def cmd_parent_env(a):
+    """Run by the host's Python, with `site` (it sets sys.prefix in a venv): when it is itself a virtual environment (the H200 image's
+    /opt/torch/.venv, a conda env), a venv made from it with --system-site-packages sees
+    the base interpreter's packages, not its own. Make them visible with a .pth file in the
+    new venv; prints the folders added (none when the host's Python is not a venv)."""
+    import site
+
+    added = []
+    if sys.prefix != sys.base_prefix:
+        added = [p for p in site.getsitepackages() if os.path.isdir(p)]
+        version = "python%d.%d" % sys.version_info[:2]
+        target = os.path.join(a["venv"], "lib", version, "site-packages", "kdtree-parent-env.pth")
+        with open(target, "w") as fh:
+            fh.write("".join(p + "\n" for p in added))
+    _emit({"added": added})
 
 
 def cmd_pack(a):
@@ -319,7 +350,7 @@ def cmd_lock(a):
 COMMANDS = {
     "state": cmd_state, "stage": cmd_stage, "extract": cmd_extract, "finalize": cmd_finalize,
     "switch": cmd_switch, "prune": cmd_prune, "pack": cmd_pack, "files": cmd_files,
-    "lock": cmd_lock,
+    "lock": cmd_lock, "parent_env": cmd_parent_env,
 }
 
 

@@ -44,8 +44,12 @@ class RemoteLayout:
         return rpath(self.dir, ".deploy.lock")
 
     @property
-    def venv(self) -> str:
-        return rpath(self.dir, "venv")
+    def envs(self) -> str:
+        return rpath(self.dir, "envs")
+
+    def env(self, key: str) -> str:
+        """A Python environment, named by the hash of what it holds (pyenv.py)."""
+        return rpath(self.envs, key)
 
     @property
     def wheels(self) -> str:
@@ -55,16 +59,18 @@ class RemoteLayout:
         return rpath(self.releases, name)
 
 
-def tool_command(python: str, command: str, args: dict | None = None) -> str:
+def tool_command(python: str, command: str, args: dict | None = None, *, site: bool = False) -> str:
     # -I -S: isolated from the remote's PYTHON* variables and site-packages (the tool needs
-    # only the standard library), and 4x faster to start where site-packages is heavy
-    return join([python, "-I", "-S", "-c", TOOL_SOURCE, command, json.dumps(args or {})])
+    # only the standard library), and 4x faster to start where site-packages is heavy.
+    # site=True keeps `site` (it is what sets sys.prefix inside a venv)
+    flags = ["-I"] if site else ["-I", "-S"]
+    return join([python, *flags, "-c", TOOL_SOURCE, command, json.dumps(args or {})])
 
 
 def call_tool(conn: Connection, python: str, command: str, args: dict | None = None, *,
-              stdin: bytes | None = None, what: str) -> dict:
-    result = channel.run_checked(conn, tool_command(python, command, args), stdin=stdin,
-                                 what=what, timeout=None)
+              stdin: bytes | None = None, what: str, site: bool = False) -> dict:
+    result = channel.run_checked(conn, tool_command(python, command, args, site=site),
+                                 stdin=stdin, what=what, timeout=None)
     lines = result.text.strip().splitlines()
     try:
         return json.loads(lines[-1])
@@ -156,6 +162,7 @@ def switch(conn: Connection, python: str, layout: RemoteLayout, name: str) -> st
 
 
 def prune(conn: Connection, python: str, layout: RemoteLayout, keep: int) -> list[str]:
+    """Drop old releases, then the environments no remaining release uses."""
     raw = call_tool(conn, python, "prune", {"dir": layout.dir, "keep": keep},
                     what="removing old releases")
     return raw["removed"]
