@@ -10,9 +10,12 @@ connection at any point leaves the previous release current and working):
                 + finalize (verify against the manifest, rename into releases/)
     env         the release's own environment, <release>/.venv (pyenv.py)
     build/test  in the new release, output streamed as `[host] line`
-    fetch       <release>/results/ -> results/<host>/ (also after a failed step)
+    fetch       <release>/results/ -> the deploy's work folder (also after a failed step)
     switch      `current` -> the new release, only when build and test passed
     prune       keep the newest N releases and current
+
+Locally, everything lands in a work folder that replaces results/<host>/ only when the
+deploy succeeded; a failed deploy's folder is kept elsewhere and named (results.py).
 
 Test hooks: DeployOptions.hook(host, point) is called at each point named in POINTS,
 so fault tests can cut the connection exactly there.
@@ -21,7 +24,6 @@ so fault tests can cut the connection exactly there.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -38,6 +40,7 @@ from remote.lock import RemoteLock
 from remote.manifest import Manifest, SyncPlan, build_manifest, check_symlinks, plan_sync
 from remote.output import HostOutput, Reporter
 from remote.paths import RemotePaths, resolve_paths
+from remote.results import SUMMARY, ResultsFolder
 from remote.shell import q
 from remote.steps import RESULTS_SUBDIR, step_command
 from python_engine.errors import KdtreeError
@@ -50,6 +53,7 @@ POINTS = ("connected", "preflight", "locked", "staged", "uploaded", "finalized",
 class DeployOptions:
     project_root: Path
     results_root: Path  # results/<host>/ go under it
+    work_root: Path | None = None  # where a deploy's files gather (results.py); None: the default
     build: bool = True
     test: bool = True
     dry_run: bool = False
@@ -80,7 +84,7 @@ class HostResult:
     reused: int = 0  # unchanged files copied from the previous release
     removed_releases: list[str] = field(default_factory=list)
     steps: list[StepResult] = field(default_factory=list)
-    results_dir: str | None = None
+    results_dir: str | None = None  # results/<host>/, or the kept work folder of a failure
     plan: dict | None = None  # --dry-run: what would happen
 
     def to_json(self) -> str:
@@ -94,35 +98,47 @@ class StepFailed(RemoteError):
 def deploy_host(host: HostConfig, opts: DeployOptions, reporter: Reporter) -> HostResult:
     """Deploy to one host; never raises: the outcome, or the error, is in the result."""
     result = HostResult(host.name)
-    results_dir = Path(opts.results_root) / host.name
-    if not opts.dry_run:
-        shutil.rmtree(results_dir, ignore_errors=True)
-    out = HostOutput(reporter, host.name, None if opts.dry_run else results_dir / "logs")
+    folder = ResultsFolder(opts.results_root, host.name, opts.work_root)
+    out = HostOutput(reporter, host.name, None)
     conn = None
     try:
+        if not opts.dry_run:
+            folder.check_replaceable()
+            out.log_dir = folder.start() / "logs"
         check_symlinks(opts.project_root)  # a tree that cannot be a release: say so first
         conn = connect(host, accept_new_host_key=opts.accept_new_host_key)
         _hook(opts, host, "connected")
-        deploy_over(conn, host, opts, out, result)
+        deploy_over(conn, host, opts, out, result, folder.work)
         result.ok = True
     except KdtreeError as exc:
         result.error = str(exc)
     except Exception as exc:  # a bug, or an error we did not map: keep the host's report going
         result.error = f"unexpected {type(exc).__name__}: {exc}"
-        if not opts.dry_run:
-            results_dir.mkdir(parents=True, exist_ok=True)
-            (results_dir / "traceback.txt").write_text(traceback.format_exc())
+        if folder.work is not None:
+            (folder.work / "traceback.txt").write_text(traceback.format_exc())
     finally:
         if conn is not None:
             conn.close()
     if result.error and result.switched:  # e.g. the link dropped while pruning
         result.error = f"current was switched to {result.release}, but then: {result.error}"
-    if result.error:
+    if opts.dry_run:
+        if result.error:
+            out.note(f"FAILED: {result.error}")
+        return result
+    if folder.work is None:  # refused before anything was written
         out.note(f"FAILED: {result.error}")
-    if not opts.dry_run:
-        results_dir.mkdir(parents=True, exist_ok=True)
-        result.results_dir = str(results_dir)
-        (results_dir / "deploy.json").write_text(result.to_json())
+        return result
+    if result.error:
+        result.error += f" (logs and fetched results: {folder.work})"
+        out.note(f"FAILED: {result.error}")
+        result.results_dir = str(folder.work)
+        (folder.work / SUMMARY).write_text(result.to_json())
+        return result
+    result.results_dir = str(folder.final)
+    (folder.work / SUMMARY).write_text(result.to_json())
+    folder.commit()
+    out.log_dir = folder.final / "logs"
+    out.note(f"results in {folder.final}")
     return result
 
 
@@ -146,7 +162,8 @@ def preflight(conn: Connection, host: HostConfig, build: bool) -> tuple[RemotePa
 
 
 def deploy_over(conn: Connection, host: HostConfig, opts: DeployOptions, out: HostOutput,
-                result: HostResult) -> None:
+                result: HostResult, work: Path | None = None) -> None:
+    """The deploy over an open connection; local files go to `work` (None: dry run)."""
     paths, summary = preflight(conn, host, opts.build)
     layout = paths.layout
     out.note(f"{host.describe_target()} -> {layout.dir} ({summary})")
@@ -179,7 +196,7 @@ def deploy_over(conn: Connection, host: HostConfig, opts: DeployOptions, out: Ho
         except StepFailed as exc:
             failure = exc
         finally:
-            _fetch(conn, host, opts, out, result, paths, release)
+            _fetch(conn, host, opts, out, paths, release, work)
         if failure is not None:
             raise StepFailed(f"{failure}; current stays {previous or '(none)'}; the new release "
                              f"is kept at {release} for a look")
@@ -228,13 +245,12 @@ def _run_step(conn, host, out, result, paths, python, release, step) -> None:
     result.steps.append(StepResult(step, code == 0, round(seconds, 3), f"exit {code}"))
     if code != 0:
         raise StepFailed(f"{step} failed (exit {code}) after {seconds:.1f}s; its output is in "
-                         f"results/{host.name}/logs/{step}.log")
+                         f"logs/{step}.log")
     out.note(f"{step}: ok ({seconds:.1f}s)")
 
 
-def _fetch(conn, host, opts, out, result, paths, release) -> None:
+def _fetch(conn, host, opts, out, paths, release, dest: Path) -> None:
     """Bring <release>/results/ home; a lost connection here must not hide the step error."""
-    dest = Path(opts.results_root) / host.name
     try:
         warnings = releases.fetch_dir(conn, paths.python, f"{release}/{RESULTS_SUBDIR}", dest)
     except RemoteError as exc:
@@ -243,7 +259,6 @@ def _fetch(conn, host, opts, out, result, paths, release) -> None:
     for w in warnings:
         out.note(f"results: {w}")
     _hook(opts, host, "fetched")
-    out.note(f"results in {dest}")
 
 
 def _dry_run(conn, host, opts, out, result, paths, manifest: Manifest) -> None:

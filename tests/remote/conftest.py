@@ -124,7 +124,10 @@ def remote_dir(sshd: SshServer, host: HostConfig) -> Path:
 
 
 def run_deploy(host: HostConfig, project: Path, results: Path, **opts) -> HostResult:
+    """deploy_host with a collecting reporter; the work folder (where a failed deploy's
+    logs stay) is results' sibling `deploy-work/` unless given."""
     reporter = CollectingReporter()
+    opts.setdefault("work_root", results.parent / "deploy-work")
     result = deploy_host(host, DeployOptions(project_root=project, results_root=results, **opts), reporter)
     result.reporter = reporter  # type: ignore[attr-defined]  (for assertions on the output)
     return result

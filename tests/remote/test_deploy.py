@@ -73,21 +73,44 @@ def test_keep_prunes_old_releases_but_never_current(sshd, host_factory, project,
     assert r.removed_releases == [names[1]]
 
 
+def junit_counts(path: Path) -> tuple[int, int]:
+    junit = ET.parse(path).getroot()
+    suite = junit if junit.tag == "testsuite" else junit[0]
+    return int(suite.get("tests")), int(suite.get("failures"))
+
+
 def test_failed_test_step_keeps_previous_current_and_fetches_logs(sshd, host_factory, project, tmp_path, rng):
     host = host_factory()
     results = tmp_path / "results"
     good = run_deploy(host, project, results)
     assert good.ok, good.error
+    before = {p.relative_to(results): p.read_bytes() for p in results.rglob("*") if p.is_file()}
     (project / "app" / "version.txt").write_text("broken")  # the tiny test wants "v...\n"
     bad = run_deploy(host, project, results)
     assert not bad.ok and "test failed (exit 1)" in bad.error and "current stays " + good.release in bad.error
     rdir = remote_dir(sshd, host)
     assert current_name(rdir) == good.release and not bad.switched
     verify_release(rdir, bad.release)  # kept for a look
-    junit = ET.parse(results / "sshd-test" / "junit.xml").getroot()
-    suite = junit if junit.tag == "testsuite" else junit[0]
-    assert int(suite.get("failures")) == 1  # the reports came back although the step failed
-    assert "1 failed" in (results / "sshd-test" / "logs" / "test.log").read_text()
+    # results/<host>/ still holds the good deploy's files, untouched ...
+    assert {p.relative_to(results): p.read_bytes() for p in results.rglob("*") if p.is_file()} == before
+    # ... and the failed one's reports came back elsewhere, and the error says where
+    kept = Path(bad.results_dir)
+    assert not kept.is_relative_to(results) and str(kept) in bad.error
+    assert junit_counts(kept / "junit.xml") == (1, 1)
+    assert "1 failed" in (kept / "logs" / "test.log").read_text()
+    assert json.loads((kept / "deploy.json").read_text())["ok"] is False
+
+
+def test_results_folder_not_written_by_deploy_is_never_replaced(sshd, host_factory, project, tmp_path):
+    """A host named like a committed results folder (results/h200/ holds measurements)."""
+    results = tmp_path / "results"
+    (results / "h200").mkdir(parents=True)
+    (results / "h200" / "README.md").write_text("measured by hand\n")
+    host = host_factory(name="h200")
+    r = run_deploy(host, project, results)
+    assert not r.ok and str(results / "h200") in r.error and "--results" in r.error
+    assert [p.name for p in (results / "h200").iterdir()] == ["README.md"]
+    assert not remote_dir(sshd, host).exists()  # refused before connecting
 
 
 def test_dry_run_changes_nothing(sshd, host_factory, project, tmp_path):

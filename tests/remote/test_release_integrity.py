@@ -87,8 +87,8 @@ def test_symlink_leaving_the_tree_is_refused_before_connecting(project, tmp_path
     # the deploy says so before it tries to connect (this host does not exist)
     host = HostConfig(name="nowhere", host="127.0.0.1", port=1, connect_timeout=2,
                       known_hosts=str(tmp_path / "kh"))
-    result = deploy_host(host, DeployOptions(project_root=project, results_root=tmp_path / "r"),
-                         CollectingReporter())
+    result = deploy_host(host, DeployOptions(project_root=project, results_root=tmp_path / "r",
+                                             work_root=tmp_path / "work"), CollectingReporter())
     assert not result.ok and "app/escape" in result.error and "unreachable" not in result.error
 
 
