@@ -8,6 +8,8 @@ Layout under the host's directory D:
     D/releases/<name>/                 complete releases, each with .kdtree-release.json
     D/releases/<name>/.venv -> ../../envs/<key>   its Python environment (venv = true)
     D/envs/<key>/                      environments, named by the hash of what they hold
+    D/runs/<run id>/                   detached runs (kdtree tui --host): metrics.jsonl,
+                                       run.log, pid (the watcher), exit_status
     D/releases/.partial-<name>/        a release being assembled (never used, removed
                                        by the next deploy)
     D/.deploy.lock (+ .owner)          the deploy lock
@@ -347,10 +349,134 @@ def cmd_lock(a):
             break  # silent for too long, or EOF: let go
 
 
+def _run_files(d):
+    return {k: os.path.join(d, n) for k, n in (("metrics", "metrics.jsonl"), ("log", "run.log"),
+                                               ("status", "exit_status"), ("pid", "pid"))}
+
+
+def cmd_start_run(a):
+    """Start `sh -c COMMAND` detached (its own session, stdin /dev/null, output to run.log)
+    unless a["dir"] exists already: the same run id never starts twice. A small watcher
+    process (this one, forked) waits for it and writes its exit status. Prints
+    {"started": bool, "pid": watcher pid}."""
+    import subprocess
+
+    d = a["dir"]
+    files = _run_files(d)
+    os.makedirs(os.path.dirname(d), exist_ok=True)
+    try:
+        os.mkdir(d)
+    except FileExistsError:
+        _emit({"started": False, "pid": _read_pid(files["pid"])})
+        return
+    open(files["metrics"], "wb").close()  # exists from the start: a follower can open it
+    pid = os.fork()
+    if pid == 0:  # the watcher: detach from the SSH session, run, record the status
+        try:
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDONLY)
+            log = os.open(files["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            for fd, src in ((0, null), (1, log), (2, log)):
+                os.dup2(src, fd)
+            code = subprocess.call(["sh", "-c", a["command"]])
+            with open(files["status"] + ".tmp", "w") as fh:
+                fh.write("%d\n" % code)
+            os.rename(files["status"] + ".tmp", files["status"])
+        finally:
+            os._exit(0)
+    with open(files["pid"], "w") as fh:
+        fh.write("%d\n" % pid)
+    _emit({"started": True, "pid": pid})
+
+
+def _read_pid(path):
+    try:
+        with open(path) as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid):
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a finished child of nobody that nobody reaped yet is not alive
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def cmd_follow(a):
+    """Copy a run's metrics file to stdout from byte a["offset"] as it grows, until the run
+    has ended (its status is written, or its watcher is gone); then exit 0."""
+    files = _run_files(a["dir"])
+    out = sys.stdout.buffer
+    poll = float(a.get("poll", 0.1))
+    pid = _read_pid(files["pid"])
+    with open(files["metrics"], "rb") as fh:
+        fh.seek(int(a["offset"]))
+        while True:
+            data = fh.read(1 << 16)
+            if data:
+                out.write(data)
+                out.flush()
+                continue
+            if os.path.exists(files["status"]) or not _alive(pid):
+                rest = fh.read()  # written just before the end
+                if rest:
+                    out.write(rest)
+                    out.flush()
+                return
+            time.sleep(poll)
+
+
+def cmd_run_status(a):
+    """{"status": exit status or null (the run died unrecorded), "log_tail": last lines}."""
+    files = _run_files(a["dir"])
+    status = None
+    try:
+        with open(files["status"]) as fh:
+            status = int(fh.read().strip())
+    except (OSError, ValueError):
+        pass
+    tail = ""
+    try:
+        with open(files["log"], "rb") as fh:
+            fh.seek(max(0, os.path.getsize(files["log"]) - 2000))
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        pass
+    _emit({"status": status, "log_tail": tail, "alive": _alive(_read_pid(files["pid"]))})
+
+
+def cmd_stop_run(a):
+    """SIGTERM the run's process group (its watcher leads it) unless it has ended."""
+    import signal
+
+    files = _run_files(a["dir"])
+    pid = _read_pid(files["pid"])
+    stopped = False
+    if pid is not None and not os.path.exists(files["status"]) and _alive(pid):
+        try:
+            os.killpg(pid, signal.SIGTERM)
+            stopped = True
+        except OSError:
+            pass
+    _emit({"stopped": stopped})
+
+
 COMMANDS = {
     "state": cmd_state, "stage": cmd_stage, "extract": cmd_extract, "finalize": cmd_finalize,
     "switch": cmd_switch, "prune": cmd_prune, "pack": cmd_pack, "files": cmd_files,
-    "lock": cmd_lock, "parent_env": cmd_parent_env,
+    "lock": cmd_lock, "parent_env": cmd_parent_env, "start_run": cmd_start_run,
+    "follow": cmd_follow, "run_status": cmd_run_status, "stop_run": cmd_stop_run,
 }
 
 

@@ -31,6 +31,25 @@ elif args[:1] == ["slow"]:
     print("first", flush=True)
     time.sleep(float(args[1]))
     print("second", flush=True)
+elif args[:1] == ["run"] and "--metrics" in args:  # a stand-in engine: slow metrics lines
+    def opt(name, default):
+        return type(default)(args[args.index(name) + 1]) if name in args else default
+    metrics, rounds, delay = args[args.index("--metrics") + 1], opt("--rounds", 20), opt("--delay", 0.05)
+    with open(os.path.join(os.environ["KDTREE_DIR"], "run-starts.log"), "a") as log:
+        log.write(metrics + "\n")
+    print("loading the stand-in model", file=sys.stderr, flush=True)
+    with open(metrics, "a") as out:
+        out.write(json.dumps({"event": "run_start", "t": 0.0, "engine": "stand-in"}) + "\n")
+        out.flush()
+        for i in range(rounds):
+            time.sleep(delay)
+            out.write(json.dumps({"event": "round", "t": (i + 1) * delay, "round": i,
+                                  "accept_len": 1 + i % 3, "pad": "x" * (i * 37 % 200)}) + "\n")
+            out.flush()
+        if "--fail" in args:
+            print("stand-in engine: out of memory", file=sys.stderr)
+            sys.exit(4)
+        out.write(json.dumps({"event": "run_end", "t": (rounds + 1) * delay, "rounds": rounds}) + "\n")
 elif args[:1] == ["fail"]:
     print("out line", flush=True)
     print("err line", file=sys.stderr, flush=True)
