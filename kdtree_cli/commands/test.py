@@ -57,6 +57,11 @@ def test(
             raise typer.Exit(status)
         return
     if native and not everything:
+        if pytest_args:
+            raise typer.BadParameter(
+                f"{' '.join(pytest_args)!r} would go to pytest, but --native runs only the native "
+                f"test programs: use --all (pytest with these arguments, then the native tests), "
+                f"or drop --native", param_hint="PYTEST_ARGS")
         run_native(arch, profile, cuda_home)
         return
     status = run_pytest(pytest_args or [])
