@@ -262,7 +262,9 @@ def find_project_root(start: Path | None = None) -> Path:
             return folder
         if (folder / "pyproject.toml").is_file() and (folder / "kdtree_cli").is_dir():
             return folder
-    return Path(__file__).resolve().parents[1]
+    from python_engine.project import PROJECT_ROOT
+
+    return PROJECT_ROOT
 
 
 def find_project_file(start: Path | None = None) -> Path | None:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from python_engine.refgen.sync import PROJECT_ROOT
+from python_engine.project import PROJECT_ROOT
 
 
 def run_pytest(args: list[str]) -> int:

@@ -49,7 +49,8 @@ def test_project_and_user_inventories_merge_key_by_key(tmp_path):
 
 
 def test_repository_example_inventory_has_ct200():
-    repo = Path(__file__).resolve().parents[2]
+    from python_engine.project import PROJECT_ROOT as repo
+
     ct = load_inventory(repo / "kdtree.toml", repo / "no-user-file.toml").get("ct200")
     assert (ct.ssh, ct.cuda_home, ct.arch, ct.gpus, ct.python) == ("ct200", "/opt/cuda", ("120",), 8, "python3")
 
