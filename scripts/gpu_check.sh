@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check for issue 4: on a CUDA machine (the H200), build csrc/ with the auto-detected
+# GPU check: on a CUDA machine (the H200), build csrc/ with the auto-detected
 # target and run the native tests; print a short table. Logs go to $OUT when it is set.
 #
 #   scripts/gpu_check.sh              # from anywhere in the repository

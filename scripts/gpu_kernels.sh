@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU run for issue 5 (the DDTree kernels), one call on an H200, under 9 minutes:
+# GPU run of the DDTree kernels, one call on an H200, under 9 minutes:
 #   1. build the kernel tests and the bench (kdtree build, auto-detected target)
 #   2. generate the large attention cases and a tree-build fuzz bundle from one logged seed
 #   3. run the native tests (tree_build, tree_accept + the on-device chain, verify_attn)
