@@ -10,6 +10,7 @@ connection at any point leaves the previous release current and working):
                 + finalize (verify against the manifest, rename into releases/)
     env         the release's own environment, <release>/.venv (pyenv.py)
     build/test  in the new release, output streamed as `[host] line`
+    check       the native engine's smoke check, on GPU hosts whose tree has it (steps.py)
     fetch       <release>/results/ -> the deploy's work folder (also after a failed step)
     switch      `current` -> the new release, only when build and test passed
     prune       keep the newest N releases and current
@@ -42,11 +43,11 @@ from remote.output import HostOutput, Reporter
 from remote.paths import RemotePaths, resolve_paths
 from remote.results import SUMMARY, ResultsFolder
 from remote.shell import q
-from remote.steps import RESULTS_SUBDIR, step_command
+from remote.steps import ENGINE_CHECK_MODULE, RESULTS_SUBDIR, check_template, step_command
 from python_engine.errors import KdtreeError
 
 POINTS = ("connected", "preflight", "locked", "staged", "uploaded", "finalized", "env",
-          "build", "test", "fetched", "switch", "switched", "done")
+          "build", "test", "check", "fetched", "switch", "switched", "done")
 
 
 @dataclass
@@ -189,10 +190,9 @@ def deploy_over(conn: Connection, host: HostConfig, opts: DeployOptions, out: Ho
                                      opts.wheels, release, out.note, sink)
         failure = None
         try:
-            for step, enabled in (("build", opts.build), ("test", opts.test)):
-                if enabled:
-                    _hook(opts, host, step)
-                    _run_step(conn, host, out, result, paths, python, release, step)
+            for step in planned_steps(host, opts, out):
+                _hook(opts, host, step)
+                _run_step(conn, host, out, result, paths, python, release, step, opts.project_root)
         except StepFailed as exc:
             failure = exc
         finally:
@@ -235,8 +235,17 @@ def _sync(conn, host, opts, out, result, paths, manifest: Manifest, plan: SyncPl
     return staged.name
 
 
-def _run_step(conn, host, out, result, paths, python, release, step) -> None:
-    command = step_command(host, paths, python, release, step)
+def planned_steps(host: HostConfig, opts: DeployOptions, out: HostOutput | None = None) -> list[str]:
+    steps = [s for s, on in (("build", opts.build), ("test", opts.test)) if on]
+    if opts.test and check_template(host, opts.project_root) is not None:
+        steps.append("check")
+    elif opts.test and host.gpus > 0 and host.check is None and out is not None:
+        out.note(f"engine check: skipped, this tree has no {ENGINE_CHECK_MODULE} (`kdtree engine-check`)")
+    return steps
+
+
+def _run_step(conn, host, out, result, paths, python, release, step, project_root) -> None:
+    command = step_command(host, paths, python, release, step, project_root)
     out.note(f"{step}: {command.split(' && exec ', 1)[-1]}")
     started = time.monotonic()
     with out.step_sink(step) as sink:
@@ -269,8 +278,8 @@ def _dry_run(conn, host, opts, out, result, paths, manifest: Manifest) -> None:
     plan = plan_sync(manifest, state.manifest if previous else None)
     release = layout.release(releases.release_name(manifest))
     python = pyenv.release_python(release) if host.venv else paths.python
-    commands = {s: step_command(host, paths, python, release, s)
-                for s, on in (("build", opts.build), ("test", opts.test)) if on}
+    commands = {s: step_command(host, paths, python, release, s, opts.project_root)
+                for s in planned_steps(host, opts)}
     result.previous = previous
     result.plan = {
         "upload": plan.upload, "upload_bytes": plan.upload_bytes(manifest),

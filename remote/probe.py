@@ -99,10 +99,12 @@ def _check_gpus(conn, host: HostConfig, check: HostCheck) -> None:
     check.gpus = f"{len(gpus)}" + (f" x {gpus[0][0]}" if gpus else "")
     seen = sorted({sm for _, sm in gpus})
     check.arch = ",".join(f"sm_{sm}" for sm in seen) or "-"
+    if not host.arch:  # unset: `kdtree build` there targets the GPUs it sees
+        check.arch += " (auto)" if seen else ""
     if host.gpus and len(gpus) != host.gpus:
         check.problems.append(f"{host.name}: nvidia-smi sees {len(gpus)} GPU(s), the inventory "
                               f"says gpus = {host.gpus}")
-    uncovered = [sm for sm in seen if sm not in host.arch_sms]
+    uncovered = [sm for sm in seen if sm not in host.arch_sms] if host.arch else []
     if uncovered:
         check.problems.append(
             f"{host.name}: the GPUs are {', '.join(f'sm_{s}' for s in seen)} but arch = "

@@ -42,6 +42,7 @@ MIN_PYTHON = (3, 11)
 # the oldest CUDA whose nvcc can target each SM (sm_100 / sm_120 arrived in CUDA 12.8)
 NVCC_MIN_FOR_SM = {80: (11, 0), 86: (11, 1), 89: (11, 8), 90: (11, 8), 100: (12, 8), 120: (12, 8)}
 STAMP = ".kdtree-env.sha256"
+HOST_PIP = "@@kdtree host pip"  # printed when the venv is made without pip of its own
 WHEEL_SUFFIXES = (".whl", ".tar.gz", ".zip")
 
 
@@ -196,16 +197,29 @@ def setup_env(conn: Connection, host: HostConfig, layout: releases.RemoteLayout,
 
 
 def _build_env(conn, host, layout, python, env, reqs, wheels: int, note, on_line) -> None:
-    """A fresh venv at env (an incomplete one from a cut deploy is thrown away first)."""
+    """A fresh venv at env (an incomplete one from a cut deploy is thrown away first).
+    When the host's Python has pip, the venv gets none and that pip installs into it
+    (`pip --python`): Debian/Ubuntu Pythons often lack ensurepip (python3.X-venv), which
+    a venv with its own pip needs."""
     note(f"environment: creating {env}")
-    code = channel.stream(conn, f"rm -rf {q(env)} && " + join([python, "-m", "venv", "--system-site-packages", env]),
-                          on_line=on_line, what="creating the venv")
+    venv = [python, "-m", "venv", "--system-site-packages"]
+    script = (f"rm -rf {q(env)} && if {join([python, '-m', 'pip', '--version'])} >/dev/null 2>&1; then "
+              f"{join(venv + ['--without-pip', env])} && echo {HOST_PIP}; else {join(venv + [env])}; fi")
+    lines: list[str] = []
+
+    def seen(text: str, is_err: bool) -> None:
+        lines.append(text)
+        on_line(text, is_err)
+
+    code = channel.stream(conn, script, on_line=seen, what="creating the venv")
     if code != 0:
         raise RemoteEnvError(
             f"{host.name}: `{python} -m venv` failed (exit {code}); on Debian/Ubuntu install "
-            f"the venv module (`sudo apt install python3.11-venv`, matching your Python), or "
-            f"set venv = false and point python at an interpreter that has the requirements"
+            f"the venv module (`sudo apt install python3.11-venv`, matching your Python) or pip "
+            f"(`python3-pip`), or set venv = false and point python at an interpreter that has "
+            f"the requirements"
         )
+    host_pip = HOST_PIP in lines
     added = releases.call_tool(conn, python, "parent_env", {"venv": env}, site=True,
                                what="lending the host Python's packages to the venv")["added"]
     if added:
@@ -216,8 +230,8 @@ def _build_env(conn, host, layout, python, env, reqs, wheels: int, note, on_line
     offline = wheels > 0
     source = f"{wheels} uploaded wheel(s), no index" if offline else "the package index"
     note(f"environment: installing {len(reqs)} requirement(s) from {source}")
-    argv = [venv_python, "-m", "pip", "install", "--disable-pip-version-check",
-            "--no-input", "--progress-bar", "off"]
+    pip = [python, "-m", "pip", "--python", venv_python] if host_pip else [venv_python, "-m", "pip"]
+    argv = pip + ["install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off"]
     if offline:
         argv += ["--no-index", "--find-links", layout.wheels]
     code = channel.stream(conn, join(argv + reqs), on_line=on_line, what="pip install")

@@ -1,12 +1,21 @@
 """The remote build and test steps: the same `kdtree` commands as on a laptop, run from the
 release folder.
 
-Defaults (each host may replace them with `build = [...]` / `test = [...]` argv templates
-in its inventory entry; `test_args` are appended to the test command):
+Defaults (each host may replace them with `build = [...]` / `test = [...]` / `check =
+[...]` argv templates in its inventory entry; `test_args` are appended to the test command):
 
-    build:  {python} -m kdtree_cli build --arch {arch}
+    build:  {python} -m kdtree_cli build --arch {arch}           (no --arch when arch is
+                                                                 unset: kdtree build detects
+                                                                 the GPUs there)
     test:   {python} -m kdtree_cli test                          (gpus = 0)
             {python} -m kdtree_cli test --native --arch {arch}   (gpus > 0)
+    check:  {python} -m kdtree_cli engine-check                  (gpus > 0, when the tree has
+                                                                 kdtree_cli/commands/engine_check.py)
+
+`check` is the native engine's smoke check on the host's GPUs (DDTree == AR on the demo
+pair), run after the tests; the command arrives with the engine: until the deployed tree
+has kdtree_cli/commands/engine_check.py the step is skipped (and the deploy says so).
+`check = []` turns it off.
 
 Placeholders, each substituted inside one argv element (then the element is quoted):
     {python} {arch} {release} {results} {dir} {cuda_home} {nvcc} {gpus} {host}
@@ -25,6 +34,7 @@ there is fetched into results/<host>/ on this machine.
 from __future__ import annotations
 
 import posixpath
+from pathlib import Path
 
 from remote.errors import InventoryError
 from remote.inventory import HostConfig
@@ -37,6 +47,19 @@ RESULTS_SUBDIR = "results"
 def default_build(host: HostConfig) -> list[str]:
     argv = ["{python}", "-m", "kdtree_cli", "build"]
     return argv + (["--arch", "{arch}"] if host.arch else [])
+
+
+ENGINE_CHECK_MODULE = "kdtree_cli/commands/engine_check.py"
+ENGINE_CHECK = ["{python}", "-m", "kdtree_cli", "engine-check"]
+
+
+def check_template(host: HostConfig, project_root: Path) -> list[str] | None:
+    """The check step's argv template, or None when there is none to run."""
+    if host.check is not None:
+        return list(host.check) or None
+    if host.gpus > 0 and (Path(project_root) / ENGINE_CHECK_MODULE).is_file():
+        return list(ENGINE_CHECK)
+    return None
 
 
 def default_test(host: HostConfig) -> list[str]:
@@ -99,12 +122,17 @@ def step_env(host: HostConfig, paths: RemotePaths, python: str, release: str) ->
 
 
 def step_command(host: HostConfig, paths: RemotePaths, python: str, release: str,
-                 step: str) -> str:
-    """The remote shell line for `build` or `test` in release."""
+                 step: str, project_root: Path | None = None) -> str:
+    """The remote shell line for `build`, `test` or `check` (which needs project_root) in
+    release."""
     if step == "build":
         template = list(host.build) if host.build else default_build(host)
     elif step == "test":
         template = (list(host.test) if host.test else default_test(host)) + list(host.test_args)
+    elif step == "check":
+        template = check_template(host, project_root)
+        if template is None:
+            raise ValueError("no check step for this host and tree")
     else:
         raise ValueError(step)
     argv = render(template, placeholder_values(host, paths, python, release), host, step)

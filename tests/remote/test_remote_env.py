@@ -75,6 +75,11 @@ def test_hosts_check_reports_gpus_arch_and_problems(sshd, host_factory, project,
     assert check.gpus == "8 x NVIDIA RTX PRO 6000 Blackwell Server Edition" and check.arch == "sm_120"
     assert check.current != "none"
 
+    auto = host_factory(gpus=8, arch=(), nvidia_smi=smi, dir=good.dir)  # kdtree build detects it
+    check = check_host(auto)
+    assert check.ok, check.problems
+    assert check.arch == "sm_120 (auto)"
+
     wrong = host_factory(gpus=4, arch=("90a",), nvidia_smi=smi,
                          python=fake_program(tmp_path / "py", "Python 3.10.2"))
     check = check_host(wrong)
@@ -211,3 +216,24 @@ def test_a_host_python_inside_a_venv_lends_its_packages(sshd, host_factory, proj
     r = run_deploy(host, project, tmp_path / "results", build=False, wheels=wheels)
     assert r.ok, r.error + "\n" + "\n".join(t for *_x, t, _e in r.reporter.lines[-20:])
     assert [t for (_h, s, t, _e) in r.reporter.lines if s == "test"] == ["False"]  # the parent's typer
+
+
+@pytest.mark.slow
+def test_a_host_python_without_pip_gets_a_venv_with_its_own(sshd, host_factory, project, tmp_path):
+    """Debian/Ubuntu: python3 often has no pip (python3-pip); the venv then brings its own
+    (ensurepip). With pip on the host, the venv gets none and the host's pip installs."""
+    import sys
+
+    no_pip = tmp_path / "python-without-pip"
+    no_pip.write_text(f'#!/bin/sh\n[ "$1 $2" = "-m pip" ] && exit 1\nexec {sys.executable} "$@"\n')
+    no_pip.chmod(0o755)
+    wheels = tmp_path / "w"
+    wheels.mkdir()
+    make_wheel(wheels, "kdtree_probe_pkg", "0.1", "VALUE = 7\n")
+    for python, own_pip in ((str(no_pip), True), (sys.executable, False)):
+        host = probe_host(host_factory, python=python)
+        r = run_deploy(host, project, tmp_path / "results", build=False, wheels=wheels)
+        assert r.ok, r.error
+        assert [t for (_h, s, t, _e) in r.reporter.lines if s == "test"] == ["7"]
+        (env,) = (remote_dir(sshd, host) / "envs").iterdir()
+        assert (env / "bin" / "pip").exists() == own_pip
