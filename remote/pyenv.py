@@ -209,7 +209,8 @@ def _build_env(conn, host, layout, python, env, reqs, wheels: int, note, on_line
 
     def seen(text: str, is_err: bool) -> None:
         lines.append(text)
-        on_line(text, is_err)
+        if text != HOST_PIP:
+            on_line(text, is_err)
 
     code = channel.stream(conn, script, on_line=seen, what="creating the venv")
     if code != 0:

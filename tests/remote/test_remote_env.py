@@ -89,6 +89,19 @@ def test_hosts_check_reports_gpus_arch_and_problems(sshd, host_factory, project,
     assert "add [120] to arch" in text and "Python >= 3.11" in text
 
 
+def test_hosts_check_asks_nvidia_smi_with_the_hosts_env(sshd, host_factory, project, tmp_path):
+    """A driver found only through the host's `env` (LD_LIBRARY_PATH in a container): the
+    GPU check sees what the build and test steps will see."""
+    smi = tmp_path / "nvidia-smi-needs-env"
+    smi.write_text('#!/bin/sh\n[ "$FAKE_DRIVER_LIBS" = /opt/driver ] || { echo "libnvidia-ml.so.1: '
+                   'not found" >&2; exit 9; }\necho "NVIDIA H200, 9.0"\n')
+    smi.chmod(0o755)
+    host = host_factory(gpus=1, arch=(), nvidia_smi=str(smi), env={"FAKE_DRIVER_LIBS": "/opt/driver"})
+    check = check_host(host)
+    assert check.ok, check.problems
+    assert (check.gpus, check.arch) == ("1 x NVIDIA H200", "sm_90 (auto)")
+
+
 def make_wheel(folder: Path, name: str, version: str, module_source: str) -> Path:
     """A minimal pure-Python wheel (PEP 427), built by hand so the test needs no network."""
     dist = f"{name}-{version}"
