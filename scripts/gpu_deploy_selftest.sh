@@ -178,7 +178,10 @@ ssh_config = "$PREFIX/etc/ssh_config"
 dir = "$PREFIX/remote"
 python = "$PYTHON"
 cuda_home = "$CUDA_HOME_FOUND"
-extras = []
+# each release gets its own venv made from \$PYTHON (whose packages it sees); nothing to
+# install: the image has the requirements, and a pip resolve of its whole torch stack
+# against carried wheels is not what this run is for (tests/remote covers --wheels)
+requirements = []
 keep = 3
 connect_timeout = 20
 $GPU_LINES
@@ -196,7 +199,7 @@ kd hosts "$HOST" --json > "$PREFIX/collect/hosts.json" 2>&1
 deploy() {  # deploy N: run it, keep its log and results, describe it in a row
   local n=$1 label=$2 t0 t1 rc json
   t0=$(now)
-  kd deploy "$HOST" --wheels "$DEPS/wheels" --results "$PREFIX/results" > "$OUT/deploy$n.log" 2>&1; rc=$?
+  kd deploy "$HOST" --results "$PREFIX/results" > "$OUT/deploy$n.log" 2>&1; rc=$?
   t1=$(now)
   json=$PREFIX/results/$HOST/deploy.json
   if [ $rc = 0 ] && [ -f "$json" ]; then
