@@ -26,7 +26,8 @@ environment instead, quoted: "$KDTREE_RELEASE", "$KDTREE_RESULTS_DIR", "$KDTREE_
 
 Every step runs as `cd RELEASE && export ... && exec ARGV` with PYTHONPATH=RELEASE (the
 project is not pip-installed), PYTHONUNBUFFERED=1 (lines arrive as they are printed),
-CUDA_HOME and PATH+=CUDA_HOME/bin when the host has a cuda_home, the KDTREE_* variables
+CUDA_HOME and PATH+=CUDA_HOME/bin when the host has a cuda_home (and the folders of an
+absolute nvcc or nvidia_smi: `kdtree build` detects the GPUs with nvidia-smi), the KDTREE_* variables
 above plus KDTREE_HOST, and KDTREE_RESULTS_DIR=RELEASE/results: whatever a step writes
 there is fetched into results/<host>/ on this machine.
 """
@@ -117,8 +118,10 @@ def step_env(host: HostConfig, paths: RemotePaths, python: str, release: str) ->
         path_prepend.append(rpath(paths.cuda_home, "bin"))
     if posixpath.isabs(paths.nvcc):
         path_prepend.append(posixpath.dirname(paths.nvcc))
+    if posixpath.isabs(host.nvidia_smi):  # `kdtree build` finds the GPUs through nvidia-smi
+        path_prepend.append(posixpath.dirname(host.nvidia_smi))
     env.update(host.env)
-    return env, path_prepend
+    return env, list(dict.fromkeys(path_prepend))  # each folder once, in order
 
 
 def step_command(host: HostConfig, paths: RemotePaths, python: str, release: str,

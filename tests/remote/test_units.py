@@ -158,6 +158,9 @@ def test_step_commands_default_to_kdtree_build_and_test(tmp_path):
     assert build.endswith("exec /r/venv/bin/python -m kdtree_cli build --arch 120")
     assert test.endswith("exec /r/venv/bin/python -m kdtree_cli test --native --arch 120")
     assert "CUDA_HOME=/opt/cuda" in build and "PATH=/opt/cuda/bin:" in build
+    smi = load_inventory(write(tmp_path / "k2.toml", '[hosts.box]\ngpus = 1\nnvidia_smi = "/usr/local/nvidia/bin/nvidia-smi"\n'),
+                         tmp_path / "none").get("box")
+    assert "PATH=/opt/cuda/bin:/usr/local/nvidia/bin:" in step_command(smi, paths, "py", "/r/releases/x", "build")
     cpu = step_command(inv.get("cpu"), paths, "py", "/r/releases/x", "test")
     assert cpu.endswith("exec py -m kdtree_cli test -- tests/foundation -q")
 
