@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any, Iterable, Iterator
 
-# Required fields per event kind (architecture.md, "Metrics events").
+# Required fields per event kind (docs/events.md).
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "run_start": (
         "engine",  # "native" | "torch"

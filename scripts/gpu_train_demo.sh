@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Train, evaluate and export the demo pair (issue 6) on one GPU, in one command of < 9.5 min.
+# Train, evaluate and export the demo pair on one GPU, in one command of < 9.5 min.
 #
 #   bash scripts/gpu_train_demo.sh            # on the GPU box, from the repo root
 #

@@ -17,7 +17,7 @@ from pathlib import Path
 from python_engine.demo.code_prompts import code_prompts
 from python_engine.demo.defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
 from python_engine.errors import KdtreeError
-from python_engine.refgen.sync import PROJECT_ROOT
+from python_engine.project import PROJECT_ROOT
 
 BUDGETS = (8, 16, 32, 64, 128)
 TORCH_BUDGET = 32  # the torch reference's DDTree at the demo's default budget

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from python_engine.refgen.sync import PROJECT_ROOT
+from python_engine.project import PROJECT_ROOT
 
 from . import baselines, report
 from .gpu import device_facts, nvml_clocks, require_gpu

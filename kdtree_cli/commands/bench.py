@@ -90,7 +90,7 @@ def all_(
     from kdtree_cli.bench.gpu import device_facts, require_gpu
     from kdtree_cli.bench.gpu_check import run_gpu_check
     from kdtree_cli.bench.kernels import default_out_dir
-    from python_engine.refgen.sync import PROJECT_ROOT
+    from python_engine.project import PROJECT_ROOT
 
     require_gpu("kdtree bench all")
     out = out or default_out_dir(device_facts(PROJECT_ROOT))
@@ -112,7 +112,7 @@ def engine(
     from kdtree_cli.bench.engine import EngineBench, run_engine_bench
     from kdtree_cli.bench.gpu import device_facts, require_gpu
     from kdtree_cli.bench.kernels import default_out_dir
-    from python_engine.refgen.sync import PROJECT_ROOT
+    from python_engine.project import PROJECT_ROOT
 
     require_gpu("kdtree bench engine")
     out = out or default_out_dir(device_facts(PROJECT_ROOT)).parent
@@ -136,7 +136,7 @@ def load(
     from kdtree_cli.bench.gpu import device_facts, require_gpu
     from kdtree_cli.bench.kernels import default_out_dir
     from kdtree_cli.bench.load import run_load_bench
-    from python_engine.refgen.sync import PROJECT_ROOT
+    from python_engine.project import PROJECT_ROOT
 
     require_gpu("kdtree bench load")
     out = out or default_out_dir(device_facts(PROJECT_ROOT)).parent

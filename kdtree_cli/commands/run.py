@@ -20,6 +20,7 @@ Opt = typer.Option
 
 
 def run(
+    ctx: typer.Context,
     model: Annotated[Path, Opt(help="Target checkpoint dir (config.json + safetensors).")],
     drafter: Annotated[Optional[Path], Opt(help="DFlash drafter dir (z-lab format); not needed with --ar.")] = None,
     prompt: Annotated[Optional[list[str]], Opt(
@@ -58,7 +59,7 @@ def run(
     from python_engine.decode.run_command import RunRequest, run_command
 
     if tui or host:
-        _delegate(forwarded_args(sys.argv), tui=tui, host=host)
+        _delegate(forwarded_args(ctx, drop=("tui", "host")), tui=tui, host=host)
         return
 
     request = RunRequest(
@@ -70,21 +71,27 @@ def run(
     run_command(request, stdout=sys.stdout, stderr=sys.stderr)
 
 
-def forwarded_args(argv: list[str]) -> list[str]:
-    """This invocation's `run` arguments minus --tui and --host: what a child run (under the
-    monitor, or on a remote host) gets."""
-    args = argv[argv.index("run") + 1:] if "run" in argv else []
+def forwarded_args(ctx: typer.Context, drop: tuple[str, ...]) -> list[str]:
+    """The options of this invocation, minus `drop`, as a command line for a child run (under
+    the monitor, or on a remote host). Built from what click parsed, in declaration order:
+    only values given on the command line or in the environment, never defaults. (Checked
+    by name, not by class: typer may carry its own copy of click.)"""
     out: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == "--tui" or arg.startswith("--host="):
+    for param in ctx.command.params:
+        if param.param_type_name != "option" or param.name in drop:
             continue
-        elif arg == "--host":
-            skip = True
-        else:
-            out.append(arg)
+        source = ctx.get_parameter_source(param.name)
+        if source is None or source.name in ("DEFAULT", "DEFAULT_MAP"):
+            continue
+        value = ctx.params[param.name]
+        if param.is_flag:
+            if value:
+                out.append(param.opts[0])
+            elif param.secondary_opts:
+                out.append(param.secondary_opts[0])
+            continue
+        for item in (value if param.multiple else [value]):
+            out += [param.opts[0], str(item)]
     return out
 
 

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from python_engine.errors import KdtreeError
-from python_engine.refgen.sync import PROJECT_ROOT
+from python_engine.project import PROJECT_ROOT
 
 
 def run_pytest(args: list[str]) -> int:
@@ -81,6 +81,11 @@ def test(
             raise typer.Exit(status)
         return
     if native and not everything:
+        if pytest_args:
+            raise typer.BadParameter(
+                f"{' '.join(pytest_args)!r} would go to pytest, but --native runs only the native "
+                f"test programs: use --all (pytest with these arguments, then the native tests), "
+                f"or drop --native", param_hint="PYTEST_ARGS")
         run_native(arch, profile, cuda_home, sanitize, large, seed, log_dir)
         return
     status = run_pytest(pytest_args or [])

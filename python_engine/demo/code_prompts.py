@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from python_engine.demo.defaults import DEFAULT_TARGET
-from python_engine.refgen.sync import PROJECT_ROOT
+from python_engine.project import PROJECT_ROOT
 
 MIN_LINE_CHARS = 20  # skip blank and trivial lines
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from python_engine.refgen.sync import PROJECT_ROOT
+from python_engine.project import PROJECT_ROOT
 
 MODELS_DIR = PROJECT_ROOT / "refs" / "models"
 DEFAULT_TARGET = MODELS_DIR / "demo-target"

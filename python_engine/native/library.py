@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from python_engine.errors import KdtreeError
+from python_engine.project import PROJECT_ROOT
 
 ABI_VERSION = 3  # KD_ENGINE_ABI
 MAX_TARGET_LAYER_IDS = 16
@@ -26,7 +27,6 @@ DTYPES = {"float32": F32, "bfloat16": BF16}
 
 LIBRARY_NAMES = {"gpu": "libkdtree_engine.so", "emu": "libkdtree_engine_emu.so"}
 ENV_LIBRARY = "KDTREE_ENGINE_LIB"
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BUILD_DIR = PROJECT_ROOT / "build" / "release"
 
 STATUS_NAMES = {

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from python_engine.model.drafter_config import DrafterConfig, drafter_config_from_dict
+from python_engine.model.drafter_config import DrafterConfig, drafter_config_dict, drafter_config_from_dict
 from python_engine.model.rope import inverse_frequencies
 from python_engine.train.recipe import DrafterShape
 from python_engine.train.tokenizer import MASK_ID
@@ -26,31 +26,17 @@ from python_engine.train.tokenizer import MASK_ID
 MAX_FILE_BYTES = 7 * 1024 * 1024
 
 
-def drafter_config_dict(shape: DrafterShape, target_cfg: dict, dtype: str = "bfloat16") -> dict:
-    """z-lab's DFlash config.json: a Qwen3 config plus block_size and dflash_config."""
-    return {
-        "architectures": ["DFlashDraftModel"],
-        "model_type": "qwen3",
-        "hidden_size": target_cfg["hidden_size"],
-        "num_hidden_layers": shape.num_hidden_layers,
-        "num_attention_heads": shape.num_attention_heads,
-        "num_key_value_heads": shape.num_key_value_heads,
-        "head_dim": shape.head_dim,
-        "intermediate_size": shape.intermediate_size,
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-6,
-        "rope_theta": shape.rope_theta,
-        "rope_scaling": None,
-        "max_position_embeddings": target_cfg["max_position_embeddings"],
-        "vocab_size": target_cfg["vocab_size"],
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "tie_word_embeddings": False,
-        "num_target_layers": target_cfg["num_hidden_layers"],
-        "block_size": shape.block_size,
-        "dflash_config": {"target_layer_ids": list(shape.target_layer_ids), "mask_token_id": MASK_ID},
-        "torch_dtype": dtype,
-    }
+def demo_drafter_config(shape: DrafterShape, target_cfg: dict, dtype: str = "bfloat16") -> dict:
+    """The demo drafter's config.json, from the recipe's shape and the target's config."""
+    return drafter_config_dict(
+        hidden_size=target_cfg["hidden_size"], num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads, num_key_value_heads=shape.num_key_value_heads,
+        head_dim=shape.head_dim, intermediate_size=shape.intermediate_size, rope_theta=shape.rope_theta,
+        max_position_embeddings=target_cfg["max_position_embeddings"], vocab_size=target_cfg["vocab_size"],
+        num_target_layers=target_cfg["num_hidden_layers"], block_size=shape.block_size,
+        target_layer_ids=list(shape.target_layer_ids), mask_token_id=MASK_ID, torch_dtype=dtype,
+        attention_dropout=0.0,
+    )
 
 
 class RMSNorm(nn.Module):

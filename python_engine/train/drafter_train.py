@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from python_engine.train.drafter_data import LayerTaps, distill_sequences, sample_blocks, target_features
-from python_engine.train.drafter_model import DFlashTrainModel, drafter_config_dict, position_weights, save_drafter
+from python_engine.train.drafter_model import DFlashTrainModel, demo_drafter_config, position_weights, save_drafter
 from python_engine.train.drafter_validation import build_validation_set, validate
 from python_engine.train.evaluate import heldout_prompts
 from python_engine.train.progress import LossMeter, Progress
@@ -65,7 +65,7 @@ def train_drafter(recipe: Recipe, tokens: TokenizedCorpus, target_dir: Path, out
 
     embed = target.model.embed_tokens.weight.detach()
     lm_head = target.lm_head.weight.detach()
-    raw = drafter_config_dict(shape, read_config(target_dir))
+    raw = demo_drafter_config(shape, read_config(target_dir))
     model = DFlashTrainModel.from_config_dict(raw, dt.seed).to(device)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kdtree_cli.native_build.driver import REPO_ROOT, BuildRequest
+from kdtree_cli.native_build.driver import BuildRequest
+from python_engine.project import PROJECT_ROOT
 from python_engine.errors import KdtreeError
 
 # One target keeps nvcc quick here; the two-target build is what `kdtree build` does in CI.
@@ -34,7 +35,7 @@ def make_scratch_repo(root: Path, files: dict[str, str]) -> Path:
     """A repo root with csrc/common/*.h copied from the checkout plus `files` (path -> text)."""
     common = root / "csrc" / "common"
     common.mkdir(parents=True)
-    for header in (REPO_ROOT / "csrc" / "common").glob("*.h"):
+    for header in (PROJECT_ROOT / "csrc" / "common").glob("*.h"):
         shutil.copy(header, common / header.name)
     for rel, text in files.items():
         path = root / rel

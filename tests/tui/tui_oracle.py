@@ -14,7 +14,7 @@ from pathlib import Path
 
 STAGES = ("draft", "tree_build", "verify", "commit")
 ROUND_FIELDS = ("request", "round", "accept_len", "tree_size", "tree_depth", "times_us", "tokens")
-REQUIRED = {  # architecture.md, "Metrics events"
+REQUIRED = {  # docs/events.md
     "run_start": ("engine", "model", "drafter", "device", "host", "dtype", "block_size", "budget",
                   "temperature"),
     "round": ROUND_FIELDS,
