@@ -21,11 +21,10 @@ COMMAND_MODULES = [
     "quantize",
     "refs",
     "build",
-    "test",
+    "test", "engine_check",
     "bench",
     "tui",
     "deploy", "hosts",
-    "bench",
 ]
 
 app = typer.Typer(

@@ -26,7 +26,7 @@ import numpy as np
 
 from python_engine.errors import KdtreeError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from python_engine.project import PROJECT_ROOT as REPO_ROOT  # noqa: E402
 PROGRAM = "bench_moe"
 
 

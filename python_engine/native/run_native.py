@@ -35,10 +35,10 @@ def run_native_command(req, events: EventWriter, stdout: IO[str], stderr: IO[str
         texts += more_texts
     if not texts and not id_lists and not file_ids:
         raise KdtreeError("give at least one --prompt TEXT, --prompt-ids 1,2,3 or --prompts FILE")
-    if not req.ar and req.drafter is None:
-        raise KdtreeError("DDTree needs --drafter DIR (or pass --ar for plain autoregressive decoding)")
     if req.device not in (None, "", "auto", "cuda") and not str(req.device).startswith("cuda:"):
         raise KdtreeError(f"--engine native runs on CUDA devices (cuda, cuda:N), not {req.device!r}")
+    if not req.ar and req.drafter is None:
+        raise KdtreeError("DDTree needs --drafter DIR (or pass --ar for plain autoregressive decoding)")
     device = 0 if req.device in (None, "", "auto", "cuda") else int(str(req.device)[5:])
     dtype = req.dtype or "bfloat16"
     cfg = load_target_config(req.model)

@@ -25,6 +25,15 @@ SMOKE_SEED = 7
 
 
 def smoke(requests: int, tokens: int, variant: str, dtype: str, budget: int) -> tuple[int, int]:
+    """(passed, failed) checks; a load or engine failure is one failed check, not an exception."""
+    try:
+        return _smoke(requests, tokens, variant, dtype, budget)
+    except KdtreeError as exc:
+        print(f"[FAILED] {exc}", flush=True)
+        return 0, 1
+
+
+def _smoke(requests: int, tokens: int, variant: str, dtype: str, budget: int) -> tuple[int, int]:
     passed = failed = 0
 
     def check(name: str, ok: bool, detail: str) -> None:
@@ -58,11 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--variant", default="gpu", choices=("gpu", "emu"))
     args = ap.parse_args(argv)
-    try:
-        passed, failed = smoke(args.requests, args.tokens, args.variant, args.dtype, args.budget)
-    except KdtreeError as exc:
-        print(f"[FAILED] {exc}", flush=True)
-        passed, failed = 0, 1
+    passed, failed = smoke(args.requests, args.tokens, args.variant, args.dtype, args.budget)
     print(f"smoke: {passed} passed, {failed} failed", flush=True)
     return 0 if failed == 0 else 1
 
