@@ -1,7 +1,7 @@
 """The agree pair's recipe as one frozen config: the random target (agree_target.py: config,
 seed, residual gain), the DFlash drafter's shape, its self-distillation on random-token
 prompts (the demo's DrafterTraining, CPU-sized) and the evaluation on fresh prompts. Two
-presets: `agree` (the shipped pair, refs/models/agree-*; about 25 minutes on one CPU thread)
+presets: `agree` (the shipped pair, refs/models/agree-*; about 20 minutes on one CPU thread)
 and `smoke` (a tiny target, seconds, for tests)."""
 
 from __future__ import annotations

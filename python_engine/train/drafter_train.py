@@ -12,6 +12,9 @@ miss ends the accepted path).
 Validation (drafter_validation) runs on held-out-file prompts shaped like the evaluation's
 and reports the engine's own T = 0 tau there (chain and DDTree at val_budget); the weights
 of the evaluation with the best DDTree tau are the ones saved.
+
+The loop itself (fit_drafter) is shared with the agree pair (agree_pair.py), which feeds it
+features precomputed on a CPU instead of running the target every step.
 """
 
 from __future__ import annotations
@@ -75,9 +78,9 @@ def train_drafter(recipe: Recipe, tokens: TokenizedCorpus, target_dir: Path, out
     save_drafter(model, raw, out_dir)
     (out_dir.parent / HISTORY_NAME).write_text(json.dumps(history, indent=1) + "\n")
     sv = history["saved_val"]
-    log(f"saved {out_dir} (step {history['saved_step']} of {history['steps_run']}, {history['seconds']} s); on {len(val.seqs)} "
-        f"held-out prompts the engine's T=0 tau is {sv['tau_budget']:.3f} at budget {dt.val_budget}, chain "
-        f"{sv['chain_tau']:.3f} (per-anchor chain mean {sv['chain_tau_uniform']:.2f})")
+    log(f"saved {out_dir} (step {history['saved_step']} of {history['steps_run']}, {history['seconds']} s); on "
+        f"{len(val.seqs)} held-out prompts the engine's T=0 tau is {sv['tau_budget']:.3f} at budget "
+        f"{dt.val_budget}, chain {sv['chain_tau']:.3f} (per-anchor chain mean {sv['chain_tau_uniform']:.2f})")
     return history
 
 
@@ -86,9 +89,10 @@ def fit_drafter(raw: dict, dt: DrafterTraining, seqs: torch.Tensor, prompt_lens:
                 embed: torch.Tensor, lm_head: torch.Tensor, device: torch.device, g: torch.Generator,
                 progress: Progress, log) -> tuple[DFlashTrainModel, dict]:
     """Train a drafter of config `raw` on self-distilled sequences [n, S] (prompt lengths
-    [n]); features_of(rows, batch) gives the target features [len(rows), S, F] of
-    seqs[rows] (= batch); g draws the rows and anchors. Returns the model holding the weights of the best validation and
-    the history (training loss, validations, step counts)."""
+    [n]); features_of(rows, batch) gives the target features [len(rows), >= S - 1, F] of
+    seqs[rows] (= batch), computed per step (the demo, on a GPU) or looked up (the agree
+    pair, precomputed on a CPU); g draws the rows and anchors. Returns the model holding the
+    weights of the best validation, and the history (training loss, validations, steps)."""
     B = raw["block_size"]
     model = DFlashTrainModel.from_config_dict(raw, dt.seed).to(device)
     model.train()
