@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from python_engine.model.drafter_config import DrafterConfig, drafter_config_dict, drafter_config_from_dict
 from python_engine.model.rope import inverse_frequencies
 from python_engine.train.recipe import DrafterShape
+from python_engine.train.sharded_save import save_sharded
 from python_engine.train.tokenizer import MASK_ID
 
 MAX_FILE_BYTES = 7 * 1024 * 1024
@@ -186,32 +187,8 @@ def position_weights(block_size: int, decay: float, device) -> torch.Tensor:
 
 def save_drafter(model: DFlashTrainModel, config: dict, out_dir: Path, dtype=torch.bfloat16) -> Path:
     """config.json + model.safetensors (sharded with an index if over MAX_FILE_BYTES)."""
-    from safetensors.torch import save_file
-
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob("*.safetensors*"):
-        old.unlink()
-    tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
-    total = sum(t.numel() * t.element_size() for t in tensors.values())
-    if total <= MAX_FILE_BYTES:
-        save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    else:
-        shards, current, size = [], {}, 0
-        for name, t in tensors.items():
-            nbytes = t.numel() * t.element_size()
-            if current and size + nbytes > MAX_FILE_BYTES:
-                shards.append(current)
-                current, size = {}, 0
-            current[name] = t
-            size += nbytes
-        shards.append(current)
-        weight_map = {}
-        for i, shard in enumerate(shards):
-            fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-            save_file(shard, str(out_dir / fname), metadata={"format": "pt"})
-            weight_map.update({k: fname for k in shard})
-        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-        (out_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    tensors = {k: v.detach().to("cpu", dtype) for k, v in model.state_dict().items()}
+    save_sharded(tensors, out_dir, MAX_FILE_BYTES)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return out_dir
