@@ -4,7 +4,7 @@
 # compute-sanitizer memcheck, the native kernel tests. Every step is bounded and logged
 # under $OUT; a short table comes last. Usage (repository root, on the GPU machine):
 #   OUT=/tmp/o scripts/gpu_engine_run.sh [steps...]     steps default to all, in order:
-#   build smoke parity decode bench sanitize load native
+#   build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -12,7 +12,7 @@ OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KDTREE_NATIVE_VARIANT=gpu KDTREE_NATIVE_RESULTS="$OUT/native-results.jsonl"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-STEPS=("$@"); [ ${#STEPS[@]} -eq 0 ] && STEPS=(build smoke parity decode bench bench16 profile sanitize load native)
+STEPS=("$@"); [ ${#STEPS[@]} -eq 0 ] && STEPS=(build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe)
 declare -a rows=()
 step() {  # name, timeout seconds, command...
   local name=$1 limit=$2; shift 2
@@ -33,6 +33,14 @@ for s in "${STEPS[@]}"; do
     smoke) step smoke 120 "$PY" -m python_engine.native.smoke --requests 4 --tokens 32 ;;
     parity) step parity 300 "$PY" -m pytest -q -x -s -p no:cacheprovider tests/native/test_native_forward.py ;;
     decode) step decode 400 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_decode.py ;;
+    soak) step soak 300 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_soak.py ;;
+    sankernels) step sankernels 240 "$PY" -m kdtree_cli test --native --sanitize memcheck,racecheck ;;
+    capture) printf 'def fibonacci(n):\n{"prompt": "import os\\nimport sys\\n"}\nclass Stack:\n    def push(self, item):\n{"prompt": "for i in range(10):\\n"}\n' > /tmp/prompts.txt
+           step capture 120 "$PY" -m kdtree_cli run --engine native --model refs/models/demo-target \
+           --drafter refs/models/demo-drafter --prompts /tmp/prompts.txt --max-tokens 400 --budget 32 --metrics "$OUT/native-run.jsonl" ;;
+    demo) step demo 180 "$PY" -m kdtree_cli demo ;;
+    w4a16) step w4a16 240 bash -c "build/release/bin/test_moe_w4a16 && KDTREE_SANITIZE_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 9 build/release/bin/test_moe_w4a16 | tail -3" ;;
+    moe) step moe 300 "$PY" -m kdtree_cli bench moe --no-build --out-dir "$OUT" ;;
     bench|bench16) dt=float32; [ $s = bench16 ] && dt=bfloat16
            step $s 300 "$PY" -c "from pathlib import Path; from kdtree_cli.bench.engine import EngineBench, run_engine_bench; \
            import json; r = run_engine_bench(EngineBench(dtype='$dt', out_dir=Path('$OUT/$dt'))); \
@@ -51,6 +59,6 @@ for s in "${STEPS[@]}"; do
 done
 # everything in one archive; beside it only the few files read first (the device tool returns 8)
 cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz ./* 2>/dev/null
-find . -type f ! -name logs.tgz ! -name env.txt ! -name native-results.jsonl ! -name profile.txt ! -name load.json \
-  ! -name engine.json -delete
+find . -type f ! -name logs.tgz ! -name env.txt ! -name native-results.jsonl ! -name native-run.jsonl \
+  ! -name load.json ! -name engine.json ! -name moe.json -delete
 printf '%s\n' "${rows[@]}"

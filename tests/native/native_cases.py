@@ -17,6 +17,8 @@ from python_engine.native.library import PROJECT_ROOT
 DEMO_TARGET = PROJECT_ROOT / "refs" / "models" / "demo-target"
 DEMO_DRAFTER = PROJECT_ROOT / "refs" / "models" / "demo-drafter"
 DEMO_TARGET_INT4 = PROJECT_ROOT / "refs" / "models" / "demo-target-int4"
+AGREE_TARGET = PROJECT_ROOT / "refs" / "models" / "agree-target"  # random Kimi widths + a drafter trained to agree
+AGREE_DRAFTER = PROJECT_ROOT / "refs" / "models" / "agree-drafter"
 
 # Kimi K2's rope_scaling (config.json of moonshotai/Kimi-K2-Instruct)
 KIMI_YARN = {"type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096, "beta_fast": 1.0,
