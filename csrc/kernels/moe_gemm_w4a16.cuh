@@ -1,4 +1,4 @@
-// The routed experts' grouped GEMM with INT4 weights (W4A16, issue 14): the rows layout and
+// The routed experts' grouped GEMM with INT4 weights (W4A16, docs/int4.md): the rows layout and
 // both forms of moe_gemm.cuh (rows grouped by expert, x_row gather; plain and fused SwiGLU),
 // bf16 activations and output, float32 accumulation, and each expert's weights kept packed on
 // the device in the tile layout below. Every weight is dequantized in registers as the

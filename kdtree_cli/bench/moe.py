@@ -45,7 +45,7 @@ DEFAULT_TOKENS = (1, 8, 16, 64, 128)
 # routings per n, used in turn: at n = 1 one routing's INT4 experts (~200 MB) already pass the
 # ~50 MB L2, so consecutive runs never find their weights there
 DEFAULT_SETS = 4
-# the issue's goals (issue 14): INT4 within 1.3x of its floor at every n, and at least 3x
+# the goals: INT4 within 1.3x of its floor at every n, and at least 3x
 # faster than torch's bf16 grouped GEMM for n <= 64
 GOAL_FLOOR_RATIO = 1.3
 GOAL_TORCH_SPEEDUP = 3.0
@@ -243,7 +243,7 @@ def markdown(facts: dict, rows: list[Row], meta: dict) -> str:
     for r in rows:
         for impl, e in r.extra.items():
             lines.append(f"| {r.tokens} | {impl} | {e['ms']:.4f} | {e['gate_up_ms']:.4f} | {e['down_ms']:.4f} |")
-    lines += ["", "Goals (issue 14):", ""]
+    lines += ["", "Goals:", ""]
     for goal, ok in goals(rows).items():
         lines.append(f"- {goal}: {'met' if ok else 'not met' if ok is not None else 'not measured'}")
     return "\n".join(lines) + "\n"

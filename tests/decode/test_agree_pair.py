@@ -1,7 +1,7 @@
 """The shipped agree pair (refs/models/agree-target + agree-drafter, made by `kdtree
 train-agree`): a random Kimi-style target and a DFlash drafter self-distilled on it. On fresh
 random prompts DDTree greedy must equal AR greedy token for token with long accepted paths
-(tau > 2): the check the native engine repeats on this pair (issue 12). Also: the shipped
+(tau > 2): the check the native engine repeats on this pair. Also: the shipped
 target is exactly what the recipe regenerates, in Kimi's MLA widths, inside the size limits."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Native forwards vs the torch reference (issue 11), same checkpoint, same inputs: a
+"""Native forwards vs the torch reference, same checkpoint, same inputs: a
 prefill of 210 tokens in 64-token chunks, a cached single-token decode, a 64-node tree
 verify under its ancestor mask, the cache after keeping one accepted path (then another
 decode), the context features, and the drafter's logits; on the demo pair and two random
