@@ -7,13 +7,12 @@ stdout (--metrics -), the results go to stderr so stdout stays pure JSON lines.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from python_engine.errors import KdtreeError
-from python_engine.events import EventWriter
+from python_engine.events import EventWriter, open_metrics
 
 
 @dataclass
@@ -34,23 +33,8 @@ class RunRequest:
     ignore_eos: bool = False
 
 
-@contextlib.contextmanager
-def _metrics_stream(target: str | None, stdout: IO[str]):
-    if target is None:
-        yield None
-    elif target == "-":
-        yield stdout
-    else:
-        try:
-            f = open(target, "w", encoding="utf-8")
-        except OSError as exc:
-            raise KdtreeError(f"--metrics {target}: cannot open for writing: {exc.strerror or exc}") from None
-        with f:
-            yield f
-
-
 def run_command(req: RunRequest, stdout: IO[str], stderr: IO[str]) -> list:
-    with _metrics_stream(req.metrics, stdout) as stream:
+    with open_metrics(req.metrics, stdout) as stream:
         events = EventWriter(stream)
         try:
             return _run(req, events, stdout, stderr)
