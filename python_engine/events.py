@@ -61,7 +61,16 @@ class OverlongLine(str):
 
 
 class _Bad(Exception):
-    """A field's value is not acceptable; the message says what it must be."""
+    """A field's value is not acceptable: `reason` says what it must be, `path` where it is
+    (keys and list indices, outermost first)."""
+
+    def __init__(self, reason: str, path: tuple = ()):
+        super().__init__(reason)
+        self.reason, self.path = reason, path
+
+    def __str__(self) -> str:
+        where = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in self.path).lstrip(".")
+        return f'"{where}" {self.reason}' if where else self.reason
 
 
 def _show(v: Any) -> str:
@@ -134,11 +143,11 @@ def ident(v: Any) -> int | str:
     return v
 
 
-def _field(obj: dict, key: str, check: Check, where: str) -> Any:
+def _field(obj: dict | list, key: str | int, check: Check) -> Any:
     try:
         return check(obj[key])
     except _Bad as exc:
-        raise _Bad(f'{where}"{key}" {exc}') from None
+        raise _Bad(exc.reason, (key, *exc.path)) from None
 
 
 stage_time = number(0.0, STAGE_US_MAX)
@@ -150,7 +159,7 @@ def times_us(v: Any) -> dict[str, float]:
     missing = [s for s in STAGES if s not in v]
     if missing:
         raise _Bad(f"lacks {', '.join(missing)}")
-    return {s: _field(v, s, stage_time, "") for s in STAGES}
+    return {s: _field(v, s, stage_time) for s in STAGES}
 
 
 node_token = integer(0)
@@ -199,15 +208,16 @@ def gpus(v: Any) -> list[dict]:
     """The optional `gpus` field: [{"id", "util", "mem_gb", "mem_total_gb", "power_w"}]."""
     if not isinstance(v, list) or len(v) > GPUS_MAX:
         raise _Bad(f"must be a list of at most {GPUS_MAX} objects, got {_show(v)}")
-    out = []
-    for i, g in enumerate(v):
-        if not isinstance(g, dict) or "id" not in g:
-            raise _Bad(f"[{i}] must be an object with an id, got {_show(g)}")
-        clean = {"id": _field(g, "id", ident, f"[{i}].")}
-        for key, check in GPU_FIGURES.items():
-            clean[key] = None if g.get(key) is None else _field(g, key, check, f"[{i}].")
-        out.append(clean)
-    return out
+    return [_field(v, i, gpu) for i in range(len(v))]
+
+
+def gpu(g: Any) -> dict:
+    if not isinstance(g, dict) or "id" not in g:
+        raise _Bad(f"must be an object with an id, got {_show(g)}")
+    clean = {"id": _field(g, "id", ident)}
+    for key, check in GPU_FIGURES.items():
+        clean[key] = None if g.get(key) is None else _field(g, key, check)
+    return clean
 
 
 name = text(NAME_MAX_CHARS)
@@ -267,22 +277,22 @@ def check_event(obj: Any) -> tuple[dict, list[str]]:
     if "t" not in obj:
         raise EventError(f'{kind}: missing "t"')
     try:
-        event = {"event": kind, "t": _field(obj, "t", seconds, "")}
+        event = {"event": kind, "t": _field(obj, "t", seconds)}
         required = REQUIRED.get(kind, {})
         missing = [f for f in required if f not in obj]
         if missing:
             raise EventError(f"{kind}: missing {', '.join(missing)}")
         for key, check in required.items():
-            event[key] = _field(obj, key, check, "")
+            event[key] = _field(obj, key, check)
     except _Bad as exc:
         raise EventError(f"{kind}: {exc}") from None
     notes = []
     for key, check in (*OPTIONAL.get(kind, {}).items(), *ON_ANY_EVENT.items()):
         if key in obj and obj[key] is not None:
             try:
-                event[key] = _field(obj, key, check, "")
+                event[key] = _field(obj, key, check)
             except _Bad as exc:
-                notes.append(f"{kind}: ignoring {exc}")
+                notes.append(f"{kind}: optional field ignored: {exc}")
     return event, notes
 
 
@@ -295,7 +305,7 @@ def parse(line: str) -> tuple[dict, list[str]]:
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise EventError(f"not JSON: {exc.msg} at column {exc.colno}") from None
+        raise EventError(f"not JSON ({exc.msg}, column {exc.colno})") from None
     except RecursionError:
         raise EventError("not readable: JSON nested deeper than the parser allows") from None
     except ValueError as exc:  # e.g. an integer literal of more than 4300 digits

@@ -9,7 +9,7 @@ import math
 import random
 
 import pytest
-from tui_helpers import SNAPSHOT_FILE, each_event_file
+from tui_helpers import SNAPSHOT_FILE, assert_matches, each_event_file
 from tui_oracle import STAGES, expected
 
 from kdtree_cli.tui.stats import RunStats
@@ -19,27 +19,6 @@ from python_engine.events import iter_events, validate
 def feed(stats: RunStats, lines) -> RunStats:
     stats.ingest_lines(list(lines))
     return stats
-
-
-def assert_matches(stats: RunStats, exp) -> None:
-    assert stats.rounds == len(exp.rounds)
-    assert math.isclose(stats.tau, exp.tau, rel_tol=1e-12)
-    assert math.isclose(stats.tau_rolling, exp.tau_rolling, rel_tol=1e-12)
-    assert stats.hist == exp.histogram
-    for row in stats.depth_rates:
-        rate, step, reached = exp.depth_rate(row.depth)
-        assert row.reached == reached
-        assert math.isclose(row.rate, rate, rel_tol=1e-12)
-        assert (math.isnan(row.step_rate) and math.isnan(step)) or math.isclose(row.step_rate, step)
-    assert [r.depth for r in stats.depth_rates] == list(range(1, exp.max_depth + 1))
-    rates, _ = exp.buckets()
-    assert list(stats.history) == rates
-    lo, hi = exp.tps_min_max
-    if rates:
-        assert (stats.tps_min, stats.tps_max, stats.tps_now) == (lo, hi, exp.tps_now)
-    assert math.isclose(stats.tps_avg, exp.tps_avg, rel_tol=1e-9)
-    for s in STAGES:
-        assert math.isclose(stats.stage_means_us[s], exp.stage_means_us[s], rel_tol=1e-9)
 
 
 @each_event_file
@@ -133,7 +112,7 @@ def test_bad_tree_fields_are_warned_about_and_ignored():
         stats = feed(RunStats(), [json.dumps(dict(ev, tree=bad))])
         assert stats.rounds == 1 and stats.malformed == 0, "the round still counts"
         assert stats.last_tree.parent is None
-        assert any('line 1: round: ignoring "tree"' in e.text for e in stats.log), list(stats.log)
+        assert any('line 1: round: optional field ignored: "tree' in e.text for e in stats.log), list(stats.log)
 
 
 def test_gpus_unknown_kinds_and_warning_events():
@@ -144,5 +123,5 @@ def test_gpus_unknown_kinds_and_warning_events():
     assert stats.unknown_kinds == 2 and stats.malformed == 0
     assert stats.gpus[0].util == 91.5 and stats.gpus[0].mem_gb == 70.25
     assert 1 not in stats.gpus, "a gpus list with a bad entry is ignored whole"
-    assert any('ignoring "gpus" [1] must be an object with an id' in e.text for e in stats.log)
+    assert any('ignored: "gpus[1]" must be an object with an id' in e.text for e in stats.log)
     assert stats.log[-1].level == "warning" and stats.log[-1].text == "drafter cache evicted"
