@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kdtree_cli.threads import DEFAULT_THREADS, Threads, use_threads
 from python_engine.errors import KdtreeError
 
 
@@ -22,7 +23,8 @@ def run(
     model: Annotated[Path, Opt(help="Target checkpoint dir (config.json + safetensors).")],
     drafter: Annotated[Optional[Path], Opt(help="DFlash drafter dir (z-lab format); not needed with --ar.")] = None,
     prompt: Annotated[Optional[list[str]], Opt(
-        "--prompt", help="Prompt text (needs tokenizer.json in the model dir); repeat for several requests.")] = None,
+        "--prompt", help="Prompt text (needs tokenizer.json in the model dir), encoded as `kdtree demo` "
+        "encodes it: the model's BOS, then the text's tokens; repeat for several requests.")] = None,
     prompt_ids: Annotated[Optional[list[str]], Opt(
         "--prompt-ids", help="Prompt as comma-separated token ids, e.g. 1,2,3; repeatable.")] = None,
     engine: Annotated[str, Opt(help="Engine: torch (the reference).")] = "torch",
@@ -37,6 +39,7 @@ def run(
     metrics: Annotated[Optional[str], Opt(help="Write metrics events (JSON lines) to FILE, or - for stdout.")] = None,
     ar: Annotated[bool, Opt("--ar", help="Plain autoregressive decoding (no drafter).")] = False,
     ignore_eos: Annotated[bool, Opt("--ignore-eos", help="Do not stop at the model's EOS tokens.")] = False,
+    threads: Threads = DEFAULT_THREADS,
     tui: Annotated[bool, Opt("--tui", help="Watch this run in the live monitor (kdtree tui).")] = False,
     host: Annotated[Optional[str], Opt(
         "--host", help="Run on this host from kdtree.toml (paths are the host's), streaming output back.",
@@ -51,6 +54,7 @@ def run(
 
     if engine != "torch":
         raise KdtreeError(f"--engine {engine!r}: `kdtree run` drives the torch engine only")
+    use_threads(threads)
     request = RunRequest(
         model=model, drafter=drafter, prompts=prompt or [], prompt_ids=prompt_ids or [],
         budget=budget, block_size=block_size, temperature=temperature, max_tokens=max_tokens,
