@@ -15,6 +15,7 @@ import io
 import math
 import os
 import pty
+import re
 import select
 import signal
 import struct
@@ -29,6 +30,7 @@ from kdtree_cli.tui.messages import SourceState
 from tui_oracle import STAGES
 
 ROOT = Path(__file__).resolve().parents[2]
+PEAK_MARK = "kdtree-test-peak-kb="
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DATA_FILES = sorted(DATA_DIR.glob("*.jsonl"))
 SNAPSHOT_FILE = DATA_DIR / "synthetic_tree_gpus.jsonl"  # fixed: snapshots need fixed input
@@ -107,8 +109,13 @@ def assert_matches(stats, exp) -> None:
 def kdtree_in_pty(args: list[str], *, prelude: str = "", keys: bytes = b"", keys_after_s: float = 3.0,
                   timeout_s: float = 60.0, size=(120, 40)) -> tuple[int, str, int]:
     """Run `kdtree ARGS` on a pseudo-terminal (optionally after some Python), type `keys`
-    after a while; return the exit status, everything it printed and its peak memory (KB)."""
-    code = f"import sys\n{prelude}\nsys.argv = ['kdtree', *{args!r}]\nfrom kdtree_cli.app import main\nmain()\n"
+    after a while; return the exit status, everything it printed and its peak memory (KB).
+
+    The peak is the child's own (VmHWM, printed at exit): the child starts as a fork of
+    this process, and its rusage would count this process's memory too."""
+    code = (f"import atexit, sys\natexit.register(lambda: print('\\n{PEAK_MARK}' + next(\n"
+            f"    l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1]))\n"
+            f"{prelude}\nsys.argv = ['kdtree', *{args!r}]\nfrom kdtree_cli.app import main\nmain()\n")
     pid, fd = pty.fork()
     if pid == 0:  # the child: its terminal is the pty
         os.chdir(ROOT)
@@ -135,6 +142,8 @@ def kdtree_in_pty(args: list[str], *, prelude: str = "", keys: bytes = b"", keys
         else:
             os.kill(pid, signal.SIGKILL)
     finally:
-        _, status, usage = os.wait4(pid, 0)
+        _, status = os.waitpid(pid, 0)
         os.close(fd)
-    return os.waitstatus_to_exitcode(status), out.decode("utf-8", errors="replace"), usage.ru_maxrss
+    text = out.decode("utf-8", errors="replace")
+    peak = re.search(rf"{PEAK_MARK}(\d+)", text)
+    return os.waitstatus_to_exitcode(status), text, int(peak[1]) if peak else -1
