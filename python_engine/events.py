@@ -134,10 +134,16 @@ def text(limit: int, one_line: bool = True) -> Check:
     return check
 
 
+_NOT_IN_IDS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
 def ident(v: Any) -> int | str:
-    """A request or GPU id: an integer or a short string (so it can key a table)."""
+    """A request or GPU id: an integer, or a short printable string, kept exactly (it keys
+    a table: cutting or cleaning it could make two ids one)."""
     if isinstance(v, str):
-        return clean_text(v, NAME_MAX_CHARS)
+        if len(v) > NAME_MAX_CHARS or _NOT_IN_IDS.search(v):
+            raise _Bad(f"must be at most {NAME_MAX_CHARS} printable characters, got {_show(v)}")
+        return v
     if isinstance(v, bool) or not isinstance(v, int) or not -COUNT_MAX <= v <= COUNT_MAX:
         raise _Bad(f"must be an integer or a string, got {_show(v)}")
     return v

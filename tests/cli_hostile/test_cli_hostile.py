@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from native_toolchain import needs_toolchain
 from typer.testing import CliRunner
 
 from kdtree_cli.app import app
@@ -278,19 +279,6 @@ def test_demo_exits_zero_when_identical_or_sampling(monkeypatch):
 
 
 # ------------------------------------------------------------------------- kdtree build
-def toolchain_missing() -> str | None:
-    from kdtree_cli.native_build.toolchain import find_toolchain
-
-    try:
-        find_toolchain()
-    except KdtreeError as exc:
-        return str(exc)
-    return None
-
-
-needs_toolchain = pytest.mark.skipif(toolchain_missing() is not None, reason="no CUDA toolchain here")
-
-
 @needs_toolchain
 @pytest.mark.parametrize("where", ["under_proc", "under_a_file"])
 def test_build_dir_that_cannot_be_created_is_a_clear_error(tmp_path, where):

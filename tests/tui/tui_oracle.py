@@ -35,7 +35,12 @@ def _num_in(v, lo, hi) -> bool:
 
 
 def _id(v) -> bool:
-    return isinstance(v, str) or _int_in(v, -BIG_INT)
+    """docs: an integer, or a string of at most 200 characters, none of them a control
+    character (U+0000 to U+001F, U+007F to U+009F) or a lone surrogate."""
+    if isinstance(v, str):
+        return len(v) <= 200 and not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or 0xD800 <= ord(c) <= 0xDFFF
+                                         for c in v)
+    return _int_in(v, -BIG_INT)
 
 
 def _str(v) -> bool:
