@@ -30,6 +30,7 @@ class ReplaySource(EventSource):
         self._clock = clock
         self._resume = threading.Event()
         self._resume.set()
+        self._paused_at = 0.0  # when the last pause began (the app's thread sets it)
 
     def describe(self) -> str:
         pace = "max speed" if self.speed == 0 else f"x{self.speed:g}"
@@ -37,6 +38,7 @@ class ReplaySource(EventSource):
 
     def set_paused(self, paused: bool) -> None:
         if paused:
+            self._paused_at = self._clock()
             self._resume.clear()
         else:
             self._resume.set()
@@ -83,7 +85,7 @@ class ReplaySource(EventSource):
         """Block while paused; False when the source is stopping."""
         if self._resume.is_set():
             return not self.stopping
-        began = self._clock()
+        began = self._paused_at  # the pause itself, not when this thread noticed it
         while not self._resume.wait(0.05):
             if self.stopping:
                 return False
