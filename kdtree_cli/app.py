@@ -16,11 +16,13 @@ from python_engine.errors import KdtreeError
 
 # Order is the order `kdtree --help` lists them in.
 COMMAND_MODULES = [
-    "demo", "train_demo",
+    "demo", "train_demo", "train_agree",
     "run",
+    "quantize",
     "refs",
     "build",
-    "test",
+    "test", "engine_check",
+    "bench",
     "tui",
     "deploy", "hosts",
 ]

@@ -208,14 +208,14 @@ def stream(conn: Connection, command: str, *, on_line: Callable[[str, bool], Non
                 on_line(line, bool(is_err))
 
 
-def iter_lines(conn: Connection, command: str, *, on_stderr: Callable[[str], None],
-               what: str = "a remote command") -> Iterator[str]:
-    """Yield the command's stdout lines as they arrive; stderr lines go to on_stderr.
-    Raises RemoteCommandError after the last line when the command exits non-zero.
-    Closing the generator early closes the channel (the remote command sees EOF)."""
+def iter_chunks(conn: Connection, command: str, *, on_stderr: Callable[[str], None],
+                what: str = "a remote command") -> Iterator[bytes]:
+    """Yield the command's stdout as raw byte chunks as they arrive; stderr lines go to
+    on_stderr. Raises RemoteCommandError after the last chunk when the command exits
+    non-zero. Closing the generator early closes the channel (the remote command sees EOF)."""
     chan = open_exec(conn, command)
-    out, err = LineSplitter(), LineSplitter()
-    pending: list[str] = []
+    err = LineSplitter()
+    pending: list[bytes] = []
     try:
         try:
             chan.shutdown_write()
@@ -223,18 +223,14 @@ def iter_lines(conn: Connection, command: str, *, on_stderr: Callable[[str], Non
             pass
         while True:
             wait_readable(chan)
-            got = _drain(
-                chan,
-                lambda data: pending.extend(out.feed(data)),
-                lambda data: [on_stderr(line) for line in err.feed(data)],
-            )
+            got = _drain(chan, pending.append,
+                         lambda data: [on_stderr(line) for line in err.feed(data)])
             while pending:
                 yield pending.pop(0)
             if chan.exit_status_ready() and not got and not (chan.recv_ready() or chan.recv_stderr_ready()):
                 break
             if chan.closed and not got:
                 break
-        yield from out.flush()
         for line in err.flush():
             on_stderr(line)
         code = _finish(conn, chan, what)
@@ -242,3 +238,19 @@ def iter_lines(conn: Connection, command: str, *, on_stderr: Callable[[str], Non
             raise RemoteCommandError(f"{conn.host}: {what} exited with status {code}", code)
     finally:
         close_quietly(chan)
+
+
+def iter_lines(conn: Connection, command: str, *, on_stderr: Callable[[str], None],
+               what: str = "a remote command") -> Iterator[str]:
+    """Yield the command's stdout lines as they arrive (see iter_chunks)."""
+    out = LineSplitter()
+    chunks = iter_chunks(conn, command, on_stderr=on_stderr, what=what)
+    try:
+        for chunk in chunks:
+            yield from out.feed(chunk)
+    except RemoteCommandError:
+        yield from out.flush()  # the last line before a failure still counts
+        raise
+    finally:
+        chunks.close()
+    yield from out.flush()

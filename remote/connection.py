@@ -1,169 +1,128 @@
 """The one way this package connects: `connect(host)` returns an opened fabric Connection
 with strict host-key checking, key authentication and timeouts, or raises an error that
-says what to do.
+says what to do (connect_errors.py writes those sentences).
 
 - ssh_config: the host's `ssh_config` file if set (only that file, as `ssh -F` does), else
   ~/.ssh/config and /etc/ssh/ssh_config; aliases, HostName, User, Port, IdentityFile,
-  ProxyJump all work through fabric.
-- Host keys: see hostkeys.py. Nothing is ever added without --accept-new-host-key.
+  ProxyJump and ProxyCommand all work through fabric (`none` switches either off).
+- Host keys: see hostkeys.py. Every hop is checked: the target and each ProxyJump host,
+  against the host's `known_hosts` when set (one file for all hops), else each hop's own
+  UserKnownHostsFile. Nothing is ever added without --accept-new-host-key.
 - Authentication: keys only (agent, IdentityFile / `key`, ~/.ssh/id_*); we never pass or
   print a password, and messages name key files, never their contents.
 - Timeouts: `connect_timeout` bounds the TCP connect, the SSH banner and authentication
-  separately; a keepalive notices a dead link during long builds.
+  separately, on every hop; a keepalive notices a dead link during long builds.
 """
 
 from __future__ import annotations
 
-import socket
-import time
+import logging
+import os
+
 import paramiko
 from fabric import Config, Connection
 
-from remote.errors import HostKeyError, UnreachableError
-from remote.hostkeys import (
-    AcceptNewHostKey,
-    RefuseUnknownHostKey,
-    UnknownHostKey,
-    fingerprint,
-    resolve_known_hosts,
-)
+from remote.connect_errors import ProxyCommandError, config_error, explain
+from remote.errors import InventoryError
+from remote.hostkeys import AcceptNewHostKey, RefuseUnknownHostKey, load_known_hosts, resolve_known_hosts
 from remote.inventory import HostConfig
 
 KEEPALIVE_S = 15
 
+# paramiko logs transport failures (with tracebacks) at ERROR; with no handler configured,
+# Python's last-resort handler would print them over our one-line message
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
 
 class HostConnection(Connection):
-    """A fabric Connection that remembers which known_hosts file it checks against.
-    (Declared here because fabric turns unknown attribute sets into config entries.)"""
+    """A fabric Connection that remembers which known_hosts file it checks against and,
+    for a ProxyJump hop, which hop it is. (Declared here because fabric turns unknown
+    attribute sets into config entries.)"""
 
     known_hosts_file: str = ""
+    hop: str | None = None  # "jump host NAME", or None for the target itself
+
+    def open_gateway(self):
+        """fabric re-parses a ProxyCommand under `Host <HostName>`, which matches nothing
+        when the name holds glob characters (KeyError: 'proxycommand'). paramiko's
+        ssh_config lookup has expanded %h/%p already: run the command as it stands."""
+        if isinstance(self.gateway, str):
+            try:
+                return paramiko.ProxyCommand(self.gateway)
+            except OSError as exc:  # the program is missing or not executable
+                raise ProxyCommandError(self.gateway, exc.strerror or str(exc)) from None
+        try:
+            return super().open_gateway()
+        except Exception as exc:  # say which hop failed (the innermost one names itself)
+            if getattr(exc, "hop", None) is None and getattr(exc, "kdtree_hop", None) is None:
+                exc.kdtree_hop = self.gateway.hop
+            raise
+
+
+def _hop_name(conn: Connection) -> str:
+    return conn.original_host if hasattr(conn, "original_host") else conn.host
+
+
+def _secure(conn: Connection, host: HostConfig, accept_new_host_key: bool, hop: str | None) -> None:
+    """Timeouts, key-only auth and the strict host-key policy on conn, then on its
+    ProxyJump hops (fabric builds those with auto-adding policies)."""
+    timeouts = {k: host.connect_timeout for k in ("banner_timeout", "auth_timeout", "channel_timeout")}
+    conn.connect_kwargs.update(timeouts)
+    conn.connect_timeout = host.connect_timeout
+    if str(conn.ssh_config.get("identitiesonly", "no")).lower() == "yes":
+        conn.connect_kwargs.update(look_for_keys=False, allow_agent=False)
+    if str(conn.ssh_config.get("proxyjump", "")).lower() == "none":
+        conn.gateway = None  # OpenSSH: ProxyJump none = connect directly
+    known_hosts = resolve_known_hosts(host.known_hosts, conn.ssh_config)
+    try:
+        known = load_known_hosts(known_hosts)
+    except OSError as exc:
+        raise InventoryError(f"{host.name}: cannot read known_hosts {known_hosts}: {exc.strerror or exc}") from None
+    client = conn.client
+    client._system_host_keys = known  # noqa: SLF001  (read only: paramiko never rewrites it)
+    if accept_new_host_key:
+        hash_names = str(conn.ssh_config.get("hashknownhosts", "no")).lower() == "yes"
+        client.set_missing_host_key_policy(AcceptNewHostKey(known, known_hosts, hop, hash_names))
+    else:
+        client.set_missing_host_key_policy(RefuseUnknownHostKey(known, known_hosts, hop))
+    conn.known_hosts_file = known_hosts
+    conn.hop = hop
+    if isinstance(conn.gateway, Connection):
+        if not isinstance(conn.gateway, HostConnection):
+            conn.gateway.__class__ = HostConnection  # same object, our open_gateway
+        _secure(conn.gateway, host, accept_new_host_key, f"jump host {_hop_name(conn.gateway)}")
 
 
 def make_connection(host: HostConfig, *, accept_new_host_key: bool = False) -> HostConnection:
     """A configured, not yet opened Connection (use connect() unless you need that)."""
+    if host.key and not os.path.exists(host.key):
+        raise InventoryError(f"{host.name}: key file {host.key} does not exist ({host.source or 'kdtree.toml'})")
     try:
         config = Config(runtime_ssh_path=host.ssh_config) if host.ssh_config else Config()
-    except FileNotFoundError:
-        raise UnreachableError(
-            f"{host.name}: ssh_config file {host.ssh_config} does not exist ({host.source})"
-        ) from None
-    connect_kwargs: dict = {
-        "banner_timeout": host.connect_timeout,
-        "auth_timeout": host.connect_timeout,
-        "channel_timeout": host.connect_timeout,
-    }
-    if host.key:
-        connect_kwargs["key_filename"] = [host.key]
-    conn = HostConnection(
-        host.target,
-        user=host.user,
-        port=host.port,
-        config=config,
-        connect_timeout=host.connect_timeout,
-        connect_kwargs=connect_kwargs,
-    )
-    if str(conn.ssh_config.get("identitiesonly", "no")).lower() == "yes":
-        conn.connect_kwargs.update(look_for_keys=False, allow_agent=False)
-
-    known_hosts = resolve_known_hosts(host.known_hosts, conn.ssh_config)
-    client = conn.client
-    try:
-        client.load_system_host_keys(known_hosts)  # read only: paramiko never rewrites it
-    except FileNotFoundError:
-        pass  # then every host is unknown, and refused unless accept_new_host_key
-    except OSError as exc:
-        raise HostKeyError(f"{host.name}: cannot read known_hosts {known_hosts}: {exc}") from None
-    if accept_new_host_key:
-        hash_names = str(conn.ssh_config.get("hashknownhosts", "no")).lower() == "yes"
-        client.set_missing_host_key_policy(AcceptNewHostKey(known_hosts, hash_names))
-    else:
-        client.set_missing_host_key_policy(RefuseUnknownHostKey(known_hosts))
-    conn.known_hosts_file = known_hosts
+        connect_kwargs: dict = {"key_filename": [host.key]} if host.key else {}
+        conn = HostConnection(host.target, user=host.user, port=host.port, config=config,
+                              connect_timeout=host.connect_timeout, connect_kwargs=connect_kwargs)
+    except (OSError, paramiko.SSHException, ValueError) as exc:  # unreadable or unusable ssh_config
+        raise config_error(host, exc) from None
+    _secure(conn, host, accept_new_host_key, None)
     return conn
 
 
 def connect(host: HostConfig, *, accept_new_host_key: bool = False) -> HostConnection:
-    """Open a connection to host, or raise HostKeyError / UnreachableError."""
+    """Open a connection to host, or raise a RemoteError that says what to do."""
     conn = make_connection(host, accept_new_host_key=accept_new_host_key)
     open_connection(conn, host)
     return conn
 
 
-def _auth_failed(where: str, conn: HostConnection) -> UnreachableError:
-    return UnreachableError(
-        f"{where}: authentication failed. kdtree uses key authentication only (ssh-agent, the "
-        f"host's `key` / IdentityFile, or ~/.ssh/id_*): check that your public key is in "
-        f"~/.ssh/authorized_keys of {conn.user} there"
-    )
-
-
 def open_connection(conn: HostConnection, host: HostConfig) -> None:
-    where = f"{host.name} ({conn.user}@{conn.host}:{conn.port})"
-    known_hosts = conn.known_hosts_file
+    import time
+
     started = time.monotonic()
     try:
         conn.open()
-    except UnknownHostKey as exc:
-        conn.close()
-        if exc.reason == "unknown":
-            raise HostKeyError(
-                f"{where}: host key {fingerprint(exc.key)} is not in {known_hosts}; refusing to "
-                f"connect. Check the fingerprint with the machine's owner (on it: "
-                f"`ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub`), then rerun with "
-                f"--accept-new-host-key to add it"
-            ) from None
-        raise HostKeyError(
-            f"{where}: HOST KEY CHANGED: {known_hosts} knows {exc.hostname} under another key "
-            f"type, the server offered {fingerprint(exc.key)}; refusing to connect. If the "
-            f"machine was reinstalled, remove the old entry (`ssh-keygen -R '{exc.hostname}' "
-            f"-f {known_hosts}`) and rerun with --accept-new-host-key"
-        ) from None
-    except paramiko.BadHostKeyException as exc:
-        conn.close()
-        name = exc.hostname if conn.port == 22 else f"[{exc.hostname}]:{conn.port}"
-        raise HostKeyError(
-            f"{where}: HOST KEY CHANGED: the server offered {fingerprint(exc.key)} but "
-            f"{known_hosts} has {fingerprint(exc.expected_key)}; refusing to connect (this can "
-            f"be an attack). If the machine was reinstalled, remove the old entry "
-            f"(`ssh-keygen -R '{name}' -f {known_hosts}`) and rerun with --accept-new-host-key"
-        ) from None
-    except paramiko.AuthenticationException:
-        conn.close()
-        raise _auth_failed(where, conn) from None
-    except socket.gaierror as exc:
-        conn.close()
-        raise UnreachableError(
-            f"{where}: cannot resolve host name {conn.host!r} ({exc.strerror}); if it is an "
-            f"ssh alias, check your ssh_config ({host.ssh_config or '~/.ssh/config'})"
-        ) from None
-    except (TimeoutError, socket.timeout):
-        conn.close()
-        raise UnreachableError(
-            f"{where}: unreachable: no answer within {host.connect_timeout}s "
-            f"(connect_timeout); is the machine up and the port right?"
-        ) from None
-    except paramiko.ssh_exception.NoValidConnectionsError as exc:
-        conn.close()
-        reasons = "; ".join(sorted({e.strerror or str(e) for e in exc.errors.values()}))
-        raise UnreachableError(f"{where}: unreachable: {reasons}") from None
-    except OSError as exc:
-        conn.close()
-        raise UnreachableError(f"{where}: unreachable: {exc.strerror or exc}") from None
-    except paramiko.SSHException as exc:
-        conn.close()
-        text = str(exc)
-        # paramiko reports a silent server as a banner error, or (when its handshake wait and
-        # the banner wait expire together) as a lost session: both mean "no SSH answer"
-        timed_out = time.monotonic() - started >= 0.9 * host.connect_timeout
-        if "authentication" in text.lower():  # e.g. "No authentication methods available"
-            raise _auth_failed(where, conn) from None
-        if "banner" in text.lower() or (timed_out and "session" in text.lower()):
-            text = (
-                f"the port answered but sent no SSH banner within {host.connect_timeout}s "
-                f"(not an SSH server, or a hung one)"
-            )
-        raise UnreachableError(f"{where}: SSH handshake failed: {text}") from None
-    except EOFError:
-        conn.close()
-        raise UnreachableError(f"{where}: the server closed the connection during the handshake") from None
+    except Exception as exc:  # every failure becomes a sentence (see connect_errors.explain)
+        error = explain(exc, conn, host, time.monotonic() - started)  # before close: it looks
+        conn.close()                                                  # at a ProxyCommand's exit
+        raise error from None
     conn.transport.set_keepalive(KEEPALIVE_S)

@@ -6,13 +6,17 @@ connection at any point leaves the previous release current and working):
 
     preflight   remote $HOME, Python >= 3.11, nvcc (when building)  - nothing written yet
     lock        <dir>/.deploy.lock, held until the end
-    sync        stage (hard links from current) + upload (one tar of what changed)
+    sync        stage (verified copies from current) + upload (one tar of what changed)
                 + finalize (verify against the manifest, rename into releases/)
-    env         <dir>/venv up to date (pyenv.py)
+    env         the release's own environment, <release>/.venv (pyenv.py)
     build/test  in the new release, output streamed as `[host] line`
-    fetch       <release>/results/ -> results/<host>/ (also after a failed step)
+    check       the native engine's smoke check, on GPU hosts whose tree has it (steps.py)
+    fetch       <release>/results/ -> the deploy's work folder (also after a failed step)
     switch      `current` -> the new release, only when build and test passed
     prune       keep the newest N releases and current
+
+Locally, everything lands in a work folder that replaces results/<host>/ only when the
+deploy succeeded; a failed deploy's folder is kept elsewhere and named (results.py).
 
 Test hooks: DeployOptions.hook(host, point) is called at each point named in POINTS,
 so fault tests can cut the connection exactly there.
@@ -21,7 +25,6 @@ so fault tests can cut the connection exactly there.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -35,21 +38,23 @@ from remote.connection import connect
 from remote.errors import RemoteError
 from remote.inventory import HostConfig
 from remote.lock import RemoteLock
-from remote.manifest import Manifest, SyncPlan, build_manifest, plan_sync
+from remote.manifest import Manifest, SyncPlan, build_manifest, check_symlinks, plan_sync
 from remote.output import HostOutput, Reporter
 from remote.paths import RemotePaths, resolve_paths
+from remote.results import SUMMARY, ResultsFolder
 from remote.shell import q
-from remote.steps import RESULTS_SUBDIR, step_command
+from remote.steps import ENGINE_CHECK_MODULE, RESULTS_SUBDIR, check_template, step_command
 from python_engine.errors import KdtreeError
 
 POINTS = ("connected", "preflight", "locked", "staged", "uploaded", "finalized", "env",
-          "build", "test", "fetched", "switch", "switched", "done")
+          "build", "test", "check", "fetched", "switch", "switched", "done")
 
 
 @dataclass
 class DeployOptions:
     project_root: Path
     results_root: Path  # results/<host>/ go under it
+    work_root: Path | None = None  # where a deploy's files gather (results.py); None: the default
     build: bool = True
     test: bool = True
     dry_run: bool = False
@@ -77,10 +82,10 @@ class HostResult:
     switched: bool = False
     uploaded: int = 0
     upload_bytes: int = 0
-    linked: int = 0
+    reused: int = 0  # unchanged files copied from the previous release
     removed_releases: list[str] = field(default_factory=list)
     steps: list[StepResult] = field(default_factory=list)
-    results_dir: str | None = None
+    results_dir: str | None = None  # results/<host>/, or the kept work folder of a failure
     plan: dict | None = None  # --dry-run: what would happen
 
     def to_json(self) -> str:
@@ -94,34 +99,47 @@ class StepFailed(RemoteError):
 def deploy_host(host: HostConfig, opts: DeployOptions, reporter: Reporter) -> HostResult:
     """Deploy to one host; never raises: the outcome, or the error, is in the result."""
     result = HostResult(host.name)
-    results_dir = Path(opts.results_root) / host.name
-    if not opts.dry_run:
-        shutil.rmtree(results_dir, ignore_errors=True)
-    out = HostOutput(reporter, host.name, None if opts.dry_run else results_dir / "logs")
+    folder = ResultsFolder(opts.results_root, host.name, opts.work_root)
+    out = HostOutput(reporter, host.name, None)
     conn = None
     try:
+        if not opts.dry_run:
+            folder.check_replaceable()
+            out.log_dir = folder.start() / "logs"
+        check_symlinks(opts.project_root)  # a tree that cannot be a release: say so first
         conn = connect(host, accept_new_host_key=opts.accept_new_host_key)
         _hook(opts, host, "connected")
-        deploy_over(conn, host, opts, out, result)
+        deploy_over(conn, host, opts, out, result, folder.work)
         result.ok = True
     except KdtreeError as exc:
         result.error = str(exc)
     except Exception as exc:  # a bug, or an error we did not map: keep the host's report going
         result.error = f"unexpected {type(exc).__name__}: {exc}"
-        if not opts.dry_run:
-            results_dir.mkdir(parents=True, exist_ok=True)
-            (results_dir / "traceback.txt").write_text(traceback.format_exc())
+        if folder.work is not None:
+            (folder.work / "traceback.txt").write_text(traceback.format_exc())
     finally:
         if conn is not None:
             conn.close()
     if result.error and result.switched:  # e.g. the link dropped while pruning
         result.error = f"current was switched to {result.release}, but then: {result.error}"
-    if result.error:
+    if opts.dry_run:
+        if result.error:
+            out.note(f"FAILED: {result.error}")
+        return result
+    if folder.work is None:  # refused before anything was written
         out.note(f"FAILED: {result.error}")
-    if not opts.dry_run:
-        results_dir.mkdir(parents=True, exist_ok=True)
-        result.results_dir = str(results_dir)
-        (results_dir / "deploy.json").write_text(result.to_json())
+        return result
+    if result.error:
+        result.error += f" (logs and fetched results: {folder.work})"
+        out.note(f"FAILED: {result.error}")
+        result.results_dir = str(folder.work)
+        (folder.work / SUMMARY).write_text(result.to_json())
+        return result
+    result.results_dir = str(folder.final)
+    (folder.work / SUMMARY).write_text(result.to_json())
+    folder.commit()
+    out.log_dir = folder.final / "logs"
+    out.note(f"results in {folder.final}")
     return result
 
 
@@ -145,7 +163,8 @@ def preflight(conn: Connection, host: HostConfig, build: bool) -> tuple[RemotePa
 
 
 def deploy_over(conn: Connection, host: HostConfig, opts: DeployOptions, out: HostOutput,
-                result: HostResult) -> None:
+                result: HostResult, work: Path | None = None) -> None:
+    """The deploy over an open connection; local files go to `work` (None: dry run)."""
     paths, summary = preflight(conn, host, opts.build)
     layout = paths.layout
     out.note(f"{host.describe_target()} -> {layout.dir} ({summary})")
@@ -168,17 +187,16 @@ def deploy_over(conn: Connection, host: HostConfig, opts: DeployOptions, out: Ho
         _hook(opts, host, "env")
         with out.step_sink("env") as sink:
             python = pyenv.setup_env(conn, host, layout, paths.python, opts.project_root,
-                                     opts.wheels, out.note, sink)
+                                     opts.wheels, release, out.note, sink)
         failure = None
         try:
-            for step, enabled in (("build", opts.build), ("test", opts.test)):
-                if enabled:
-                    _hook(opts, host, step)
-                    _run_step(conn, host, out, result, paths, python, release, step)
+            for step in planned_steps(host, opts, out):
+                _hook(opts, host, step)
+                _run_step(conn, host, out, result, paths, python, release, step, opts.project_root)
         except StepFailed as exc:
             failure = exc
         finally:
-            _fetch(conn, host, opts, out, result, paths, release)
+            _fetch(conn, host, opts, out, paths, release, work)
         if failure is not None:
             raise StepFailed(f"{failure}; current stays {previous or '(none)'}; the new release "
                              f"is kept at {release} for a look")
@@ -204,9 +222,9 @@ def _sync(conn, host, opts, out, result, paths, manifest: Manifest, plan: SyncPl
     result.release = staged.name
     result.uploaded = len(send)
     result.upload_bytes = sum(manifest.files[p].size for p in send)
-    result.linked = staged.linked + staged.copied
+    result.reused = staged.reused
     out.note(f"sync {staged.name}: {len(send)} file(s) to upload "
-             f"({result.upload_bytes / 1e6:.2f} MB), {result.linked} unchanged from "
+             f"({result.upload_bytes / 1e6:.2f} MB), {result.reused} unchanged from "
              f"{previous or 'nothing'}" + (f", carried {', '.join(staged.carried)}" if staged.carried else ""))
     meta = {"name": staged.name, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     releases.upload(conn, paths.python, staged.partial, opts.project_root, send, manifest,
@@ -217,8 +235,17 @@ def _sync(conn, host, opts, out, result, paths, manifest: Manifest, plan: SyncPl
     return staged.name
 
 
-def _run_step(conn, host, out, result, paths, python, release, step) -> None:
-    command = step_command(host, paths, python, release, step)
+def planned_steps(host: HostConfig, opts: DeployOptions, out: HostOutput | None = None) -> list[str]:
+    steps = [s for s, on in (("build", opts.build), ("test", opts.test)) if on]
+    if opts.test and check_template(host, opts.project_root) is not None:
+        steps.append("check")
+    elif opts.test and host.gpus > 0 and host.check is None and out is not None:
+        out.note(f"engine check: skipped, this tree has no {ENGINE_CHECK_MODULE} (`kdtree engine-check`)")
+    return steps
+
+
+def _run_step(conn, host, out, result, paths, python, release, step, project_root) -> None:
+    command = step_command(host, paths, python, release, step, project_root)
     out.note(f"{step}: {command.split(' && exec ', 1)[-1]}")
     started = time.monotonic()
     with out.step_sink(step) as sink:
@@ -227,13 +254,12 @@ def _run_step(conn, host, out, result, paths, python, release, step) -> None:
     result.steps.append(StepResult(step, code == 0, round(seconds, 3), f"exit {code}"))
     if code != 0:
         raise StepFailed(f"{step} failed (exit {code}) after {seconds:.1f}s; its output is in "
-                         f"results/{host.name}/logs/{step}.log")
+                         f"logs/{step}.log")
     out.note(f"{step}: ok ({seconds:.1f}s)")
 
 
-def _fetch(conn, host, opts, out, result, paths, release) -> None:
+def _fetch(conn, host, opts, out, paths, release, dest: Path) -> None:
     """Bring <release>/results/ home; a lost connection here must not hide the step error."""
-    dest = Path(opts.results_root) / host.name
     try:
         warnings = releases.fetch_dir(conn, paths.python, f"{release}/{RESULTS_SUBDIR}", dest)
     except RemoteError as exc:
@@ -242,7 +268,6 @@ def _fetch(conn, host, opts, out, result, paths, release) -> None:
     for w in warnings:
         out.note(f"results: {w}")
     _hook(opts, host, "fetched")
-    out.note(f"results in {dest}")
 
 
 def _dry_run(conn, host, opts, out, result, paths, manifest: Manifest) -> None:
@@ -251,17 +276,17 @@ def _dry_run(conn, host, opts, out, result, paths, manifest: Manifest) -> None:
     state = releases.read_state(conn, paths.python, layout) if exists else None
     previous = state.current if state and state.current_ok else None
     plan = plan_sync(manifest, state.manifest if previous else None)
-    python = f"{layout.venv}/bin/python" if host.venv else paths.python
     release = layout.release(releases.release_name(manifest))
-    commands = {s: step_command(host, paths, python, release, s)
-                for s, on in (("build", opts.build), ("test", opts.test)) if on}
+    python = pyenv.release_python(release) if host.venv else paths.python
+    commands = {s: step_command(host, paths, python, release, s, opts.project_root)
+                for s in planned_steps(host, opts)}
     result.previous = previous
     result.plan = {
         "upload": plan.upload, "upload_bytes": plan.upload_bytes(manifest),
-        "unchanged": len(plan.link), "dropped": plan.removed, "commands": commands,
+        "unchanged": len(plan.reuse), "dropped": plan.removed, "commands": commands,
     }
     out.note(f"dry run: would upload {len(plan.upload)} file(s) "
-             f"({plan.upload_bytes(manifest) / 1e6:.2f} MB), reuse {len(plan.link)} from "
+             f"({plan.upload_bytes(manifest) / 1e6:.2f} MB), reuse {len(plan.reuse)} from "
              f"{previous or 'nothing'}, drop {len(plan.removed)}")
     for path in plan.upload[:20]:
         out.note(f"  upload {path}")

@@ -7,7 +7,10 @@ from python_engine.errors import KdtreeError
 
 
 class RemoteError(KdtreeError):
-    """Something went wrong on or on the way to a remote host."""
+    """Something went wrong on or on the way to a remote host. `transient` says whether
+    trying again later may work (a network problem) or a person must act first."""
+
+    transient = False
 
 
 class InventoryError(RemoteError):
@@ -19,11 +22,19 @@ class HostKeyError(RemoteError):
 
 
 class UnreachableError(RemoteError):
-    """No SSH session could be set up: DNS, TCP, banner or authentication failed."""
+    """No SSH session could be set up: DNS, TCP, banner, proxy or authentication failed.
+    Transient only when the network itself failed (timeouts, refused or reset
+    connections), never for authentication or configuration."""
+
+    def __init__(self, message: str, *, transient: bool = False):
+        super().__init__(message)
+        self.transient = transient
 
 
 class ConnectionLostError(RemoteError):
     """The SSH connection dropped while a step was running."""
+
+    transient = True
 
 
 class RemoteCommandError(RemoteError):

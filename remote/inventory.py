@@ -72,6 +72,7 @@ class HostConfig:
     build: tuple[str, ...] | None = None
     test: tuple[str, ...] | None = None
     test_args: tuple[str, ...] = ()
+    check: tuple[str, ...] | None = None  # None: the engine check when the tree has it; () off
     carry: tuple[str, ...] = ("build",)  # dirs copied from the previous release (incremental)
     keep: int = 5
     lock_timeout: int = 1800  # seconds to wait for another deploy to the same host
@@ -135,7 +136,7 @@ def _check_value(key: str, value: Any, where: str) -> Any:
                 raise bad("an SM target or a list of them, e.g. 120, \"90a\" or [\"90a\", 120]")
             out.append(text)
         return tuple(out)
-    if key in ("requirements", "extras", "build", "test", "test_args", "carry"):
+    if key in ("requirements", "extras", "build", "test", "test_args", "carry", "check"):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise bad("a list of strings")
         if key in ("build", "test") and not value:
@@ -262,7 +263,9 @@ def find_project_root(start: Path | None = None) -> Path:
             return folder
         if (folder / "pyproject.toml").is_file() and (folder / "kdtree_cli").is_dir():
             return folder
-    return Path(__file__).resolve().parents[1]
+    from python_engine.project import PROJECT_ROOT
+
+    return PROJECT_ROOT
 
 
 def find_project_file(start: Path | None = None) -> Path | None:

@@ -8,7 +8,9 @@ exclusions.
 A manifest maps each relative path to its content hash (sha256), size and mode (0o755 or
 0o644; symlinks keep their target). Each release on a remote carries the manifest it was
 made from (MANIFEST_NAME), so the next deploy uploads only the entries whose hash or mode
-differ, and hard-links the others from the previous release.
+differ, and copies the others from the previous release (checking their hashes on the
+way). A symlink must point inside the tree: one that leaves it (absolute, or `..` past the
+root) is refused here, with its path, before anything is sent.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import hashlib
 import json
 import os
 import stat
+import posixpath
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from remote.errors import RemoteError
 
 MANIFEST_NAME = ".kdtree-release.json"
 ALWAYS_INCLUDED = ("refs",)
@@ -30,6 +35,21 @@ def _excluded(rel: str) -> bool:
     parts = rel.split("/")
     return (parts[0] in NEVER_SYNCED_DIRS or parts[0].startswith("build-") or rel == MANIFEST_NAME
             or "__pycache__" in parts or rel.endswith(".pyc"))
+
+
+class ManifestError(RemoteError):
+    """The local tree holds something a release cannot: a symlink out of the tree."""
+
+
+def check_symlink(rel: str, target: str) -> None:
+    """Refuse a link whose target is absolute or climbs out of the tree."""
+    inside = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
+    if posixpath.isabs(target) or inside == ".." or inside.startswith("../"):
+        raise ManifestError(
+            f"{rel} is a symlink to {target}, outside the project tree: a release holds only the "
+            f"tree, so the link would dangle there. Make it a relative link inside the tree, "
+            f"replace it with the file, or let git ignore it"
+        )
 
 
 @dataclass(frozen=True)
@@ -90,7 +110,7 @@ class SyncPlan:
     """How a new release is assembled from the previous one and the local tree."""
 
     upload: list[str] = field(default_factory=list)  # new or changed: sent in the tar
-    link: list[str] = field(default_factory=list)  # unchanged: hard-linked from previous
+    reuse: list[str] = field(default_factory=list)  # unchanged: copied from previous
     removed: list[str] = field(default_factory=list)  # in previous, not in local (dropped)
 
     def upload_bytes(self, manifest: Manifest) -> int:
@@ -102,9 +122,9 @@ def plan_sync(local: Manifest, previous: Manifest | None) -> SyncPlan:
     prev = previous.files if previous else {}
     for path, entry in sorted(local.files.items()):
         old = prev.get(path)
-        # symlinks are tiny and os.link would follow them: always send them
+        # symlinks are tiny: always send them
         if old == entry and entry.link is None:
-            plan.link.append(path)
+            plan.reuse.append(path)
         else:
             plan.upload.append(path)
     plan.removed = sorted(set(prev) - set(local.files))
@@ -131,6 +151,14 @@ def list_files(root: Path) -> list[str]:
                 rel_dir = Path(folder).relative_to(root).as_posix()
                 paths.update(f"{rel_dir}/{f}" for f in files)
     return sorted(p for p in paths if not _excluded(p) and os.path.lexists(root / p))
+
+
+def check_symlinks(root: Path) -> None:
+    """The symlink check of build_manifest alone (no hashing): cheap enough to run before
+    connecting anywhere."""
+    for rel in list_files(root):
+        if os.path.islink(Path(root) / rel):
+            check_symlink(rel, os.readlink(Path(root) / rel))
 
 
 def _git_files(root: Path) -> list[str] | None:
@@ -161,6 +189,7 @@ def build_manifest(root: Path, paths: list[str] | None = None) -> Manifest:
         st = os.lstat(full)
         if stat.S_ISLNK(st.st_mode):
             target = os.readlink(full)
+            check_symlink(rel, target)
             files[rel] = Entry(hashlib.sha256(target.encode()).hexdigest(), len(target), 0, target)
         elif stat.S_ISREG(st.st_mode):
             mode = 0o755 if st.st_mode & 0o111 else 0o644

@@ -11,7 +11,7 @@ from remote import channel, pyenv, releases
 from remote.connection import connect
 from remote.inventory import HostConfig
 from remote.paths import resolve_paths
-from remote.shell import q
+from remote.shell import env_exports, q
 from python_engine.errors import KdtreeError
 
 
@@ -84,7 +84,9 @@ def check_host(host: HostConfig, *, accept_new_host_key: bool = False) -> HostCh
 
 
 def _check_gpus(conn, host: HostConfig, check: HostCheck) -> None:
-    result = channel.run(conn, f"{q(host.nvidia_smi)} --query-gpu=name,compute_cap "
+    # with the host's `env`, as the steps get it (a driver's libraries found through
+    # LD_LIBRARY_PATH only: containers, some module systems)
+    result = channel.run(conn, f"{env_exports(host.env)} && {q(host.nvidia_smi)} --query-gpu=name,compute_cap "
                                f"--format=csv,noheader 2>&1", what="asking nvidia-smi", timeout=60)
     gpus = parse_nvidia_smi(result.text) if result.exit_code == 0 else []
     if result.exit_code != 0:
@@ -99,10 +101,12 @@ def _check_gpus(conn, host: HostConfig, check: HostCheck) -> None:
     check.gpus = f"{len(gpus)}" + (f" x {gpus[0][0]}" if gpus else "")
     seen = sorted({sm for _, sm in gpus})
     check.arch = ",".join(f"sm_{sm}" for sm in seen) or "-"
+    if not host.arch:  # unset: `kdtree build` there targets the GPUs it sees
+        check.arch += " (auto)" if seen else ""
     if host.gpus and len(gpus) != host.gpus:
         check.problems.append(f"{host.name}: nvidia-smi sees {len(gpus)} GPU(s), the inventory "
                               f"says gpus = {host.gpus}")
-    uncovered = [sm for sm in seen if sm not in host.arch_sms]
+    uncovered = [sm for sm in seen if sm not in host.arch_sms] if host.arch else []
     if uncovered:
         check.problems.append(
             f"{host.name}: the GPUs are {', '.join(f'sm_{s}' for s in seen)} but arch = "

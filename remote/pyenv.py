@@ -4,13 +4,18 @@ Preflight (before anything on the remote is touched):
 - the host's `python` answers `--version` with 3.11 or newer;
 - when building: nvcc exists, and is new enough for every arch the host builds.
 
-Environment (venv = true, the default): <dir>/venv, created with --system-site-packages
-(so a GPU box keeps its own CUDA torch), holding the project's requirements (pyproject
-dependencies plus the host's extras, or the host's `requirements`). The project itself is
-not installed: commands run from the release folder with PYTHONPATH set to it. With
-`--wheels DIR` the wheels are uploaded to <dir>/wheels (only new or changed files) and pip
-runs with --no-index, for remotes without internet. A stamp holding the hash of
-(python, requirements, wheels) skips pip when nothing changed.
+Environment (venv = true, the default): one per release, so that a deploy that fails
+after installing cannot change what `current` runs. <dir>/envs/<key>/ is a venv created
+with --system-site-packages (so a GPU box keeps its own CUDA torch; when the host's Python
+is itself a venv, its packages are made visible too), holding the project's requirements
+(pyproject dependencies plus the host's extras, or the host's `requirements`); <key> is
+the hash of (python, requirements, wheels), so releases with the same requirements share
+one environment and pip runs only when they change. An environment is complete once its
+stamp file is written and is never modified after; each release links to its own as
+<release>/.venv, and pruning drops the environments no release links to. The project
+itself is not installed: commands run from the release folder with PYTHONPATH set to it.
+With `--wheels DIR` the wheels are uploaded to <dir>/wheels (only new or changed files)
+and pip runs with --no-index, for remotes without internet.
 
 venv = false: the host's `python` is used as it is (for a box where a Python with the
 dependencies already exists); nothing is installed.
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import re
 import tomllib
 from pathlib import Path
@@ -36,6 +42,7 @@ MIN_PYTHON = (3, 11)
 # the oldest CUDA whose nvcc can target each SM (sm_100 / sm_120 arrived in CUDA 12.8)
 NVCC_MIN_FOR_SM = {80: (11, 0), 86: (11, 1), 89: (11, 8), 90: (11, 8), 100: (12, 8), 120: (12, 8)}
 STAMP = ".kdtree-env.sha256"
+HOST_PIP = "@@kdtree host pip"  # printed when the venv is made without pip of its own
 WHEEL_SUFFIXES = (".whl", ".tar.gz", ".zip")
 
 
@@ -146,10 +153,24 @@ def upload_wheels(conn: Connection, python: str, layout: releases.RemoteLayout,
     return hashes
 
 
+def env_key(python: str, reqs: list[str], wheel_hashes: dict[str, str]) -> str:
+    """The environment's name: a hash of the interpreter, the requirements and the wheels."""
+    return hashlib.sha256(json.dumps(
+        {"python": python, "requirements": reqs, "wheels": wheel_hashes}, sort_keys=True
+    ).encode()).hexdigest()
+
+
+def release_python(release: str) -> str:
+    """The Python a release runs with when its host has venv = true."""
+    return rpath(release, ".venv", "bin", "python")
+
+
 def setup_env(conn: Connection, host: HostConfig, layout: releases.RemoteLayout, python: str,
-              project_root: Path, wheels_dir: Path | None, note: Callable[[str], None],
-              on_line: Callable[[str, bool], None]) -> str:
-    """Create or update the remote environment; returns the Python that runs kdtree."""
+              project_root: Path, wheels_dir: Path | None, release: str,
+              note: Callable[[str], None], on_line: Callable[[str, bool], None]) -> str:
+    """Give the (not yet current) release its environment; returns the Python that runs
+    kdtree there. An environment is never changed once complete: other requirements make
+    another one, so a deploy that fails later leaves what current runs untouched."""
     if not host.venv:
         if wheels_dir is not None:
             raise InventoryError(f"{host.name}: --wheels needs venv = true (the host uses its "
@@ -159,40 +180,64 @@ def setup_env(conn: Connection, host: HostConfig, layout: releases.RemoteLayout,
     reqs = list(host.requirements) if host.requirements is not None else \
         project_requirements(project_root, host.extras)
     wheel_hashes = upload_wheels(conn, python, layout, local_wheels(wheels_dir), note) if wheels_dir else {}
-    stamp = hashlib.sha256(json.dumps(
-        {"python": python, "requirements": reqs, "wheels": wheel_hashes}, sort_keys=True
-    ).encode()).hexdigest()
-    venv_python = rpath(layout.venv, "bin", "python")
-    stamp_path = rpath(layout.venv, STAMP)
-    have = channel.run(conn, f"test -x {q(venv_python)} && cat {q(stamp_path)}",
-                       what="reading the environment stamp").text.strip()
+    stamp = env_key(python, reqs, wheel_hashes)
+    env = layout.env(stamp[:16])
+    stamp_path = rpath(env, STAMP)
+    have = channel.run(conn, f"cat {q(stamp_path)}", what="reading the environment stamp").text.strip()
     if have == stamp:
-        note("environment: up to date")
-        return venv_python
-    created = channel.run(conn, f"test -x {q(venv_python)}", what="looking for the venv").exit_code != 0
-    if created:
-        note(f"environment: creating {layout.venv}")
-        code = channel.stream(conn, join([python, "-m", "venv", "--system-site-packages", layout.venv]),
-                              on_line=on_line, what="creating the venv")
-        if code != 0:
-            raise RemoteEnvError(
-                f"{host.name}: `{python} -m venv` failed (exit {code}); on Debian/Ubuntu install "
-                f"the venv module (`sudo apt install python3.11-venv`, matching your Python), or "
-                f"set venv = false and point python at an interpreter that has the requirements"
-            )
-    if reqs:
-        source = f"{len(wheel_hashes)} uploaded wheel(s), no index" if wheel_hashes else "the package index"
-        note(f"environment: installing {len(reqs)} requirement(s) from {source}")
-        argv = [venv_python, "-m", "pip", "install", "--disable-pip-version-check",
-                "--no-input", "--progress-bar", "off"]
-        if wheel_hashes:
-            argv += ["--no-index", "--find-links", layout.wheels]
-        code = channel.stream(conn, join(argv + reqs), on_line=on_line, what="pip install")
-        if code != 0:
-            hint = ("the uploaded wheels lack something: add the missing wheels (pip download "
-                    "-d DIR for the remote's platform and Python) to --wheels" if wheel_hashes else
-                    "if the remote has no internet, rerun with --wheels DIR holding the wheels")
-            raise RemoteEnvError(f"{host.name}: pip install failed (exit {code}); {hint}")
-    channel.run_checked(conn, f"printf '%s\\n' {q(stamp)} > {q(stamp_path)}",
-                        what="writing the environment stamp")
-    return venv_python
+        note(f"environment: up to date ({env})")
+    else:
+        _build_env(conn, host, layout, python, env, reqs, len(wheel_hashes), note, on_line)
+        channel.run_checked(conn, f"printf '%s\\n' {q(stamp)} > {q(stamp_path)}",
+                            what="writing the environment stamp")  # complete from here on
+    link = rpath(release, ".venv")
+    target = "../../envs/" + posixpath.basename(env)  # relative: the folder may move
+    channel.run_checked(conn, f"ln -sfn {q(target)} {q(link)}", what="linking the release's environment")
+    return release_python(release)
+
+
+def _build_env(conn, host, layout, python, env, reqs, wheels: int, note, on_line) -> None:
+    """A fresh venv at env (an incomplete one from a cut deploy is thrown away first).
+    When the host's Python has pip, the venv gets none and that pip installs into it
+    (`pip --python`): Debian/Ubuntu Pythons often lack ensurepip (python3.X-venv), which
+    a venv with its own pip needs."""
+    note(f"environment: creating {env}")
+    venv = [python, "-m", "venv", "--system-site-packages"]
+    script = (f"rm -rf {q(env)} && if {join([python, '-m', 'pip', '--version'])} >/dev/null 2>&1; then "
+              f"{join(venv + ['--without-pip', env])} && echo {HOST_PIP}; else {join(venv + [env])}; fi")
+    lines: list[str] = []
+
+    def seen(text: str, is_err: bool) -> None:
+        lines.append(text)
+        if text != HOST_PIP:
+            on_line(text, is_err)
+
+    code = channel.stream(conn, script, on_line=seen, what="creating the venv")
+    if code != 0:
+        raise RemoteEnvError(
+            f"{host.name}: `{python} -m venv` failed (exit {code}); on Debian/Ubuntu install "
+            f"the venv module (`sudo apt install python3.11-venv`, matching your Python) or pip "
+            f"(`python3-pip`), or set venv = false and point python at an interpreter that has "
+            f"the requirements"
+        )
+    host_pip = HOST_PIP in lines
+    added = releases.call_tool(conn, python, "parent_env", {"venv": env}, site=True,
+                               what="lending the host Python's packages to the venv")["added"]
+    if added:
+        note(f"environment: {python} is itself a venv; its packages stay visible ({', '.join(added)})")
+    if not reqs:
+        return
+    venv_python = rpath(env, "bin", "python")
+    offline = wheels > 0
+    source = f"{wheels} uploaded wheel(s), no index" if offline else "the package index"
+    note(f"environment: installing {len(reqs)} requirement(s) from {source}")
+    pip = [python, "-m", "pip", "--python", venv_python] if host_pip else [venv_python, "-m", "pip"]
+    argv = pip + ["install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off"]
+    if offline:
+        argv += ["--no-index", "--find-links", layout.wheels]
+    code = channel.stream(conn, join(argv + reqs), on_line=on_line, what="pip install")
+    if code != 0:
+        hint = ("the uploaded wheels lack something: add the missing wheels (pip download "
+                "-d DIR for the remote's platform and Python) to --wheels" if offline else
+                "if the remote has no internet, rerun with --wheels DIR holding the wheels")
+        raise RemoteEnvError(f"{host.name}: pip install failed (exit {code}); {hint}")

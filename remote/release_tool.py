@@ -6,6 +6,10 @@ Layout under the host's directory D:
 
     D/current -> releases/<name>       the release in use (a relative symlink)
     D/releases/<name>/                 complete releases, each with .kdtree-release.json
+    D/releases/<name>/.venv -> ../../envs/<key>   its Python environment (venv = true)
+    D/envs/<key>/                      environments, named by the hash of what they hold
+    D/runs/<run id>/                   detached runs (kdtree tui --host): metrics.jsonl,
+                                       run.log, pid (the watcher), exit_status
     D/releases/.partial-<name>/        a release being assembled (never used, removed
                                        by the next deploy)
     D/.deploy.lock (+ .owner)          the deploy lock
@@ -84,11 +88,34 @@ def cmd_state(a):
     })
 
 
+def _copy_verified(src, dst, sha256, mode):
+    """Copy src to dst in one pass, hashing as it goes; keep src's times (so a build
+    carried over sees the file unchanged). False, and no dst, when the hash differs."""
+    h = hashlib.sha256()
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
+            for block in iter(lambda: fin.read(1 << 20), b""):
+                h.update(block)
+                fout.write(block)
+    except BaseException:
+        os.unlink(dst)
+        raise
+    if h.hexdigest() != sha256:
+        os.unlink(dst)
+        return False
+    st = os.stat(src)
+    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.chmod(dst, mode)
+    return True
+
+
 def cmd_stage(a):
-    """Start .partial-<name> (with an empty results/): drop stale partials, hard-link
-    unchanged files from the previous release (copy where linking fails), copy the
-    carried folders. Files whose size no longer matches the previous manifest are
-    reported back as missing."""
+    """Start .partial-<name> (with an empty results/): drop stale partials, copy the
+    unchanged files from the previous release, checking each against its manifest hash on
+    the way (a copy, never a hard link: nothing the new release's steps write can reach
+    the live release), and copy the carried folders. Files whose copy fails its hash (or
+    that are gone) are reported back as missing: the local side uploads them."""
     a = json.load(sys.stdin)
     rel = _releases(a["dir"])
     os.makedirs(rel, exist_ok=True)
@@ -104,32 +131,27 @@ def cmd_stage(a):
     os.mkdir(part)
     os.mkdir(os.path.join(part, "results"))  # where the steps leave reports (fetched home)
     prev = os.path.join(rel, a["prev"]) if a.get("prev") else None
-    linked = copied = 0
+    reused = 0
     missing = []
-    for path, size in a.get("link", []):
+    for path, sha256, mode in a.get("reuse", []):
         src = os.path.join(prev, _safe_rel(path))
         dst = os.path.join(part, path)
-        try:
-            if os.lstat(src).st_size != size:
-                raise OSError("changed since its release")
-        except OSError:
-            missing.append(path)
-            continue
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         try:
-            os.link(src, dst, follow_symlinks=False)
-            linked += 1
+            ok = not os.path.islink(src) and _copy_verified(src, dst, sha256, mode)
         except OSError:
-            shutil.copy2(src, dst, follow_symlinks=False)
-            copied += 1
+            ok = False
+        if ok:
+            reused += 1
+        else:
+            missing.append(path)
     carried = []
     for folder in a.get("carry", []):
         src = os.path.join(prev, _safe_rel(folder)) if prev else None
         if src and os.path.isdir(src) and not os.path.islink(src):
             shutil.copytree(src, os.path.join(part, folder), symlinks=True)
             carried.append(folder)
-    _emit({"name": name, "partial": part, "linked": linked, "copied": copied,
-           "missing": missing, "carried": carried})
+    _emit({"name": name, "partial": part, "reused": reused, "missing": missing, "carried": carried})
 
 
 def _extract_member(tf, member, dest):
@@ -160,8 +182,17 @@ def cmd_extract(a):
     _emit({"extracted": count})
 
 
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def cmd_finalize(a):
-    """Check the partial release against its manifest, then rename it into place."""
+    """Check every file of the partial release against its manifest (content hash, or
+    link target), then rename it into place."""
     rel = _releases(a["dir"])
     part = os.path.join(rel, PARTIAL + a["name"])
     manifest = _read_json(os.path.join(part, MANIFEST))
@@ -174,7 +205,8 @@ def cmd_finalize(a):
             if e.get("link") is not None:
                 ok = os.readlink(full) == e["link"]
             else:
-                ok = os.path.isfile(full) and os.stat(full).st_size == e["size"]
+                ok = (os.path.isfile(full) and not os.path.islink(full)
+                      and os.stat(full).st_size == e["size"] and _sha256(full) == e["sha256"])
         except OSError:
             ok = False
         if not ok:
@@ -202,7 +234,8 @@ def cmd_switch(a):
 
 
 def cmd_prune(a):
-    """Keep the newest `keep` complete releases and the current one; drop the rest."""
+    """Keep the newest `keep` complete releases and the current one; drop the rest, then
+    the environments that no release left (complete or partial) links to."""
     d = a["dir"]
     rel = _releases(d)
     names = _complete(rel)
@@ -210,7 +243,35 @@ def cmd_prune(a):
     removed = [n for n in names if n not in keep]
     for n in removed:
         shutil.rmtree(os.path.join(rel, n), ignore_errors=True)
-    _emit({"removed": removed, "kept": sorted(n for n in names if n in keep)})
+    envs = os.path.join(d, "envs")
+    used = set()
+    for n in os.listdir(rel) if os.path.isdir(rel) else []:
+        try:
+            used.add(os.path.basename(os.readlink(os.path.join(rel, n, ".venv")).rstrip("/")))
+        except OSError:
+            pass
+    dropped_envs = sorted(e for e in os.listdir(envs) if e not in used) if os.path.isdir(envs) else []
+    for e in dropped_envs:
+        shutil.rmtree(os.path.join(envs, e), ignore_errors=True)
+    _emit({"removed": removed, "kept": sorted(n for n in names if n in keep),
+           "removed_envs": dropped_envs})
+
+
+def cmd_parent_env(a):
+    """Run by the host's Python, with `site` (it sets sys.prefix in a venv): when it is itself a virtual environment (the H200 image's
+    /opt/torch/.venv, a conda env), a venv made from it with --system-site-packages sees
+    the base interpreter's packages, not its own. Make them visible with a .pth file in the
+    new venv; prints the folders added (none when the host's Python is not a venv)."""
+    import site
+
+    added = []
+    if sys.prefix != sys.base_prefix:
+        added = [p for p in site.getsitepackages() if os.path.isdir(p)]
+        version = "python%d.%d" % sys.version_info[:2]
+        target = os.path.join(a["venv"], "lib", version, "site-packages", "kdtree-parent-env.pth")
+        with open(target, "w") as fh:
+            fh.write("".join(p + "\n" for p in added))
+    _emit({"added": added})
 
 
 def cmd_pack(a):
@@ -288,10 +349,134 @@ def cmd_lock(a):
             break  # silent for too long, or EOF: let go
 
 
+def _run_files(d):
+    return {k: os.path.join(d, n) for k, n in (("metrics", "metrics.jsonl"), ("log", "run.log"),
+                                               ("status", "exit_status"), ("pid", "pid"))}
+
+
+def cmd_start_run(a):
+    """Start `sh -c COMMAND` detached (its own session, stdin /dev/null, output to run.log)
+    unless a["dir"] exists already: the same run id never starts twice. A small watcher
+    process (this one, forked) waits for it and writes its exit status. Prints
+    {"started": bool, "pid": watcher pid}."""
+    import subprocess
+
+    d = a["dir"]
+    files = _run_files(d)
+    os.makedirs(os.path.dirname(d), exist_ok=True)
+    try:
+        os.mkdir(d)
+    except FileExistsError:
+        _emit({"started": False, "pid": _read_pid(files["pid"])})
+        return
+    open(files["metrics"], "wb").close()  # exists from the start: a follower can open it
+    pid = os.fork()
+    if pid == 0:  # the watcher: detach from the SSH session, run, record the status
+        try:
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDONLY)
+            log = os.open(files["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            for fd, src in ((0, null), (1, log), (2, log)):
+                os.dup2(src, fd)
+            code = subprocess.call(["sh", "-c", a["command"]])
+            with open(files["status"] + ".tmp", "w") as fh:
+                fh.write("%d\n" % code)
+            os.rename(files["status"] + ".tmp", files["status"])
+        finally:
+            os._exit(0)
+    with open(files["pid"], "w") as fh:
+        fh.write("%d\n" % pid)
+    _emit({"started": True, "pid": pid})
+
+
+def _read_pid(path):
+    try:
+        with open(path) as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid):
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a finished child of nobody that nobody reaped yet is not alive
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def cmd_follow(a):
+    """Copy a run's metrics file to stdout from byte a["offset"] as it grows, until the run
+    has ended (its status is written, or its watcher is gone); then exit 0."""
+    files = _run_files(a["dir"])
+    out = sys.stdout.buffer
+    poll = float(a.get("poll", 0.1))
+    pid = _read_pid(files["pid"])
+    with open(files["metrics"], "rb") as fh:
+        fh.seek(int(a["offset"]))
+        while True:
+            data = fh.read(1 << 16)
+            if data:
+                out.write(data)
+                out.flush()
+                continue
+            if os.path.exists(files["status"]) or not _alive(pid):
+                rest = fh.read()  # written just before the end
+                if rest:
+                    out.write(rest)
+                    out.flush()
+                return
+            time.sleep(poll)
+
+
+def cmd_run_status(a):
+    """{"status": exit status or null (the run died unrecorded), "log_tail": last lines}."""
+    files = _run_files(a["dir"])
+    status = None
+    try:
+        with open(files["status"]) as fh:
+            status = int(fh.read().strip())
+    except (OSError, ValueError):
+        pass
+    tail = ""
+    try:
+        with open(files["log"], "rb") as fh:
+            fh.seek(max(0, os.path.getsize(files["log"]) - 2000))
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        pass
+    _emit({"status": status, "log_tail": tail, "alive": _alive(_read_pid(files["pid"]))})
+
+
+def cmd_stop_run(a):
+    """SIGTERM the run's process group (its watcher leads it) unless it has ended."""
+    import signal
+
+    files = _run_files(a["dir"])
+    pid = _read_pid(files["pid"])
+    stopped = False
+    if pid is not None and not os.path.exists(files["status"]) and _alive(pid):
+        try:
+            os.killpg(pid, signal.SIGTERM)
+            stopped = True
+        except OSError:
+            pass
+    _emit({"stopped": stopped})
+
+
 COMMANDS = {
     "state": cmd_state, "stage": cmd_stage, "extract": cmd_extract, "finalize": cmd_finalize,
     "switch": cmd_switch, "prune": cmd_prune, "pack": cmd_pack, "files": cmd_files,
-    "lock": cmd_lock,
+    "lock": cmd_lock, "parent_env": cmd_parent_env, "start_run": cmd_start_run,
+    "follow": cmd_follow, "run_status": cmd_run_status, "stop_run": cmd_stop_run,
 }
 
 

@@ -44,8 +44,12 @@ class RemoteLayout:
         return rpath(self.dir, ".deploy.lock")
 
     @property
-    def venv(self) -> str:
-        return rpath(self.dir, "venv")
+    def envs(self) -> str:
+        return rpath(self.dir, "envs")
+
+    def env(self, key: str) -> str:
+        """A Python environment, named by the hash of what it holds (pyenv.py)."""
+        return rpath(self.envs, key)
 
     @property
     def wheels(self) -> str:
@@ -55,16 +59,18 @@ class RemoteLayout:
         return rpath(self.releases, name)
 
 
-def tool_command(python: str, command: str, args: dict | None = None) -> str:
+def tool_command(python: str, command: str, args: dict | None = None, *, site: bool = False) -> str:
     # -I -S: isolated from the remote's PYTHON* variables and site-packages (the tool needs
-    # only the standard library), and 4x faster to start where site-packages is heavy
-    return join([python, "-I", "-S", "-c", TOOL_SOURCE, command, json.dumps(args or {})])
+    # only the standard library), and 4x faster to start where site-packages is heavy.
+    # site=True keeps `site` (it is what sets sys.prefix inside a venv)
+    flags = ["-I"] if site else ["-I", "-S"]
+    return join([python, *flags, "-c", TOOL_SOURCE, command, json.dumps(args or {})])
 
 
 def call_tool(conn: Connection, python: str, command: str, args: dict | None = None, *,
-              stdin: bytes | None = None, what: str) -> dict:
-    result = channel.run_checked(conn, tool_command(python, command, args), stdin=stdin,
-                                 what=what, timeout=None)
+              stdin: bytes | None = None, what: str, site: bool = False) -> dict:
+    result = channel.run_checked(conn, tool_command(python, command, args, site=site),
+                                 stdin=stdin, what=what, timeout=None)
     lines = result.text.strip().splitlines()
     try:
         return json.loads(lines[-1])
@@ -105,8 +111,7 @@ def read_state(conn: Connection, python: str, layout: RemoteLayout, *, with_mani
 class Staged:
     name: str  # final release name (a suffix is added if the name was taken)
     partial: str  # remote path being assembled
-    linked: int
-    copied: int
+    reused: int  # unchanged files copied from the previous release, hashes checked
     missing: list[str]  # unchanged by hash, but not intact in the previous release: upload
     carried: list[str]
 
@@ -117,12 +122,13 @@ def stage(conn: Connection, python: str, layout: RemoteLayout, name: str, previo
         "dir": layout.dir,
         "name": name,
         "prev": previous,
-        "link": [[p, manifest.files[p].size] for p in plan.link] if previous else [],
+        "reuse": [[p, manifest.files[p].sha256, manifest.files[p].mode] for p in plan.reuse]
+        if previous else [],
         "carry": list(carry) if previous else [],
     }
     raw = call_tool(conn, python, "stage", stdin=json.dumps(request).encode(),
                     what="staging the new release")
-    return Staged(raw["name"], raw["partial"], raw["linked"], raw["copied"], raw["missing"],
+    return Staged(raw["name"], raw["partial"], raw["reused"], raw["missing"],
                   raw["carried"])
 
 
@@ -156,6 +162,7 @@ def switch(conn: Connection, python: str, layout: RemoteLayout, name: str) -> st
 
 
 def prune(conn: Connection, python: str, layout: RemoteLayout, keep: int) -> list[str]:
+    """Drop old releases, then the environments no remaining release uses."""
     raw = call_tool(conn, python, "prune", {"dir": layout.dir, "keep": keep},
                     what="removing old releases")
     return raw["removed"]

@@ -1,12 +1,21 @@
 """The remote build and test steps: the same `kdtree` commands as on a laptop, run from the
 release folder.
 
-Defaults (each host may replace them with `build = [...]` / `test = [...]` argv templates
-in its inventory entry; `test_args` are appended to the test command):
+Defaults (each host may replace them with `build = [...]` / `test = [...]` / `check =
+[...]` argv templates in its inventory entry; `test_args` are appended to the test command):
 
-    build:  {python} -m kdtree_cli build --arch {arch}
+    build:  {python} -m kdtree_cli build --arch {arch}           (no --arch when arch is
+                                                                 unset: kdtree build detects
+                                                                 the GPUs there)
     test:   {python} -m kdtree_cli test                          (gpus = 0)
             {python} -m kdtree_cli test --native --arch {arch}   (gpus > 0)
+    check:  {python} -m kdtree_cli engine-check                  (gpus > 0, when the tree has
+                                                                 kdtree_cli/commands/engine_check.py)
+
+`check` is the native engine's smoke check on the host's GPUs (DDTree == AR on the demo
+pair), run after the tests; the command arrives with the engine: until the deployed tree
+has kdtree_cli/commands/engine_check.py the step is skipped (and the deploy says so).
+`check = []` turns it off.
 
 Placeholders, each substituted inside one argv element (then the element is quoted):
     {python} {arch} {release} {results} {dir} {cuda_home} {nvcc} {gpus} {host}
@@ -17,7 +26,8 @@ environment instead, quoted: "$KDTREE_RELEASE", "$KDTREE_RESULTS_DIR", "$KDTREE_
 
 Every step runs as `cd RELEASE && export ... && exec ARGV` with PYTHONPATH=RELEASE (the
 project is not pip-installed), PYTHONUNBUFFERED=1 (lines arrive as they are printed),
-CUDA_HOME and PATH+=CUDA_HOME/bin when the host has a cuda_home, the KDTREE_* variables
+CUDA_HOME and PATH+=CUDA_HOME/bin when the host has a cuda_home (and the folders of an
+absolute nvcc or nvidia_smi: `kdtree build` detects the GPUs with nvidia-smi), the KDTREE_* variables
 above plus KDTREE_HOST, and KDTREE_RESULTS_DIR=RELEASE/results: whatever a step writes
 there is fetched into results/<host>/ on this machine.
 """
@@ -25,6 +35,7 @@ there is fetched into results/<host>/ on this machine.
 from __future__ import annotations
 
 import posixpath
+from pathlib import Path
 
 from remote.errors import InventoryError
 from remote.inventory import HostConfig
@@ -37,6 +48,19 @@ RESULTS_SUBDIR = "results"
 def default_build(host: HostConfig) -> list[str]:
     argv = ["{python}", "-m", "kdtree_cli", "build"]
     return argv + (["--arch", "{arch}"] if host.arch else [])
+
+
+ENGINE_CHECK_MODULE = "kdtree_cli/commands/engine_check.py"
+ENGINE_CHECK = ["{python}", "-m", "kdtree_cli", "engine-check"]
+
+
+def check_template(host: HostConfig, project_root: Path) -> list[str] | None:
+    """The check step's argv template, or None when there is none to run."""
+    if host.check is not None:
+        return list(host.check) or None
+    if host.gpus > 0 and (Path(project_root) / ENGINE_CHECK_MODULE).is_file():
+        return list(ENGINE_CHECK)
+    return None
 
 
 def default_test(host: HostConfig) -> list[str]:
@@ -94,17 +118,24 @@ def step_env(host: HostConfig, paths: RemotePaths, python: str, release: str) ->
         path_prepend.append(rpath(paths.cuda_home, "bin"))
     if posixpath.isabs(paths.nvcc):
         path_prepend.append(posixpath.dirname(paths.nvcc))
+    if posixpath.isabs(host.nvidia_smi):  # `kdtree build` finds the GPUs through nvidia-smi
+        path_prepend.append(posixpath.dirname(host.nvidia_smi))
     env.update(host.env)
-    return env, path_prepend
+    return env, list(dict.fromkeys(path_prepend))  # each folder once, in order
 
 
 def step_command(host: HostConfig, paths: RemotePaths, python: str, release: str,
-                 step: str) -> str:
-    """The remote shell line for `build` or `test` in release."""
+                 step: str, project_root: Path | None = None) -> str:
+    """The remote shell line for `build`, `test` or `check` (which needs project_root) in
+    release."""
     if step == "build":
         template = list(host.build) if host.build else default_build(host)
     elif step == "test":
         template = (list(host.test) if host.test else default_test(host)) + list(host.test_args)
+    elif step == "check":
+        template = check_template(host, project_root)
+        if template is None:
+            raise ValueError("no check step for this host and tree")
     else:
         raise ValueError(step)
     argv = render(template, placeholder_values(host, paths, python, release), host, step)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Train, evaluate and export the demo pair (issue 6) on one GPU, in one command of < 9.5 min.
+# Train, evaluate and export the demo pair on one GPU, in one command of < 9.5 min.
 #
 #   bash scripts/gpu_train_demo.sh            # on the GPU box, from the repo root
 #
@@ -8,7 +8,8 @@
 # and carried along: the GPU box has another Python, hence another standard library.
 # Stages checkpoint into .demo-work/, so running this again on the same (warm) machine
 # resumes after the last finished stage. Results go to $OUT (default .demo-out/):
-#   demo-target.tar.gz, demo-drafter.tar.gz   untar into refs/models/
+#   demo-target.tar.gz, demo-drafter.tar.gz   untar into refs/models/ (the target's holds
+#                                              demo-target-int4 too)
 #   demo-results.tar.gz   eval.json, summary.md, loss curves, histories: untar into results/demo/
 #   summary.md            the evaluation table, also printed at the end
 # Extra arguments go to train-demo (e.g. --steps 800 --drafter-steps 600 --force). A CPU
@@ -79,7 +80,7 @@ pack() {  # pack NAME DIR...: $OUT/NAME.tar.gz of the given folders' contents
   tar -czf "$OUT/$name.tar.gz" "$@"
 }
 if [ -d "$STAGE/models/demo-target" ] && [ -d "$STAGE/models/demo-drafter" ]; then
-  [ "${REUSE_TARGET:-0}" = 1 ] || pack demo-target -C "$STAGE/models" demo-target
+  [ "${REUSE_TARGET:-0}" = 1 ] || pack demo-target -C "$STAGE/models" demo-target demo-target-int4
   pack demo-drafter -C "$STAGE/models" demo-drafter
   pack demo-results -C "$STAGE/results" .
   cp "$STAGE/results/summary.md" "$OUT/summary.md"

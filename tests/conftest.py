@@ -1,5 +1,6 @@
 """Shared pytest setup: every test that draws random inputs gets a fresh seed, logged so a
-failure can be replayed with KDTREE_SEED=<seed>."""
+failure can be replayed with KDTREE_SEED=<seed>; and `--min-collected N`, CI's check that
+no test stopped being collected (collection_floor.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import secrets
 
 import numpy as np
 import pytest
+from collection_floor import pytest_addoption, pytest_configure  # noqa: F401  (hooks)
 
 
 @pytest.fixture

@@ -1,273 +1,453 @@
-// Timings of the DDTree kernels on the current GPU, next to a cuBLAS bf16 GEMM measured in
-// the same run (the device's matrix-rate ceiling):
-//   tree_build      B=64 requests, budget N=256, depth 15, top-256 arrays (and from logits,
-//                   V=163840, through topk_logprobs first)
-//   verify_attn     64 heads, n=64, prefix 32768 (bf16, tensor cores): TFLOP/s with
-//                   FLOPs = 2 * H * (1+n) * prefix * (576 + 512); and a few other shapes
-//   tree_accept + cache_compact  B=64
-// Each number is the median of many runs timed with CUDA events after warm-up, on random
-// (never zero) inputs, rotating among input sets larger than L2 where bytes matter.
+// Timings of the DDTree kernels on the current GPU, one JSON object per case: what
+// `kdtree bench kernels` (kdtree_cli/bench/) runs for the native side of its tables, beside
+// the torch baselines it measures itself.
 //
-//   bench_kernels [--json PATH] [--quick]
+//   bench_kernels [--cases FILE] [--json PATH] [--quick]
+//
+// FILE holds one case per line, `suite key=value ...` (# starts a comment); without it a
+// small default set runs. Suites and their keys (defaults in brackets):
+//   gemm         m n k                         cuBLAS bf16 GEMM, f32 accumulate: the matrix-rate ceiling
+//   copy         mb [1024]                     device-to-device copy: the memory ceiling (read + write)
+//   verify_attn  dtype [bf16] batch [1] heads n prefix
+//   topk         rows vocab k
+//   tree_build   batch budget depth [15] input [flat|logits] vocab [4096]
+//                also times the reference heap (tree_heap.h) on one CPU core and checks the
+//                kernel's trees against it
+//   accept       batch budget                  tree_accept (walk to a leaf)
+//   compact      batch layers [61] rows [9]    cache_compact
+// Common keys: reps (timed runs, median reported), warm [3].
+//
+// Method: warm-up runs, then each run timed alone with CUDA events on one stream (median,
+// p10, p90). Small launches are also timed inside a CUDA graph of `graph` launches
+// (graph_ms: per launch, without the host's launch cost). Inputs are random, never zero;
+// attention KV sets rotate so that the bytes come from DRAM, not L2.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "bench/bench_cases.h"
+#include "bench/tree_heap.h"
 #include "common/cuda_check.h"
 #include "kernels/tree_accept.cuh"
 #include "kernels/tree_build.cuh"
 #include "kernels/verify_attn.cuh"
-#include "kernels/verify_attn_plan.h"
+#include "tests/device_buffer.h"
 
 using namespace kdtree;
+using kdtree::bench::Case;
+using kdtree::test::DeviceBuffer;
 
 namespace {
 
-template <class T>
-struct Dev {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit Dev(size_t count) : n(count) { KD_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T))); }
-  explicit Dev(const std::vector<T>& h) : Dev(h.size()) {
-    KD_CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+// ---- the JSON a case produces -------------------------------------------------------------
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    out += c;
   }
-  Dev(const Dev&) = delete;
-  ~Dev() { cudaFree(p); }
+  return out;
+}
+
+// A flat JSON object built field by field.
+class Record {
+ public:
+  void str(const std::string& k, const std::string& v) { add(k, "\"" + json_escape(v) + "\""); }
+  void num(const std::string& k, double v) {
+    char b[64];
+    if (std::isfinite(v)) std::snprintf(b, sizeof b, "%.9g", v);
+    else std::snprintf(b, sizeof b, "null");
+    add(k, b);
+  }
+  void integer(const std::string& k, long long v) { add(k, std::to_string(v)); }
+  void boolean(const std::string& k, bool v) { add(k, v ? "true" : "false"); }
+  std::string json() const { return "{" + body_ + "}"; }
+
+ private:
+  void add(const std::string& k, const std::string& v) {
+    if (!body_.empty()) body_ += ", ";
+    body_ += "\"" + json_escape(k) + "\": " + v;
+  }
+  std::string body_;
 };
 
 void check(const KernelResult& r) {
   if (!r.ok()) throw CudaError(r.message);
 }
 
-// Median milliseconds of `reps` runs of fn(i), each timed with events, after `warm` runs.
-double time_ms(const std::function<void(int)>& fn, int warm, int reps) {
-  cudaEvent_t a, b;
-  KD_CUDA_CHECK(cudaEventCreate(&a));
-  KD_CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < warm; ++i) fn(i);
-  KD_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<float> ms(reps);
-  for (int i = 0; i < reps; ++i) {
-    KD_CUDA_CHECK(cudaEventRecord(a));
-    fn(i);
-    KD_CUDA_CHECK(cudaEventRecord(b));
-    KD_CUDA_CHECK(cudaEventSynchronize(b));
-    KD_CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[reps / 2];
-}
+// ---- timing ----------------------------------------------------------------------------------
 
-std::vector<uint16_t> random_bf16(size_t n, std::mt19937_64& rng, float stddev = 1.0f) {
-  std::normal_distribution<float> d(0.0f, stddev);
-  std::vector<uint16_t> v(n);
-  for (auto& x : v) {
-    const __nv_bfloat16 b = __float2bfloat16_rn(d(rng));
-    std::memcpy(&x, &b, 2);
-  }
-  return v;
-}
-
-struct Row {
-  std::string name;
-  double ms;
-  double tflops;  // 0 if not a FLOP-bound measure
-  double gbps;    // 0 if not reported
-  std::string note;
+struct Timing {
+  double median = 0, p10 = 0, p90 = 0;
+  int reps = 0;
 };
 
-std::vector<Row> rows;
+class Timer {
+ public:
+  explicit Timer(cudaStream_t s) : stream_(s) {
+    KD_CUDA_CHECK(cudaEventCreate(&a_));
+    KD_CUDA_CHECK(cudaEventCreate(&b_));
+  }
+  ~Timer() {
+    cudaEventDestroy(a_);
+    cudaEventDestroy(b_);
+  }
 
-void report(const Row& r) {
-  rows.push_back(r);
-  std::printf("%-52s %9.4f ms", r.name.c_str(), r.ms);
-  if (r.tflops > 0) std::printf("  %7.1f TFLOP/s", r.tflops);
-  if (r.gbps > 0) std::printf("  %7.0f GB/s", r.gbps);
-  if (!r.note.empty()) std::printf("  (%s)", r.note.c_str());
-  std::printf("\n");
-  std::fflush(stdout);
-}
-
-// ---- cuBLAS bf16 GEMM: the matrix-rate ceiling of this device ----------------------------
-void bench_gemm(cublasHandle_t h, int m, int n, int k, int reps) {
-  std::mt19937_64 rng(7);
-  Dev<uint16_t> A(random_bf16(static_cast<size_t>(m) * k, rng)), B(random_bf16(static_cast<size_t>(k) * n, rng));
-  Dev<uint16_t> C(static_cast<size_t>(m) * n);
-  const float alpha = 1.0f, beta = 0.0f;
-  auto run = [&](int) {
-    KD_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, A.p, CUDA_R_16BF, m, B.p, CUDA_R_16BF, k,
-                                 &beta, C.p, CUDA_R_16BF, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  };
-  const double ms = time_ms(run, 3, reps);
-  const double flops = 2.0 * m * n * k;
-  report({"cublas bf16 gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k), ms,
-          flops / ms / 1e9, 0.0, ""});
-}
-
-// ---- tree_build ---------------------------------------------------------------------------
-void bench_tree_build(int batch, int budget, int depth, int vocab, bool from_logits, int reps) {
-  std::mt19937_64 rng(11);
-  const int K = std::min(budget, vocab);
-  // drafter-like rows: a few confident tokens, a long tail
-  std::vector<float> logits(static_cast<size_t>(batch) * depth * vocab);
-  std::normal_distribution<float> nd(0.0f, 2.5f);
-  for (auto& x : logits) x = nd(rng);
-  std::vector<float> logp(static_cast<size_t>(batch) * depth * K);
-  std::vector<int32_t> tok(logp.size());
-  if (!from_logits) {  // sorted random log-probabilities, distinct tokens
-    std::exponential_distribution<float> ed(1.0f);
-    for (int r = 0; r < batch * depth; ++r) {
-      float acc = -0.05f;
-      for (int k = 0; k < K; ++k) {
-        acc -= ed(rng) * 0.08f;
-        logp[static_cast<size_t>(r) * K + k] = acc;
-        tok[static_cast<size_t>(r) * K + k] = k * 7 + r % 7;
-      }
+  // Each of `reps` runs of fn(i) timed alone, after `warm` untimed runs.
+  Timing each(const std::function<void(int)>& fn, int warm, int reps) {
+    KD_CUDA_CHECK(cudaDeviceSynchronize());  // inputs uploaded on the legacy stream have landed
+    for (int i = 0; i < warm; ++i) fn(i);
+    KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<float> ms(static_cast<size_t>(reps));
+    for (int i = 0; i < reps; ++i) {
+      KD_CUDA_CHECK(cudaEventRecord(a_, stream_));
+      fn(warm + i);
+      KD_CUDA_CHECK(cudaEventRecord(b_, stream_));
+      KD_CUDA_CHECK(cudaEventSynchronize(b_));
+      KD_CUDA_CHECK(cudaEventElapsedTime(&ms[i], a_, b_));
     }
+    std::sort(ms.begin(), ms.end());
+    auto at = [&](double q) { return static_cast<double>(ms[static_cast<size_t>(q * (reps - 1) + 0.5)]); };
+    return Timing{at(0.5), at(0.1), at(0.9), reps};
   }
-  std::vector<int32_t> budgets(batch, budget), roots(batch, 1), start(batch, 100);
-  const int rows_per = budget + 1, words = (rows_per + 31) / 32;
-  Dev<float> d_logits(from_logits ? logits : std::vector<float>{}), d_logp(logp);
-  Dev<int32_t> d_tok(tok), d_budget(budgets), d_root(roots), d_start(start), d_n(batch);
-  Dev<int32_t> d_tokens(static_cast<size_t>(batch) * rows_per), d_depth(d_tokens.n), d_parent(d_tokens.n), d_pos(d_tokens.n);
-  Dev<uint32_t> d_vis(static_cast<size_t>(batch) * rows_per * words);
-  TreeBuildParams p;
-  p.batch = batch;
-  p.depth = depth;
-  p.topk = K;
-  p.max_budget = budget;
-  p.logp = d_logp.p;
-  p.tok = d_tok.p;
-  p.budget = d_budget.p;
-  p.root_token = d_root.p;
-  p.start_pos = d_start.p;
-  p.max_nodes = budget;
-  p.vis_words = words;
-  p.n_out = d_n.p;
-  p.tokens = d_tokens.p;
-  p.depth_out = d_depth.p;
-  p.parent = d_parent.p;
-  p.positions = d_pos.p;
-  p.vis = d_vis.p;
-  TopkLogprobsParams t;
-  t.rows = batch * depth;
-  t.vocab = vocab;
-  t.k = K;
-  t.logits = d_logits.p;
-  t.logp = d_logp.p;
-  t.tok = d_tok.p;
-  const std::string shape = "B=" + std::to_string(batch) + " N=" + std::to_string(budget) + " D=" + std::to_string(depth);
-  if (from_logits) {
-    const double ms_topk = time_ms([&](int) { check(topk_logprobs(t, nullptr)); }, 3, reps);
-    const double bytes = 4.0 * t.rows * static_cast<double>(vocab);
-    report({"topk_logprobs V=" + std::to_string(vocab) + " rows=" + std::to_string(t.rows), ms_topk, 0.0,
-            bytes / ms_topk / 1e6, "logits read once per radix pass"});
-    check(topk_logprobs(t, nullptr));
+
+  // Milliseconds per launch of fn inside a CUDA graph of `launches` launches (median of 7
+  // replays): the kernels' own time, without the host's per-launch cost.
+  double in_graph(const std::function<void(int)>& fn, int launches) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    KD_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < launches; ++i) fn(i);
+    KD_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    KD_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const Timing t = each([&](int) { KD_CUDA_CHECK(cudaGraphLaunch(exec, stream_)); }, 2, 7);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    return t.median / launches;
   }
-  const double ms = time_ms([&](int) { check(tree_build(p, nullptr)); }, 3, reps);
-  report({"tree_build " + shape + (from_logits ? " (after topk)" : " (top-K arrays)"), ms, 0.0, 0.0, ""});
+
+ private:
+  cudaStream_t stream_;
+  cudaEvent_t a_, b_;
+};
+
+void put_timing(Record& r, const Timing& t) {
+  r.num("ms", t.median);
+  r.num("ms_p10", t.p10);
+  r.num("ms_p90", t.p90);
+  r.integer("reps", t.reps);
 }
 
-// ---- verify_attn ----------------------------------------------------------------------------
-void bench_verify(int batch, int heads, int n, int prefix, AttnDType dtype, int reps, const char* note) {
-  std::mt19937_64 rng(13);
+std::vector<float> widen_bf16(const std::vector<uint16_t>& v) {
+  std::vector<float> f(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint32_t u = static_cast<uint32_t>(v[i]) << 16;
+    std::memcpy(&f[i], &u, 4);
+  }
+  return f;
+}
+
+struct Env {
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  Timer* timer;
+  bool quick;
+};
+
+int reps_of(const Case& c, const Env& env, int fallback) {
+  return static_cast<int>(c.num("reps", env.quick ? std::max(3, fallback / 5) : fallback));
+}
+
+// ---- random inputs on the device (hundreds of MB: too slow on the host) -------------------------
+
+// Device logits of normal(0, sigma) from a counter hash: fast for hundreds of MB.
+__global__ void fill_normal_kernel(float* x, int64_t n, uint64_t seed, float sigma) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint64_t h = (static_cast<uint64_t>(i) + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 27;
+    h *= 0x94D049BB133111EBull;
+    h ^= h >> 33;
+    const float u1 = (static_cast<float>(h & 0xffffff) + 0.5f) / 16777216.0f;
+    const float u2 = static_cast<float>((h >> 24) & 0xffffff) / 16777216.0f;
+    x[i] = sigma * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+  }
+}
+
+void fill_normal(float* x, int64_t n, uint64_t seed, float sigma, cudaStream_t stream) {
+  fill_normal_kernel<<<1024, 256, 0, stream>>>(x, n, seed, sigma);
+  KD_CHECK_LAUNCH();
+}
+
+__global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = __float2bfloat16_rn(x[i]);
+}
+
+// n random values of the given element size (2: bf16, 4: f32; exactly bf16 values either way).
+void fill_attention_input(void* out, size_t esz, int64_t n, uint64_t seed, cudaStream_t stream) {
+  DeviceBuffer<float> f(static_cast<size_t>(n));
+  fill_normal(f.get(), n, seed, 1.0f, stream);
+  DeviceBuffer<__nv_bfloat16> b(static_cast<size_t>(n));
+  to_bf16_kernel<<<1024, 256, 0, stream>>>(f.get(), b.get(), n);
+  KD_CHECK_LAUNCH();
+  if (esz == 2) {
+    KD_CUDA_CHECK(cudaMemcpyAsync(out, b.get(), n * 2, cudaMemcpyDeviceToDevice, stream));
+  } else {
+    std::vector<uint16_t> host(static_cast<size_t>(n));
+    KD_CUDA_CHECK(cudaStreamSynchronize(stream));
+    KD_CUDA_CHECK(cudaMemcpy(host.data(), b.get(), n * 2, cudaMemcpyDeviceToHost));
+    const std::vector<float> wide = widen_bf16(host);
+    KD_CUDA_CHECK(cudaMemcpy(out, wide.data(), n * 4, cudaMemcpyHostToDevice));
+  }
+  KD_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+// ---- ceilings ---------------------------------------------------------------------------------
+
+void bench_gemm(const Case& c, Env& env, Record& r) {
+  const int m = static_cast<int>(c.need("m")), n = static_cast<int>(c.need("n")), k = static_cast<int>(c.need("k"));
+  DeviceBuffer<uint16_t> A(static_cast<size_t>(m) * k), B(static_cast<size_t>(k) * n), C(static_cast<size_t>(m) * n);
+  fill_attention_input(A.get(), 2, static_cast<int64_t>(m) * k, 7, env.stream);
+  fill_attention_input(B.get(), 2, static_cast<int64_t>(k) * n, 8, env.stream);
+  const float alpha = 1.0f, beta = 0.0f;
+  KD_CUBLAS_CHECK(cublasSetStream(env.blas, env.stream));
+  const Timing t = env.timer->each(
+      [&](int) {
+        KD_CUBLAS_CHECK(cublasGemmEx(env.blas, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, A.get(), CUDA_R_16BF, m, B.get(),
+                                     CUDA_R_16BF, k, &beta, C.get(), CUDA_R_16BF, m, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
+      },
+      static_cast<int>(c.num("warm", 3)), reps_of(c, env, 20));
+  put_timing(r, t);
+  r.num("tflops", 2.0 * m * n * k / t.median / 1e9);
+}
+
+void bench_copy(const Case& c, Env& env, Record& r) {
+  const size_t bytes = static_cast<size_t>(c.num("mb", 1024)) << 20;
+  DeviceBuffer<uint8_t> src(bytes), dst(bytes);
+  KD_CUDA_CHECK(cudaMemsetAsync(src.get(), 0x5a, bytes, env.stream));
+  const Timing t = env.timer->each(
+      [&](int) { KD_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, env.stream)); },
+      static_cast<int>(c.num("warm", 3)), reps_of(c, env, 20));
+  put_timing(r, t);
+  r.num("gbps", 2.0 * bytes / t.median / 1e6);  // bytes read + written
+}
+
+// ---- verify_attn ------------------------------------------------------------------------------
+
+void bench_verify(const Case& c, Env& env, Record& r) {
+  const AttnDType dtype = c.text("dtype", "bf16") == "f32" ? AttnDType::kF32 : AttnDType::kBF16;
+  const int batch = static_cast<int>(c.num("batch", 1)), heads = static_cast<int>(c.need("heads"));
+  const int n = static_cast<int>(c.need("n")), prefix = static_cast<int>(c.need("prefix"));
   const int T = n + 1, words = (T + 31) / 32;
   const int64_t rows = static_cast<int64_t>(prefix) + T;
   const int64_t kv_elems = rows * kVerifyQKDim * batch;
   const size_t esz = dtype == AttnDType::kBF16 ? 2 : 4;
-  // enough KV sets to overflow L2 (~60 MB) when one set fits in it
+  // enough KV copies that one launch's bytes cannot come from L2 (~50-60 MB on Hopper)
   const double set_bytes = static_cast<double>(kv_elems) * esz;
   const int sets = set_bytes >= 200e6 ? 1 : std::min(8, static_cast<int>(std::ceil(200e6 / set_bytes)));
-  std::vector<uint16_t> host_kv = random_bf16(static_cast<size_t>(kv_elems), rng);
-  std::vector<uint16_t> host_q = random_bf16(static_cast<size_t>(batch) * T * heads * kVerifyLatentDim, rng);
-  std::vector<uint16_t> host_qpe = random_bf16(static_cast<size_t>(batch) * T * heads * kVerifyRopeDim, rng);
-  auto widen = [](const std::vector<uint16_t>& v) {
-    std::vector<float> f(v.size());
-    for (size_t i = 0; i < v.size(); ++i) {
-      const uint32_t u = static_cast<uint32_t>(v[i]) << 16;
-      std::memcpy(&f[i], &u, 4);
-    }
-    return f;
-  };
-  std::vector<Dev<uint8_t>*> kv_sets;
-  std::vector<uint8_t> kv_bytes(kv_elems * esz);
-  if (esz == 2) std::memcpy(kv_bytes.data(), host_kv.data(), kv_bytes.size());
-  else {
-    const std::vector<float> f = widen(host_kv);
-    std::memcpy(kv_bytes.data(), f.data(), kv_bytes.size());
+  std::vector<std::unique_ptr<DeviceBuffer<uint8_t>>> kv_sets;
+  for (int s = 0; s < sets; ++s) {
+    kv_sets.push_back(std::make_unique<DeviceBuffer<uint8_t>>(static_cast<size_t>(kv_elems) * esz));
+    fill_attention_input(kv_sets.back()->get(), esz, kv_elems, 13 + s, env.stream);
   }
-  for (int s = 0; s < sets; ++s) kv_sets.push_back(new Dev<uint8_t>(kv_bytes));
-  auto as_bytes = [&](const std::vector<uint16_t>& v) {
-    std::vector<uint8_t> b(v.size() * esz);
-    if (esz == 2) std::memcpy(b.data(), v.data(), b.size());
-    else {
-      const std::vector<float> f = widen(v);
-      std::memcpy(b.data(), f.data(), b.size());
-    }
-    return b;
-  };
-  Dev<uint8_t> q(as_bytes(host_q)), qpe(as_bytes(host_qpe));
-  Dev<uint8_t> out(static_cast<size_t>(batch) * T * heads * kVerifyLatentDim * esz);
-  // a chain-shaped tree (node i's parent is i-1 when i is odd, else i/2): a realistic mix
+  const int64_t q_elems = static_cast<int64_t>(batch) * T * heads * kVerifyLatentDim;
+  const int64_t qpe_elems = static_cast<int64_t>(batch) * T * heads * kVerifyRopeDim;
+  DeviceBuffer<uint8_t> q(static_cast<size_t>(q_elems) * esz), qpe(static_cast<size_t>(qpe_elems) * esz);
+  fill_attention_input(q.get(), esz, q_elems, 101, env.stream);
+  fill_attention_input(qpe.get(), esz, qpe_elems, 102, env.stream);
+  DeviceBuffer<uint8_t> out(static_cast<size_t>(batch) * T * heads * kVerifyLatentDim * esz);
+  // a tree of chains and branches: node i's parent is i-1 when i is odd, else i/2
   std::vector<uint32_t> vis(static_cast<size_t>(batch) * T * words, 0u);
   std::vector<int> parent(T, -1);
   for (int i = 1; i < T; ++i) parent[i] = (i % 2) ? i - 1 : i / 2;
   for (int b = 0; b < batch; ++b)
     for (int i = 0; i < T; ++i)
-      for (int a = i; a >= 0; a = parent[a]) {
+      for (int a = i;; a = parent[a]) {
         vis[(static_cast<size_t>(b) * T + i) * words + a / 32] |= 1u << (a % 32);
         if (a == 0) break;
       }
-  Dev<uint32_t> d_vis(vis);
+  DeviceBuffer<uint32_t> d_vis(vis);
   VerifyAttnParams p;
   p.dtype = dtype;
   p.batch = batch;
   p.heads = heads;
   p.tree_len = T;
   p.max_prefix = prefix;
-  p.q_lat = q.p;
-  p.q_pe = qpe.p;
+  p.q_lat = q.get();
+  p.q_pe = qpe.get();
+  p.kv = kv_sets[0]->get();
   p.kv_batch_stride = rows * kVerifyQKDim;
-  p.vis = d_vis.p;
+  p.vis = d_vis.get();
   p.vis_words = words;
   p.scale = 1.0f / std::sqrt(192.0f);
-  p.out = out.p;
-  p.kv = kv_sets[0]->p;  // the plan validates every pointer; the timed loop rotates the sets
+  p.out = out.get();
   VerifyAttnPlan plan;
   check(verify_attn_plan(p, &plan));
-  Dev<uint8_t> ws(plan.workspace_bytes);
-  p.workspace = ws.p;
+  DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+  p.workspace = ws.get();
   p.workspace_bytes = plan.workspace_bytes;
-  const double ms = time_ms(
-      [&](int i) {
-        p.kv = kv_sets[i % sets]->p;
-        check(verify_attn(p, nullptr));
-      },
-      3, reps);
+  auto run = [&](int i) {
+    p.kv = kv_sets[i % sets]->get();
+    check(verify_attn(p, env.stream));
+  };
+  const Timing t = env.timer->each(run, static_cast<int>(c.num("warm", 3)), reps_of(c, env, prefix >= 65536 ? 20 : 50));
+  put_timing(r, t);
   const double flops = 2.0 * batch * heads * T * static_cast<double>(prefix) * (kVerifyQKDim + kVerifyLatentDim);
-  const double bytes = static_cast<double>(kv_elems) * esz;
-  char shape[160];
-  std::snprintf(shape, sizeof shape, "verify_attn %s B=%d H=%d n=%d prefix=%d", dtype == AttnDType::kBF16 ? "bf16" : "f32",
-                batch, heads, n, prefix);
-  char plan_note[160];
-  std::snprintf(plan_note, sizeof plan_note, "%s%s%d splits x %d keys, cfg %d", note, *note ? "; " : "", plan.splits,
-                plan.split_len, plan.config);
-  report({shape, ms, flops / ms / 1e9, bytes / ms / 1e6, plan_note});
-  for (auto* s : kv_sets) delete s;
+  r.num("tflops", flops / t.median / 1e9);
+  r.num("cache_gbps", static_cast<double>(batch) * prefix * kVerifyQKDim * esz / t.median / 1e6);
+  r.integer("splits", plan.splits);
+  r.integer("split_keys", plan.split_len);
+  r.integer("config", plan.config);
+  r.integer("row_tiles", plan.m_tiles);
 }
 
-// ---- tree_accept + cache_compact ----------------------------------------------------------
-void bench_accept(int batch, int budget, int depth, int reps) {
+// ---- topk_logprobs ----------------------------------------------------------------------------
+
+void bench_topk(const Case& c, Env& env, Record& r) {
+  const int rows = static_cast<int>(c.need("rows")), vocab = static_cast<int>(c.need("vocab")), k = static_cast<int>(c.need("k"));
+  DeviceBuffer<float> logits(static_cast<size_t>(rows) * vocab), logp(static_cast<size_t>(rows) * k);
+  DeviceBuffer<int32_t> tok(static_cast<size_t>(rows) * k);
+  fill_normal(logits.get(), static_cast<int64_t>(rows) * vocab, 17, 2.5f, env.stream);
+  TopkLogprobsParams p;
+  p.rows = rows;
+  p.vocab = vocab;
+  p.k = k;
+  p.logits = logits.get();
+  p.logp = logp.get();
+  p.tok = tok.get();
+  const Timing t = env.timer->each([&](int) { check(topk_logprobs(p, env.stream)); }, static_cast<int>(c.num("warm", 3)),
+                                   reps_of(c, env, 30));
+  put_timing(r, t);
+  r.num("logits_gbps", 4.0 * rows * static_cast<double>(vocab) / t.median / 1e6);
+}
+
+// ---- tree_build (and the reference heap on one CPU core) ---------------------------------------
+
+void bench_tree_build(const Case& c, Env& env, Record& r) {
+  const int batch = static_cast<int>(c.need("batch")), budget = static_cast<int>(c.need("budget"));
+  const int depth = static_cast<int>(c.num("depth", 15));
+  const std::string input = c.text("input", "flat");
+  const int K = budget;  // top-K arrays as wide as the budget (the engine's K = min(N, V))
+  const size_t cells = static_cast<size_t>(batch) * depth * K;
+  std::vector<float> logp(cells);
+  std::vector<int32_t> tok(cells);
+  DeviceBuffer<float> d_logp(cells);
+  DeviceBuffer<int32_t> d_tok(cells);
+  if (input == "flat") {  // sorted log-probabilities with exponential gaps: wide, shallow trees
+    std::mt19937_64 rng(11);
+    std::exponential_distribution<float> ed(1.0f);
+    for (int row = 0; row < batch * depth; ++row) {
+      float acc = -0.05f;
+      for (int k = 0; k < K; ++k) {
+        acc -= ed(rng) * 0.08f;
+        logp[static_cast<size_t>(row) * K + k] = acc;
+        tok[static_cast<size_t>(row) * K + k] = k * 7 + row % 7;
+      }
+    }
+    d_logp.upload(logp);
+    d_tok.upload(tok);
+  } else if (input == "logits") {  // top-K of normal(0, 2.5) logits, through topk_logprobs
+    const int vocab = static_cast<int>(c.num("vocab", 4096));
+    DeviceBuffer<float> logits(static_cast<size_t>(batch) * depth * vocab);
+    fill_normal(logits.get(), static_cast<int64_t>(batch) * depth * vocab, 29, 2.5f, env.stream);
+    TopkLogprobsParams t;
+    t.rows = batch * depth;
+    t.vocab = vocab;
+    t.k = K;
+    t.logits = logits.get();
+    t.logp = d_logp.get();
+    t.tok = d_tok.get();
+    check(topk_logprobs(t, env.stream));
+    KD_CUDA_CHECK(cudaStreamSynchronize(env.stream));
+    logp = d_logp.download();
+    tok = d_tok.download();
+  } else {
+    throw std::runtime_error("tree_build input must be flat or logits, got " + input);
+  }
+  const int rows_per = budget + 1, words = (rows_per + 31) / 32;
+  std::vector<int32_t> budgets(batch, budget), roots(batch, 1), start(batch, 100);
+  DeviceBuffer<int32_t> d_budget(budgets), d_root(roots), d_start(start), d_n(batch);
+  DeviceBuffer<int32_t> d_tokens(static_cast<size_t>(batch) * rows_per), d_depth(d_tokens.size()),
+      d_parent(d_tokens.size()), d_pos(d_tokens.size());
+  DeviceBuffer<uint32_t> d_vis(static_cast<size_t>(batch) * rows_per * words);
+  TreeBuildParams p;
+  p.batch = batch;
+  p.depth = depth;
+  p.topk = K;
+  p.max_budget = budget;
+  p.logp = d_logp.get();
+  p.tok = d_tok.get();
+  p.budget = d_budget.get();
+  p.root_token = d_root.get();
+  p.start_pos = d_start.get();
+  p.max_nodes = budget;
+  p.vis_words = words;
+  p.n_out = d_n.get();
+  p.tokens = d_tokens.get();
+  p.depth_out = d_depth.get();
+  p.parent = d_parent.get();
+  p.positions = d_pos.get();
+  p.vis = d_vis.get();
+  auto run = [&](int) { check(tree_build(p, env.stream)); };
+  const Timing t = env.timer->each(run, static_cast<int>(c.num("warm", 3)), reps_of(c, env, 100));
+  put_timing(r, t);
+  r.num("graph_ms", env.timer->in_graph(run, 20));
+
+  // the reference heap on this thread (one core): the same trees, one after another
+  KD_CUDA_CHECK(cudaStreamSynchronize(env.stream));
+  const std::vector<int32_t> g_n = d_n.download(), g_tokens = d_tokens.download(), g_parent = d_parent.download();
+  bench::TreeHeap heap;
+  std::vector<bench::HeapTree> trees(batch);
+  std::vector<double> per_tree_us;
+  const int heap_reps = env.quick ? 1 : 3;
+  for (int rep = 0; rep < heap_reps; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int b = 0; b < batch; ++b)
+      heap.build(logp.data() + static_cast<size_t>(b) * depth * K, tok.data() + static_cast<size_t>(b) * depth * K, depth,
+                 K, budget, roots[b], &trees[b]);
+    const std::chrono::duration<double, std::micro> dt = std::chrono::steady_clock::now() - t0;
+    per_tree_us.push_back(dt.count() / batch);
+  }
+  std::sort(per_tree_us.begin(), per_tree_us.end());
+  r.num("heap_ms_per_tree", per_tree_us[per_tree_us.size() / 2] / 1e3);
+  r.num("heap_ms", per_tree_us[per_tree_us.size() / 2] / 1e3 * batch);
+  int differ = 0, max_depth = 0;
+  for (int b = 0; b < batch; ++b) {
+    const bench::HeapTree& h = trees[b];
+    bool same = g_n[b] == h.n;
+    for (int i = 0; same && i <= h.n; ++i) {
+      const size_t o = static_cast<size_t>(b) * rows_per + i;
+      same = g_tokens[o] == h.tokens[i] && g_parent[o] == h.parent[i];
+    }
+    differ += same ? 0 : 1;
+    for (int d : h.depth) max_depth = std::max(max_depth, d);
+  }
+  r.integer("trees_differing_from_heap", differ);
+  r.integer("max_tree_depth", max_depth);
+}
+
+// ---- tree_accept + cache_compact ------------------------------------------------------------------
+
+void bench_accept(const Case& c, Env& env, Record& r) {
+  const int batch = static_cast<int>(c.need("batch")), budget = static_cast<int>(c.need("budget"));
   const int rows = budget + 1;
   std::vector<int32_t> n(batch, budget), tokens(static_cast<size_t>(batch) * rows), parent(tokens.size()), choice(tokens.size());
   for (int b = 0; b < batch; ++b)
@@ -278,108 +458,148 @@ void bench_accept(int batch, int budget, int depth, int reps) {
       const int child = 2 * i + 1;
       choice[o] = child < rows ? 1000 + child : 7;  // follow the leftmost path to a leaf
     }
-  (void)depth;
-  Dev<int32_t> dn(n), dt(tokens), dp(parent), dc(choice), acc(static_cast<size_t>(batch) * kAcceptMaxPath), len(batch), bonus(batch);
-  const int width = 288, past = 4096;  // 576 bf16 per row, in 32-bit words
-  const int layers = 61;
-  const int64_t cache_rows = past + rows;
-  Dev<uint32_t> cache(static_cast<size_t>(layers) * batch * cache_rows * width);
-  KD_CUDA_CHECK(cudaMemset(cache.p, 0x3c, cache.n * sizeof(uint32_t)));
-  std::vector<int32_t> past_v(batch, past);
-  Dev<int32_t> dpast(past_v);
+  DeviceBuffer<int32_t> dn(n), dt(tokens), dp(parent), dc(choice), acc(static_cast<size_t>(batch) * kAcceptMaxPath),
+      len(batch), bonus(batch);
   TreeAcceptParams p;
   p.batch = batch;
   p.rows = rows;
-  p.n = dn.p;
-  p.tokens = dt.p;
-  p.parent = dp.p;
-  p.choice = dc.p;
+  p.n = dn.get();
+  p.tokens = dt.get();
+  p.parent = dp.get();
+  p.choice = dc.get();
   p.max_path = kAcceptMaxPath;
-  p.accepted = acc.p;
-  p.accept_len = len.p;
-  p.bonus = bonus.p;
-  const double ms = time_ms([&](int) { check(tree_accept(p, nullptr)); }, 3, reps);
-  report({"tree_accept B=" + std::to_string(batch) + " N=" + std::to_string(budget) + " (walk to a leaf)", ms, 0, 0, ""});
-  CacheCompactParams c;
-  c.batch = batch;
-  c.layers = layers;
-  c.row_words = width;
-  c.row_stride = width;
-  c.batch_stride = cache_rows * width;
-  c.layer_stride = c.batch_stride * batch;
-  c.cache = cache.p;
-  c.past_len = dpast.p;
-  c.accepted = acc.p;
-  c.accept_len = len.p;
-  c.max_path = kAcceptMaxPath;
-  std::vector<int32_t> host_len(batch);
-  KD_CUDA_CHECK(cudaMemcpy(host_len.data(), len.p, batch * sizeof(int32_t), cudaMemcpyDeviceToHost));
-  const double moved = 2.0 * layers * batch * (host_len[0] - 1) * width * 4.0;
-  const double ms2 = time_ms([&](int) { check(cache_compact(c, nullptr)); }, 3, reps);
-  report({"cache_compact B=" + std::to_string(batch) + " x 61 layers, " + std::to_string(host_len[0]) + " rows kept", ms2, 0,
-          moved / ms2 / 1e6, "bytes read + written"});
+  p.accepted = acc.get();
+  p.accept_len = len.get();
+  p.bonus = bonus.get();
+  auto run = [&](int) { check(tree_accept(p, env.stream)); };
+  put_timing(r, env.timer->each(run, static_cast<int>(c.num("warm", 3)), reps_of(c, env, 100)));
+  r.num("graph_ms", env.timer->in_graph(run, 20));
 }
 
-void write_json(const char* path) {
-  FILE* f = std::fopen(path, "w");
-  if (!f) {
-    std::fprintf(stderr, "cannot write %s\n", path);
-    return;
-  }
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) std::snprintf(prop.name, sizeof prop.name, "unknown");
-  std::fprintf(f, "{\n  \"device\": \"%s\",\n  \"sm\": \"%d.%d\",\n  \"results\": [\n", prop.name, prop.major, prop.minor);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    std::fprintf(f, "    {\"name\": \"%s\", \"ms\": %.6f, \"tflops\": %.3f, \"gbps\": %.1f, \"note\": \"%s\"}%s\n", r.name.c_str(),
-                 r.ms, r.tflops, r.gbps, r.note.c_str(), i + 1 < rows.size() ? "," : "");
-  }
-  std::fprintf(f, "  ]\n}\n");
-  std::fclose(f);
+void bench_compact(const Case& c, Env& env, Record& r) {
+  const int batch = static_cast<int>(c.need("batch")), layers = static_cast<int>(c.num("layers", 61));
+  const int kept = static_cast<int>(c.num("rows", 9));  // accepted path length, root included
+  const int width = kVerifyQKDim / 2, past = 4096;      // 576 bf16 per row, in 32-bit words
+  const int64_t cache_rows = past + kAcceptMaxPath;
+  DeviceBuffer<uint32_t> cache(static_cast<size_t>(layers) * batch * cache_rows * width);
+  KD_CUDA_CHECK(cudaMemsetAsync(cache.get(), 0x3c, cache.size() * sizeof(uint32_t), env.stream));
+  std::vector<int32_t> accepted(static_cast<size_t>(batch) * kAcceptMaxPath, -1), lens(batch, kept), pasts(batch, past);
+  for (int b = 0; b < batch; ++b)
+    for (int j = 0; j < kept; ++j) accepted[static_cast<size_t>(b) * kAcceptMaxPath + j] = j == 0 ? 0 : 2 * j;
+  DeviceBuffer<int32_t> d_acc(accepted), d_len(lens), d_past(pasts);
+  CacheCompactParams p;
+  p.batch = batch;
+  p.layers = layers;
+  p.row_words = width;
+  p.row_stride = width;
+  p.batch_stride = cache_rows * width;
+  p.layer_stride = p.batch_stride * batch;
+  p.cache = cache.get();
+  p.past_len = d_past.get();
+  p.accepted = d_acc.get();
+  p.accept_len = d_len.get();
+  p.max_path = kAcceptMaxPath;
+  auto run = [&](int) { check(cache_compact(p, env.stream)); };
+  const Timing t = env.timer->each(run, static_cast<int>(c.num("warm", 3)), reps_of(c, env, 100));
+  put_timing(r, t);
+  r.num("gbps", 2.0 * layers * batch * (kept - 1) * width * 4.0 / t.median / 1e6);  // bytes read + written
 }
+
+// ---- cases ------------------------------------------------------------------------------------------
+
+const std::map<std::string, void (*)(const Case&, Env&, Record&)>& suites() {
+  static const std::map<std::string, void (*)(const Case&, Env&, Record&)> s = {
+      {"gemm", bench_gemm},         {"copy", bench_copy},     {"verify_attn", bench_verify}, {"topk", bench_topk},
+      {"tree_build", bench_tree_build}, {"accept", bench_accept}, {"compact", bench_compact},
+  };
+  return s;
+}
+
+const char* kDefaultCases[] = {
+    "gemm m=8192 n=8192 k=8192",
+    "copy mb=1024",
+    "verify_attn heads=64 n=64 prefix=32768",
+    "verify_attn heads=8 n=64 prefix=32768",
+    "verify_attn heads=64 n=1 prefix=32768",
+    "topk rows=448 vocab=163840 k=256",
+    "tree_build batch=64 budget=256 depth=15",
+    "tree_build batch=1 budget=256 depth=15",
+    "accept batch=64 budget=256",
+    "compact batch=64",
+};
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* json = nullptr;
+  const char* cases_path = nullptr;
+  const char* json_path = nullptr;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    if (!std::strcmp(argv[i], "--cases") && i + 1 < argc) cases_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else {
-      std::fprintf(stderr, "usage: %s [--json PATH] [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--cases FILE] [--json PATH] [--quick]\n", argv[0]);
       return 2;
     }
   }
+  std::vector<Case> cases;
   try {
-    int count = 0;
-    KD_CUDA_CHECK(cudaGetDeviceCount(&count));
-    cudaDeviceProp prop;
-    KD_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    std::printf("# %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
-    const int reps = quick ? 10 : 50;
-    cublasHandle_t h;
-    KD_CUBLAS_CHECK(cublasCreate(&h));
-    bench_gemm(h, 8192, 8192, 8192, quick ? 5 : 20);
-    bench_gemm(h, 4160, 32768, 576, reps);  // the QK^T of the verify shape below, as one GEMM
-    bench_verify(1, 64, 64, 32768, AttnDType::kBF16, reps, "the issue's shape");
-    bench_verify(1, 64, 64, 32768, AttnDType::kF32, quick ? 3 : 10, "exactness path");
-    bench_verify(1, 8, 64, 32768, AttnDType::kBF16, reps, "8 heads: one GPU's share of 64 on 8");
-    bench_verify(1, 64, 1, 32768, AttnDType::kBF16, reps, "n=1: memory-bound");
-    bench_verify(1, 64, 256, 32768, AttnDType::kBF16, reps, "");
-    bench_verify(8, 64, 64, 4096, AttnDType::kBF16, reps, "batched");
-    bench_verify(1, 64, 64, 131072, AttnDType::kBF16, quick ? 5 : 20, "");
-    bench_tree_build(64, 256, 15, 163840, false, reps);
-    bench_tree_build(64, 256, 7, 163840, false, reps);
-    bench_tree_build(64, 256, 7, 163840, true, quick ? 5 : 20);
-    bench_tree_build(64, 1024, 31, 163840, false, quick ? 3 : 10);
-    bench_accept(64, 256, 15, reps);
-    KD_CUBLAS_CHECK(cublasDestroy(h));
+    if (cases_path) cases = bench::read_cases(cases_path);
+    else
+      for (const char* line : kDefaultCases) cases.push_back(bench::parse_case(line));
+    for (const Case& c : cases)
+      if (!suites().count(c.suite)) throw std::runtime_error("case `" + c.line + "`: suite not implemented");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_kernels: %s\n", e.what());
-    if (json) write_json(json);
-    return 1;
+    return 2;
   }
-  if (json) write_json(json);
-  return 0;
+  FILE* json = json_path ? std::fopen(json_path, "w") : nullptr;
+  if (json_path && !json) {
+    std::fprintf(stderr, "bench_kernels: cannot write %s\n", json_path);
+    return 2;
+  }
+  int failed = 0;
+  try {
+    cudaDeviceProp prop;
+    KD_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("# %s (sm_%d%d, %d SMs), %zu cases\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+                cases.size());
+    cudaStream_t stream;
+    KD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cublasHandle_t blas;
+    KD_CUBLAS_CHECK(cublasCreate(&blas));
+    Timer timer(stream);
+    Env env{stream, blas, &timer, quick};
+    for (const Case& c : cases) {
+      Record r;
+      r.str("suite", c.suite);
+      for (const auto& [k, v] : c.args) r.str(k, v);
+      r.str("case", c.line);
+      try {
+        suites().at(c.suite)(c, env, r);
+        r.boolean("ok", true);
+      } catch (const std::exception& e) {
+        ++failed;
+        r.boolean("ok", false);
+        r.str("error", e.what());
+        (void)cudaGetLastError();
+        (void)cudaStreamSynchronize(stream);
+      }
+      const std::string line = r.json();
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+      if (json) {
+        std::fprintf(json, "%s\n", line.c_str());
+        std::fflush(json);
+      }
+    }
+    KD_CUBLAS_CHECK(cublasDestroy(blas));
+    KD_CUDA_CHECK(cudaStreamDestroy(stream));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+    failed = std::max(failed, 1);
+  }
+  if (json) std::fclose(json);
+  return failed ? 1 : 0;
 }

@@ -9,18 +9,38 @@
 #if defined(KD_SIMT_EMULATION)
 #include "emu/simt_emulator.h"
 #define KD_DEVICE inline
+#define KD_HOST_DEVICE
 // dynamic shared memory of the running block
 #define KD_DYNAMIC_SMEM(type, name) type* name = reinterpret_cast<type*>(::kdemu::dynamic_smem())
 // bar.sync id, count: `count` threads (a multiple of 32) of the block meet at barrier `id`
 #define KD_NAMED_BARRIER(id, count) ::kdemu::named_barrier((id), (count))
+// a read-only table in device memory, usable from device code
+#define KD_DEVICE_TABLE static constexpr
+// kernel launches: the emulator runs the grid at once (streams are ignored: everything is
+// synchronous there); KD_LAUNCH_FLAT is for kernels with no barrier and no warp collective
+#define KD_LAUNCH(kernel, grid, block, smem, stream, ...) \
+  ::kdemu::launch(dim3(grid), dim3(block), (smem), kernel, __VA_ARGS__)
+#define KD_LAUNCH_FLAT(kernel, grid, block, smem, stream, ...) \
+  ::kdemu::launch_flat(dim3(grid), dim3(block), (smem), kernel, __VA_ARGS__)
 #else
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #define KD_DEVICE __device__ __forceinline__
+#define KD_HOST_DEVICE __host__ __device__
 #define KD_DYNAMIC_SMEM(type, name)                   \
   extern __shared__ __align__(16) uint8_t kd_smem_[]; \
   type* name = reinterpret_cast<type*>(kd_smem_)
 #define KD_NAMED_BARRIER(id, count) asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory")
+#define KD_DEVICE_TABLE static __device__ const
+// `kernel` may be a template instance without commas, or a function pointer to one
+#define KD_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+#define KD_LAUNCH_FLAT KD_LAUNCH
+#endif
+
+// Phase marks inside kernels, for the emulator's profile tool (emu/emu_tree_build_profile.cpp,
+// which counts barriers per phase); nothing anywhere else.
+#ifndef KD_PHASE
+#define KD_PHASE(name) ((void)0)
 #endif
 
 namespace kdtree::kern {
@@ -30,8 +50,30 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 // Integer ceil-division and rounding for tile arithmetic (host and device).
 template <class T>
-constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
+KD_HOST_DEVICE constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
 template <class T>
-constexpr T round_up(T a, T b) { return ceil_div(a, b) * b; }
+KD_HOST_DEVICE constexpr T round_up(T a, T b) { return ceil_div(a, b) * b; }
+
+// Device helpers: compiled by nvcc and the emulator build, not by a host compiler that only
+// includes this header for its macros (the engine's .cpp files through the kernel APIs).
+#if defined(__CUDACC__) || defined(KD_SIMT_EMULATION)
+// Leading zero bits of a 64-bit value (64 for 0).
+KD_DEVICE int clz64(uint64_t v) {
+#if defined(KD_SIMT_EMULATION)
+  return v == 0 ? 64 : __builtin_clzll(v);
+#else
+  return __clzll(static_cast<long long>(v));
+#endif
+}
+
+// A 16-byte load of data read once (logits): streamed past the caches on the GPU.
+KD_DEVICE float4 load_streaming(const float4* p) {
+#if defined(KD_SIMT_EMULATION)
+  return *p;
+#else
+  return __ldcs(p);
+#endif
+}
+#endif  // __CUDACC__ || KD_SIMT_EMULATION
 
 }  // namespace kdtree::kern

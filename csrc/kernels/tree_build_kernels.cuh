@@ -1,25 +1,38 @@
-// Device code of tree_build (the host API is tree_build.cuh; the launcher tree_build.cu).
+// Device code of tree_build (the host API is tree_build.cuh; the plan tree_build_plan.h).
 //
 // The tree is the first N nodes of the total order (score desc, rank path asc), and every
-// set {score >= t} is closed under parents (logp <= 0). One block per request:
-//   A. search: bisection on t over the float's ordered bit pattern. Each probe grows
-//      {score >= t} level by level into a node pool (a node's passing children are a prefix
-//      of its sorted row: one binary search each; a block scan allocates their slots) and
-//      stops once the pool would overflow. A probe that finds between N_eff and 2 N_eff
-//      nodes ends the search: its pool holds the answer (N_eff = min(N, number of paths)).
-//   B. otherwise (ties too big for the pool) the search ends at t* = the largest t with
-//      count(score >= t) >= N_eff; the pool is regrown with every node scoring > t* (fewer
-//      than N_eff), and the M = N_eff - count_gt nodes scoring exactly t* that come first by
-//      rank path are decoded: a node scoring t* can only have tied children (ranks < z_m,
-//      the same for all of them at depth m), so the tied nodes hang off the strict tree as
-//      complete subtrees of known size, in rank-path order strict node by strict node in
-//      post-order.
-//   C. order: the pool's nodes sorted by (score desc, preorder = rank-path order) with a
-//      bitonic sort; the first ones (then the tied nodes, in preorder) are the tree; parents
-//      are mapped to final indices; rows and bit-packed visibility written.
+// set {score >= t} is closed under parents (logp <= 0). One block per request grows such a
+// set level by level into a node pool in shared memory: a node's children with score >= t
+// are a prefix of its sorted row (one binary search each); a warp scans its nodes' counts
+// and writes their children, so a level costs two barriers.
+//
+//   A. one sweep (when K >= N): t starts at the N-th best depth-1 score, a lower bound of the
+//      N-th best score t* (the best N of any set of nodes are no better than the best N of
+//      all). Each level is grown at the current t. When a level would overflow the pool, t
+//      is raised to another lower bound: the N-th best of the pool plus the first few
+//      children of each node of the level (a histogram over their ordered bits gives it, to
+//      a bin). Every node scoring >= t* is then in the pool, stale nodes below t have no
+//      children, and the N best of the pool are the tree. When stale nodes fill the pool, a
+//      second sweep starts from the best bound reached.
+//   B. otherwise (K < N, or the pool filled up with no progress: many exact ties, very flat
+//      rows): bisection on t over the float's ordered bits, a full grow per probe, until a
+//      set of N_eff..2 N_eff nodes is found (N_eff = min(N, number of paths)); when exact
+//      ties at the threshold are too many for the pool, t* = the largest t with count >= N_eff,
+//      the pool holds the nodes scoring > t*, and the M = N_eff - count_gt tied nodes that
+//      come first by rank path are decoded: a node scoring t* can only have tied children
+//      (ranks < z_m, the same for all of them at depth m), so tied nodes hang off the strict
+//      tree as complete subtrees of known size, in rank-path order strict node by strict
+//      node in post-order.
+//   C. order: the candidates (score >= the final t, narrowed to ~N by a histogram after A)
+//      sorted by (score desc, preorder = rank-path order), a register/shuffle bitonic
+//      network; the first ones (then the tied nodes, in preorder) are the tree. Preorder comes from the level layout without a
+//      pass per level: see node_preorder. Rows and bit-packed visibility written, one
+//      thread per row.
+// Scores: __fadd_rn in depth order, bit-exact with python_engine/ddtree.
 #pragma once
 
 #include "block_scan.cuh"
+#include "block_sort.cuh"
 #include "device_compat.cuh"
 #include "ordered_float.cuh"
 #include "tree_build.cuh"
@@ -27,20 +40,26 @@
 namespace kdtree::kern {
 
 constexpr int kTreeBuildThreads = 512;              // threads per request block
-constexpr int kTreeWindow = 2 * kTreeMaxNodes;      // a probe set this small ends the search
+constexpr int kTreeBuildWarps = kTreeBuildThreads / kWarpSize;
+constexpr int kTreeWindow = 2 * kTreeMaxNodes;      // a probe set this small ends the bisection
 constexpr int kTreePoolCap = kTreeWindow + 1;       // node slots: the root and the window
-constexpr int kTreeSortCap = kTreeWindow;           // power of two >= any pool node count
+constexpr int kTreeSortCap = kTreeWindow;           // power of two >= any candidate count
 constexpr int kTreeStrictCap = kTreeMaxNodes + 1;   // strict-set slots in the tie path (< N + 1)
 constexpr int kTreeTieSlot = 1 << 14;               // tie_parent codes >= this name a tied node
+constexpr int kTreeHistBins = 1024;                 // threshold histogram of the sweep (A)
+constexpr int kTreeRaises = 4;                      // threshold raises per level before a sweep gives up
+constexpr int kTreeSweeps = 2;                      // sweeps (each from the best bound so far) before B
+constexpr int kTreeSampleEach = 64;                 // sampled children per parent when raising t (a thread's loop)
+constexpr int kTreeSlotBits = 16;                   // sort key: ~score << 32 | preorder << 16 | slot
 static_assert((kTreeSortCap & (kTreeSortCap - 1)) == 0, "bitonic sort needs a power of two");
 static_assert(kTreePoolCap < 32768 && kTreeTieSlot > kTreeStrictCap, "slots must fit int16");
+static_assert(kTreePoolCap < (1 << kTreeSlotBits), "slot and preorder share the key's low 32 bits");
 
 struct TreeBuildSmem {
-  // phase-local scratch, one phase at a time: the preorder scan, then the tie bookkeeping,
-  // then the sort keys (~ordered score << 32 | preorder)
+  // phase-local scratch, one phase at a time
   union {
-    uint64_t keys[kTreeSortCap];
-    int32_t scan[kTreePoolCap];  // exclusive scan of size over the pool
+    uint64_t keys[kTreeSortCap];     // sort keys (C)
+    uint32_t hist[kTreeHistBins];    // threshold histogram (A)
     struct {
       int32_t base[kTreeStrictCap];  // tied-node counts by post-order index, then their scan
       int32_t slot_by_post[kTreeStrictCap];
@@ -49,18 +68,25 @@ struct TreeBuildSmem {
   // the node pool: slot 0 is the root, then depth 1, depth 2, ... each level contiguous and
   // in rank-path order (children grouped by parent, ranks ascending)
   float score[kTreePoolCap];
-  int32_t nkids[kTreePoolCap];   // children that passed the probe's test
-  int32_t first[kTreePoolCap];   // offset of the first child within the next level
-  int32_t size[kTreePoolCap];    // subtree size within the pool
-  int32_t tie_parent[kTreeMaxNodes];  // strict slot, or kTreeTieSlot + tied index
-  int32_t level_begin[kTreeMaxDepth + 2];  // first slot of each depth; [d+1] ends depth d
+  union {
+    int32_t nkids[kTreePoolCap];   // children that passed the level's test (growing)
+    int32_t token[kTreePoolCap];   // the node's token, for candidates (C)
+  };
+  int32_t first[kTreePoolCap];     // offset of the first child within the next level
+  int32_t pos_sum[kTreePoolCap];   // sum over the node and its ancestors of their positions in their levels
+  int32_t size[kTreePoolCap];      // subtree size within the pool (tie path)
+  int32_t tie_parent[kTreeMaxNodes];     // strict slot, or kTreeTieSlot + tied index
+  int32_t level_begin[kTreeMaxDepth + 3];  // first slot of each depth; [d+1] ends depth d
   int32_t tie_subtree[kTreeMaxDepth + 2];  // T(m): nodes in a tied subtree rooted at depth m
+  int32_t warp_total[kTreeBuildWarps];     // a level's children per warp
+  int32_t warp_parents[kTreeBuildWarps];   // ... and its nodes that have children
+  int32_t counter;                         // candidates (C)
   BlockScratch<int32_t> scratch;
+  int32_t found;                           // histogram bin of the N-th best (A)
   int16_t parent[kTreePoolCap];  // parent slot
   int16_t rank[kTreePoolCap];    // rank in its depth's sorted row
   int16_t depth[kTreePoolCap];
-  int16_t pre[kTreePoolCap];     // preorder index within the pool
-  int16_t slot_by_pre[kTreePoolCap];
+  int16_t pre[kTreePoolCap];     // preorder index within the pool (tie path)
   int16_t final_idx[kTreePoolCap];  // node index of a selected slot
   int16_t out_parent[kTreeMaxNodes + 1];  // parent node index of every emitted node
   int16_t tie_depth[kTreeMaxNodes];
@@ -93,85 +119,215 @@ KD_DEVICE int count_passing(float s, const float* row, int K, float t, bool stri
   return lo;
 }
 
-// Grow {nodes with score > t (strict) or >= t} into the pool, level by level (row d of the
-// logp at L + d * ldl). Stops as soon as `limit` nodes are reached and returns that count
-// (>= limit); otherwise returns the full count with the levels in place. Every thread of the
-// block calls it.
-KD_DEVICE int grow_tree(TreeBuildSmem& s, const float* L, int ldl, int D, int K, float t, bool strict, int limit) {
-  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
-  if (tid == 0) {
+// The root alone in the pool.
+KD_DEVICE void pool_reset(TreeBuildSmem& s) {
+  if (threadIdx.x == 0) {
     s.score[0] = 0.0f;
     s.parent[0] = -1;
     s.rank[0] = -1;
     s.depth[0] = 0;
+    s.pos_sum[0] = 0;
     s.level_begin[0] = 0;
     s.level_begin[1] = 1;
   }
   __syncthreads();
-  int count = 0, lb = 0, le = 1, d = 0;
-  for (; d < D && lb < le; ++d) {
-    const float* row = L + static_cast<int64_t>(d) * ldl;
-    for (int i = lb + tid; i < le; i += threads) s.nkids[i] = count_passing(s.score[i], row, K, t, strict);
-    __syncthreads();
-    const int total = block_exclusive_scan(s.nkids + lb, s.first + lb, le - lb, s.scratch);
-    if (count + total >= limit) return count + total;  // uniform: total comes from shared memory
-    for (int j = tid; j < total; j += threads) {
-      int lo = lb, hi = le - 1;  // the parent: last slot with first <= j
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if (s.first[mid] <= j) lo = mid;
-        else hi = mid - 1;
-      }
-      const int k = j - s.first[lo];
-      const int slot = le + j;
-      s.score[slot] = __fadd_rn(s.score[lo], row[k]);
-      s.parent[slot] = static_cast<int16_t>(lo);
-      s.rank[slot] = static_cast<int16_t>(k);
-      s.depth[slot] = static_cast<int16_t>(d + 1);
+}
+
+// Grow level [lb, le) (depth d, children from `row`) into slots [le, le + total): the
+// children with score >= t (> t when strict). Returns total, or -1 with no child written
+// (the nodes' counts are left in nkids) when le + total would pass `slot_limit`; *parents:
+// the level's nodes that have children. Each warp takes a contiguous run of the level's
+// nodes, so its children are contiguous too: two barriers per level. Every thread of the
+// block calls it.
+KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int le, int d, float t, bool strict,
+                         int slot_limit, int* parents = nullptr) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int warps = static_cast<int>(blockDim.x) / kWarpSize;
+  const int per_warp = ceil_div(le - lb, warps);
+  const int nb = min(le, lb + warp * per_warp), ne = min(le, nb + per_warp);
+  int mine = 0, with_kids = 0;  // this warp's children, and its nodes that have some
+  for (int r = nb; r < ne; r += kWarpSize) {  // warp-uniform
+    const int i = r + lane;
+    const int c = i < ne ? count_passing(s.score[i], row, K, t, strict) : 0;
+    const int incl = warp_inclusive_sum(c);
+    if (i < ne) {
+      s.first[i] = mine + incl - c;  // within the warp for now
+      s.nkids[i] = c;
     }
-    if (tid == 0) s.level_begin[d + 2] = le + total;
-    count += total;
-    lb = le;
-    le += total;
-    __syncthreads();
+    mine += __shfl_sync(kFullMask, incl, kWarpSize - 1);
+    with_kids += __popc(__ballot_sync(kFullMask, c > 0));
   }
-  // the last level has no children (depth D, or nothing passed); later levels are empty
-  for (int i = lb + tid; i < le; i += threads) {
+  if (lane == 0) {
+    s.warp_total[warp] = mine;
+    s.warp_parents[warp] = with_kids;
+  }
+  __syncthreads();
+  int base = 0, total = 0, all_parents = 0;
+  for (int w = 0; w < warps; ++w) {
+    const int v = s.warp_total[w];
+    base += w < warp ? v : 0;
+    total += v;
+    all_parents += s.warp_parents[w];
+  }
+  if (parents) *parents = all_parents;
+  if (le + total > slot_limit) {
+    __syncthreads();  // warp_total is rewritten by the next call
+    return -1;
+  }
+  for (int i = nb + lane; i < ne; i += kWarpSize) s.first[i] += base;  // now within the next level
+  __syncwarp();
+  for (int j = lane; j < mine; j += kWarpSize) {
+    const int at = base + j;  // position in the next level
+    int lo = nb, hi = ne - 1;  // the parent: last node of the run with first <= at
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (s.first[mid] <= at) lo = mid;
+      else hi = mid - 1;
+    }
+    const int k = at - s.first[lo];
+    const int slot = le + at;
+    s.score[slot] = __fadd_rn(s.score[lo], row[k]);
+    s.parent[slot] = static_cast<int16_t>(lo);
+    s.rank[slot] = static_cast<int16_t>(k);
+    s.depth[slot] = static_cast<int16_t>(d + 1);
+    s.pos_sum[slot] = s.pos_sum[lo] + at;
+  }
+  if (threadIdx.x == 0) s.level_begin[d + 2] = le + total;
+  __syncthreads();
+  return total;
+}
+
+// The last grown level [lb, le) has no children in the pool; deeper levels are empty.
+KD_DEVICE void pool_close(TreeBuildSmem& s, int lb, int le, int d) {
+  for (int i = lb + static_cast<int>(threadIdx.x); i < le; i += static_cast<int>(blockDim.x)) {
     s.nkids[i] = 0;
     s.first[i] = 0;
   }
-  if (tid == 0)
-    for (int e = d + 2; e <= kTreeMaxDepth + 1; ++e) s.level_begin[e] = le;
+  if (threadIdx.x == 0)
+    for (int e = d + 1; e <= kTreeMaxDepth + 2; ++e) s.level_begin[e] = le;
   __syncthreads();
-  return count;
 }
 
-// Subtree sizes and preorder (= rank-path order) of the pool's `pool_n` nodes below the root.
-KD_DEVICE void pool_preorder(TreeBuildSmem& s, int D, int pool_n) {
+// Grow {nodes with score > t (strict) or >= t} into the pool. Stops as soon as `limit`
+// nodes are reached and returns that count (>= limit); otherwise returns the full count
+// with the levels in place. Every thread of the block calls it.
+KD_DEVICE int grow_tree(TreeBuildSmem& s, const float* L, int ldl, int D, int K, float t, bool strict, int limit) {
+  pool_reset(s);
+  int lb = 0, le = 1, d = 0;
+  for (; d < D; ++d) {
+    const int total = grow_level(s, L + static_cast<int64_t>(d) * ldl, K, lb, le, d, t, strict, limit);
+    if (total < 0) return limit;
+    if (total == 0) break;
+    lb = le;
+    le += total;
+  }
+  pool_close(s, lb, le, d);
+  return le - 1;
+}
+
+// Preorder (rank-path order) index of pool slot i (the root 0), and its subtree size, from
+// the level layout, with no pass per level: the nodes before i in rank-path order are its
+// ancestors, the nodes before each ancestor in its own level (pos_sum), and in every deeper
+// level the descendants of the level-d nodes before i, whose count R_e walks down the levels:
+// R_{d+1} = first[i], R_{e+1} = first[node R_e of level e] (or all of level e+1 past its end).
+// Walking i + 1 alongside gives the end of i's descendants: the subtree size.
+KD_DEVICE void node_preorder(const TreeBuildSmem& s, int i, int* pre_out, int* size_out) {
+  const int d = s.depth[i];
+  int pre = i == 0 ? 0 : d + s.pos_sum[i];  // the root, the d - 1 ancestors between, the positions
+  int size = 1;
+  int r = s.first[i];  // R_{d+1}
+  int r_end = i + 1 < s.level_begin[d + 1] ? s.first[i + 1] : s.level_begin[d + 2] - s.level_begin[d + 1];
+  for (int e = d + 1; e <= kTreeMaxDepth; ++e) {
+    const int begin = s.level_begin[e], width = s.level_begin[e + 1] - begin;
+    if (width == 0) break;
+    pre += r;
+    size += r_end - r;
+    const int next_width = s.level_begin[e + 2] - s.level_begin[e + 1];
+    r = r < width ? s.first[begin + r] : next_width;
+    r_end = r_end < width ? s.first[begin + r_end] : next_width;
+  }
+  *pre_out = pre;
+  if (size_out) *size_out = size;
+}
+
+// Raise t to a better lower bound of t*: the n-th best of the pool's nodes [1, end) scoring
+// >= t, together with (when sample > 0) the first `sample` passing children of each node of
+// level [lb, end) (their counts at t in nkids, from a grow_level at t), to a histogram bin of
+// their ordered bits (rounded down to the bin's edge). Any set of real nodes gives a valid
+// bound; more of them, a higher one. Returns t itself when the bins cannot tell.
+KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, int n, const float* row = nullptr,
+                                int lb = 0, int sample = 0) {
   const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
-  for (int i = tid; i <= pool_n; i += threads) s.size[i] = 1;
+  const uint32_t lo = float_to_ordered(t), hi = float_to_ordered(best);
+  int shift = 0;
+  while ((static_cast<uint64_t>(hi - lo) >> shift) >= static_cast<uint64_t>(kTreeHistBins)) ++shift;
+  auto bin_of = [&](uint32_t key) { return min((key - lo) >> shift, static_cast<uint32_t>(kTreeHistBins - 1)); };
+  for (int b = tid; b < kTreeHistBins; b += threads) s.u.hist[b] = 0;
+  if (tid == 0) s.found = 0;
   __syncthreads();
-  for (int d = D; d >= 1; --d) {  // deepest level first
-    for (int i = s.level_begin[d] + tid; i < s.level_begin[d + 1]; i += threads) atomicAdd(&s.size[s.parent[i]], s.size[i]);
-    __syncthreads();
+  for (int i = 1 + tid; i < end; i += threads) {
+    const uint32_t key = float_to_ordered(s.score[i]);
+    if (key >= lo) atomicAdd(&s.u.hist[bin_of(key)], 1u);
   }
-  // a node follows its parent and the subtrees of its earlier siblings, which are
-  // contiguous in the pool: one scan of sizes gives their sums
-  block_exclusive_scan(s.size, s.u.scan, pool_n + 1, s.scratch);
-  if (tid == 0) s.pre[0] = 0;
+  for (int i = lb + tid; sample > 0 && i < end; i += threads) {
+    const int c = min(sample, s.nkids[i]);
+    for (int k = 0; k < c; ++k) atomicAdd(&s.u.hist[bin_of(float_to_ordered(__fadd_rn(s.score[i], row[k])))], 1u);
+  }
   __syncthreads();
-  for (int d = 1; d <= D; ++d) {
-    for (int i = s.level_begin[d] + tid; i < s.level_begin[d + 1]; i += threads) {
-      const int par = s.parent[i];
-      const int first_sibling = s.level_begin[d] + s.first[par];
-      s.pre[i] = static_cast<int16_t>(s.pre[par] + 1 + s.u.scan[i] - s.u.scan[first_sibling]);
+  if (tid < kWarpSize) {  // the first bin from the top where the count reaches n
+    constexpr int kPer = kTreeHistBins / kWarpSize;
+    int sum = 0;
+    for (int j = 0; j < kPer; ++j) sum += static_cast<int>(s.u.hist[kTreeHistBins - 1 - (tid * kPer + j)]);
+    const int incl = warp_inclusive_sum(sum);
+    int acc = incl - sum;
+    if (acc < n && n <= incl)
+      for (int j = 0; j < kPer; ++j) {
+        const int b = kTreeHistBins - 1 - (tid * kPer + j);
+        acc += static_cast<int>(s.u.hist[b]);
+        if (acc >= n) {
+          s.found = b;
+          break;
+        }
+      }
+  }
+  __syncthreads();
+  const int bin = s.found;
+  __syncthreads();  // s.found / s.u are reused next
+  return ordered_to_float(lo + (static_cast<uint32_t>(bin) << shift));
+}
+
+// A. One sweep from the lower bound t (K >= n). Returns the final threshold (every node >= it
+// is in the pool, and at least n are), or NaN when the pool could not make room; *reached is
+// then the best lower bound found, from which a fresh sweep (without the pool's stale nodes)
+// may succeed.
+KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, int K, int n, float t, float* reached) {
+  const float best = L[0];
+  *reached = t;
+  pool_reset(s);
+  int lb = 0, le = 1, d = 0;
+  for (; d < D; ++d) {
+    const float* row = L + static_cast<int64_t>(d) * ldl;
+    int parents = 0;
+    int total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, &parents);
+    for (int raise = 0; total < 0 && raise < kTreeRaises; ++raise) {
+      // with a sample of the level's children: the first few passing ones of each parent
+      const int each = min(kTreeSampleEach, max(1, (kTreePoolCap - le) / max(1, parents)));
+      const float t2 = raise_threshold(s, le, t, best, n, row, lb, each);
+      if (!(t2 > t)) return NAN;
+      *reached = t = t2;
+      total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, &parents);
     }
-    __syncthreads();
+    if (total < 0) return NAN;
+    if (total == 0) break;
+    lb = le;
+    le += total;
   }
+  pool_close(s, lb, le, d);
+  return t;
 }
 
 // The tie path: decode the `ties` tied nodes (score == tstar) below the strict pool of
-// `count_gt` nodes into tie_depth / tie_rank / tie_parent.
+// `count_gt` nodes into tie_depth / tie_rank / tie_parent. Needs pre and size of the pool.
 KD_DEVICE void decode_ties(TreeBuildSmem& s, const float* L, int ldl, int D, int K, float tstar, int count_gt, int ties,
                            int cap) {
   const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
@@ -239,6 +395,32 @@ KD_DEVICE void decode_ties(TreeBuildSmem& s, const float* L, int ldl, int D, int
   __syncthreads();  // u.tie is overwritten by the sort keys next
 }
 
+// B. Bisection over the ordered bits of t, a full grow per probe. Leaves in the pool either
+// a set {score >= t} of n..2n nodes (returns t, *ties = 0) or, when exact ties at the
+// threshold are too many for the pool, the strict set {score > t*} (returns -inf: all of it
+// is taken; *tstar = t*, *ties = nodes still to take at t*). *n = min(budget, paths).
+KD_DEVICE float bisection_search(TreeBuildSmem& s, const float* L, int ldl, int D, int K, int budget, int* n,
+                                 float* tstar, int* ties) {
+  const int all = grow_tree(s, L, ldl, D, K, -INFINITY, false, kTreeWindow + 1);  // every path?
+  *n = min(budget, all);
+  *ties = 0;
+  const int window = min(2 * *n, kTreeWindow);
+  if (all <= window) return -INFINITY;
+  uint32_t lo = float_to_ordered(-INFINITY);
+  uint32_t hi = float_to_ordered(__fadd_rn(0.0f, L[0]));  // the best node's score
+  while (lo < hi) {
+    const uint32_t mid = lo + ((hi - lo + 1) >> 1);
+    const int c = grow_tree(s, L, ldl, D, K, ordered_to_float(mid), false, window + 1);
+    if (c < *n) hi = mid - 1;
+    else if (c <= window) return ordered_to_float(mid);  // the pool holds {score >= mid}
+    else lo = mid;
+  }
+  *tstar = ordered_to_float(lo);
+  const int strict = grow_tree(s, L, ldl, D, K, *tstar, true, kTreeStrictCap);
+  *ties = *n - strict;
+  return -INFINITY;
+}
+
 // One block per request. Dynamic shared memory: TreeBuildSmem, then (when `staged`) the
 // request's logp rows [D, min(budget, topk)].
 __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const TreeBuildParams p, bool staged) {
@@ -247,16 +429,18 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
 
   const int b = static_cast<int>(blockIdx.x);
   const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  const int lane = tid % kWarpSize;
   const int D = p.depth;
   const int budget = p.budget[b];
   const bool valid = budget >= 0 && budget <= p.max_budget;
   const int K = valid ? min(budget, p.topk) : 0;  // ranks >= N are never used
+  const int64_t tok0 = static_cast<int64_t>(b) * D * p.topk;  // this request's token rows
 
   int n = valid ? 0 : -1;  // nodes besides the root
-  int chosen = 0;          // nodes taken from the pool (the first `chosen` after the sort)
+  int chosen = 0;          // nodes taken from the sorted candidates; tied nodes follow
   float tstar = 0.0f;      // the score of the tied nodes, when there are any
   if (valid && budget > 0 && D > 0 && K > 0) {
-    const float* logp = p.logp + static_cast<int64_t>(b) * D * p.topk;
+    const float* logp = p.logp + tok0;
     const float* L = logp;
     int ldl = p.topk;
     if (staged) {
@@ -267,63 +451,75 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
       ldl = K;
     }
 
-    // A. the search
-    int pool_n = grow_tree(s, L, ldl, D, K, -INFINITY, false, kTreeWindow + 1);  // every path?
-    n = min(budget, pool_n);
-    const int window = min(2 * n, kTreeWindow);
-    bool materialized = pool_n <= window;
-    if (!materialized) {
-      uint32_t lo = float_to_ordered(-INFINITY);
-      uint32_t hi = float_to_ordered(__fadd_rn(0.0f, L[0]));  // the best node's score
-      while (lo < hi) {
-        const uint32_t mid = lo + ((hi - lo + 1) >> 1);
-        const int c = grow_tree(s, L, ldl, D, K, ordered_to_float(mid), false, window + 1);
-        if (c < n) {
-          hi = mid - 1;
-        } else if (c <= window) {
-          pool_n = c;  // the pool holds {score >= mid}: the tree is its first n nodes
-          materialized = true;
-          break;
-        } else {
-          lo = mid;
-        }
+    // A, or B when A cannot (K < N) or gives up
+    KD_PHASE("sweep");
+    float t = NAN;
+    if (K >= budget) {
+      float from = L[budget - 1];  // the N-th best depth-1 score: N nodes of depth 1 reach it
+      for (int sweep = 0; sweep < kTreeSweeps && t != t; ++sweep) {
+        float reached;
+        t = sweep_search(s, L, ldl, D, K, budget, from, &reached);
+        if (!(reached > from)) break;  // no better start for another sweep
+        from = reached;
       }
-      if (!materialized) tstar = ordered_to_float(lo);
     }
-
-    // B. ties too big for the pool: the strict set, then the tied nodes
     int ties = 0;
-    if (materialized) {
-      chosen = n;
-    } else {
-      pool_n = grow_tree(s, L, ldl, D, K, tstar, true, kTreeStrictCap);
-      chosen = pool_n;
-      ties = n - pool_n;
+    n = budget;
+    if (t != t) {
+      KD_PHASE("bisection");
+      t = bisection_search(s, L, ldl, D, K, budget, &n, &tstar, &ties);
     }
-    pool_preorder(s, D, pool_n);
-    if (ties > 0) decode_ties(s, L, ldl, D, K, tstar, pool_n, ties, budget + 1);
+    const int end = s.level_begin[kTreeMaxDepth + 1];  // pool slots in use
+    if (ties > 0) {
+      KD_PHASE("ties");
+      for (int i = tid; i < end; i += threads) {
+        int pre, size;
+        node_preorder(s, i, &pre, &size);
+        s.pre[i] = static_cast<int16_t>(pre);
+        s.size[i] = size;
+      }
+      __syncthreads();
+      decode_ties(s, L, ldl, D, K, tstar, end - 1, ties, budget + 1);
+    }
 
-    // C. the pool's nodes in (score desc, preorder asc) order; tied nodes follow in preorder
-    int sort_n = 1;
-    while (sort_n < pool_n) sort_n <<= 1;
-    for (int i = tid; i < sort_n; i += threads) {
-      if (i < pool_n) {
-        const int slot = i + 1;
-        s.u.keys[i] = (static_cast<uint64_t>(~float_to_ordered(s.score[slot])) << 32) | static_cast<uint32_t>(s.pre[slot]);
-        s.slot_by_pre[s.pre[slot]] = static_cast<int16_t>(slot);
-      } else {
-        s.u.keys[i] = ~uint64_t{0};
+    // C. candidates (score >= t), keyed ~score, preorder, slot; their tokens fetched meanwhile.
+    // A sweep's bound can leave far more candidates than n: the pool holds every node >= t*,
+    // so its n-th best is t*, and a histogram gets t to within a bin of it (a smaller sort).
+    KD_PHASE("order");
+    if (ties == 0 && end - 1 > 2 * n) t = raise_threshold(s, end, t, __fadd_rn(0.0f, L[0]), n);
+    if (tid == 0) s.counter = 0;
+    __syncthreads();
+    for (int base = 1; base < end; base += threads) {  // warp-uniform trip count
+      const int i = base + tid;
+      const bool cand = i < end && s.score[i] >= t;
+      const unsigned ballot = __ballot_sync(kFullMask, cand);
+      int slot = 0;
+      if (lane == 0 && ballot) slot = atomicAdd(&s.counter, __popc(ballot));
+      slot = __shfl_sync(kFullMask, slot, 0) + __popc(ballot & ((1u << lane) - 1u));
+      if (cand) {
+        int pre = 0;
+        if (ties > 0) pre = s.pre[i];
+        else node_preorder(s, i, &pre, nullptr);
+        s.u.keys[slot] = (static_cast<uint64_t>(~float_to_ordered(s.score[i])) << 32) |
+                         (static_cast<uint32_t>(pre) << kTreeSlotBits) | static_cast<uint32_t>(i);
+        s.token[i] = p.tok[tok0 + static_cast<int64_t>(s.depth[i] - 1) * p.topk + s.rank[i]];
       }
     }
     __syncthreads();
-    block_bitonic_sort(s.u.keys, sort_n);
+    const int cands = s.counter;
+    const int sort_n = block_sort_length(cands);
+    for (int i = cands + tid; i < sort_n; i += threads) s.u.keys[i] = ~uint64_t{0};
+    __syncthreads();
+    block_sort_ascending(s.u.keys, sort_n);
+    chosen = ties > 0 ? cands : n;
     if (tid == 0) s.final_idx[0] = 0;
     for (int i = tid; i < chosen; i += threads)
-      s.final_idx[s.slot_by_pre[static_cast<uint32_t>(s.u.keys[i])]] = static_cast<int16_t>(i + 1);
+      s.final_idx[static_cast<uint32_t>(s.u.keys[i]) & 0xffffu] = static_cast<int16_t>(i + 1);
     __syncthreads();
   }
 
   // emit every row of the request's output (rows past n are padding)
+  KD_PHASE("emit");
   const int rows = p.max_nodes + 1;
   const int64_t row0 = static_cast<int64_t>(b) * rows;
   const int32_t root_token = p.root_token ? p.root_token[b] : -1;
@@ -335,22 +531,20 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
       token = root_token;
       dep = 0;
     } else if (i <= n) {
-      int rk;
       if (i <= chosen) {
-        const int slot = s.slot_by_pre[static_cast<uint32_t>(s.u.keys[i - 1])];
+        const int slot = static_cast<int>(static_cast<uint32_t>(s.u.keys[i - 1]) & 0xffffu);
         dep = s.depth[slot];
-        rk = s.rank[slot];
         par = s.final_idx[s.parent[slot]];
         sc = s.score[slot];
+        token = s.token[slot];
       } else {
         const int g = i - chosen - 1;
         dep = s.tie_depth[g];
-        rk = s.tie_rank[g];
         const int code = s.tie_parent[g];
         par = code >= kTreeTieSlot ? chosen + 1 + (code - kTreeTieSlot) : s.final_idx[code];
         sc = tstar;
+        token = p.tok[tok0 + static_cast<int64_t>(dep - 1) * p.topk + s.tie_rank[g]];
       }
-      token = p.tok[(static_cast<int64_t>(b) * D + (dep - 1)) * p.topk + rk];
     }
     if (i <= n) s.out_parent[i] = static_cast<int16_t>(par);
     p.tokens[row0 + i] = token;
@@ -362,17 +556,16 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
   if (tid == 0) p.n_out[b] = n;
   __syncthreads();
 
-  // visibility: one warp per row; lane l owns words l, l+32, ... and walks the ancestors
-  const int lane = tid % kWarpSize, warp = tid / kWarpSize, warps = threads / kWarpSize;
-  for (int i = warp; i < rows; i += warps) {
+  // visibility: a thread per row walks its ancestors (indices fall along the walk), filling
+  // the row's words from the last down
+  for (int i = tid; i < rows; i += threads) {
     uint32_t* out = p.vis + (row0 + i) * p.vis_words;
-    for (int w = lane; w < p.vis_words; w += kWarpSize) {
+    int a = i <= n ? i : -1;
+    for (int w = p.vis_words - 1; w >= 0; --w) {
       uint32_t bits = 0;
-      if (i <= n) {
-        for (int a = i;; a = s.out_parent[a]) {
-          if (a / 32 == w) bits |= 1u << (a % 32);
-          if (a == 0) break;
-        }
+      while (a >= 0 && (a >> 5) == w) {
+        bits |= 1u << (a & 31);
+        a = a == 0 ? -1 : s.out_parent[a];
       }
       out[w] = bits;
     }

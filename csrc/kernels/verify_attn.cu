@@ -2,6 +2,7 @@
 // workspace and dispatches to the kernel of the plan's configuration.
 #include <string>
 
+#include "launch_support.h"
 #include "verify_attn.cuh"
 #include "verify_attn_common.cuh"
 #include "verify_attn_launch.h"
@@ -9,20 +10,10 @@
 
 namespace kdtree {
 
-KernelResult verify_launch_status(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err == cudaSuccess) return KernelResult::success();
-  return KernelResult::cuda(std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
-}
-
 KernelResult verify_attn_plan(const VerifyAttnParams& p, VerifyAttnPlan* plan) {
-  int dev = 0, sms = 0, optin = 0, per_sm = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-  if (err != cudaSuccess) return KernelResult::cuda(std::string("verify_attn: reading device properties: ") + cudaGetErrorString(err));
-  return make_verify_attn_plan(p, sms, optin, per_sm, plan);
+  DeviceLimits dev;
+  if (KernelResult r = current_device_limits(&dev); !r.ok()) return r;
+  return make_verify_attn_plan(p, dev.sms, dev.smem_optin, dev.smem_per_sm, plan);
 }
 
 size_t verify_attn_workspace_bytes(const VerifyAttnParams& p) {

@@ -1,29 +1,46 @@
 // The bf16 verify_attn kernels: both tile configurations and the merge, bf16 output.
+#include "launch_support.h"
 #include "verify_attn_bf16.cuh"
+#include "verify_attn_decode.cuh"
 #include "verify_attn_launch.h"
 
 namespace kdtree {
 
 namespace {
-template <class Cfg>
+template <class Cfg, void (*Kernel)(kern::VerifyKernelParams)>
 KernelResult launch_config(const kern::VerifyKernelParams& k, const VerifyAttnPlan& plan, cudaStream_t stream) {
-  auto* kernel = kern::verify_attn_bf16_kernel<Cfg, __nv_bfloat16>;
-  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(Cfg::kSmemBytes));
-  if (err != cudaSuccess)
-    return KernelResult::cuda(std::string("verify_attn (bf16): cudaFuncSetAttribute: ") + cudaGetErrorString(err));
+  auto* kernel = Kernel;
+  if (KernelResult r = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, "verify_attn (bf16)");
+      !r.ok())
+    return r;
   const dim3 grid(plan.m_tiles, plan.splits, k.p.batch);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(k);
-  return verify_launch_status("verify_attn_bf16_kernel launch");
+  KD_LAUNCH(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, k);
+  return launch_status("verify_attn (bf16) kernel launch");
 }
 }  // namespace
 
 KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const VerifyAttnPlan& plan, cudaStream_t stream) {
-  KernelResult r = plan.config == kVerifyBf16Sm90 ? launch_config<kern::Bf16AttnSm90>(k, plan, stream)
-                                                   : launch_config<kern::Bf16AttnSmall>(k, plan, stream);
+  using namespace kern;
+  KernelResult r;
+  switch (plan.config) {
+    case kVerifyBf16Sm90:
+      r = launch_config<Bf16AttnSm90, verify_attn_bf16_kernel<Bf16AttnSm90, __nv_bfloat16>>(k, plan, stream);
+      break;
+    case kVerifyBf16Small:
+      r = launch_config<Bf16AttnSmall, verify_attn_bf16_kernel<Bf16AttnSmall, __nv_bfloat16>>(k, plan, stream);
+      break;
+    case kVerifyBf16Decode:
+      r = launch_config<Bf16DecodeSm90, verify_attn_decode_kernel<Bf16DecodeSm90, __nv_bfloat16>>(k, plan, stream);
+      break;
+    case kVerifyBf16DecodeSmall:
+      r = launch_config<Bf16DecodeSmall, verify_attn_decode_kernel<Bf16DecodeSmall, __nv_bfloat16>>(k, plan, stream);
+      break;
+    default:
+      return KernelResult::invalid("verify_attn (bf16): plan config " + std::to_string(plan.config) + " is not a bf16 one");
+  }
   if (!r.ok() || plan.splits == 1) return r;
-  kern::verify_merge_kernel<__nv_bfloat16><<<dim3(k.rows, k.p.batch), kern::kMergeThreads, 0, stream>>>(k);
-  return verify_launch_status("verify_merge_kernel (bf16) launch");
+  KD_LAUNCH(verify_merge_kernel<__nv_bfloat16>, verify_merge_grid(k), kMergeThreads, 0, stream, k);
+  return launch_status("verify_merge_kernel (bf16) launch");
 }
 
 }  // namespace kdtree

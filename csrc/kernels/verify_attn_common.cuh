@@ -138,12 +138,18 @@ KD_DEVICE int schedule_length(const SplitWork& w, uint32_t tail_mask, int tile_k
   return prefix_tiles + tail;
 }
 
-// Merge of the splits' partials: one block per (request, row), 128 threads x 4 columns.
-constexpr int kMergeThreads = 128;
+// Merge of the splits' partials: one block per (row, quarter of the 512 columns, request),
+// 32 threads x 4 columns, so that even a few rows (decode shapes) spread over many SMs.
+constexpr int kMergeThreads = 32;
+constexpr int kMergeColBlocks = kVerifyLatentDim / (4 * kMergeThreads);
+
+inline dim3 verify_merge_grid(const VerifyKernelParams& k) {
+  return dim3(static_cast<unsigned>(k.rows), kMergeColBlocks, static_cast<unsigned>(k.p.batch));
+}
 
 template <class OutT>
 __global__ void __launch_bounds__(kMergeThreads) verify_merge_kernel(const VerifyKernelParams k) {
-  const int m = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.y);
+  const int m = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.z);
   const int S = k.splits;
   const int64_t stride = static_cast<int64_t>(k.rows) * kVerifyLatentDim;  // between splits
   const float* lse = k.part_lse + static_cast<int64_t>(b) * S * k.rows + m;
@@ -155,7 +161,7 @@ __global__ void __launch_bounds__(kMergeThreads) verify_merge_kernel(const Verif
     if (l != -INFINITY) total += exp2f(l - top);
   }
   const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-  const int col = static_cast<int>(threadIdx.x) * 4;
+  const int col = (static_cast<int>(blockIdx.y) * kMergeThreads + static_cast<int>(threadIdx.x)) * 4;
   const float* o = k.part_o + static_cast<int64_t>(b) * S * stride + static_cast<int64_t>(m) * kVerifyLatentDim + col;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int s = 0; s < S; ++s) {
@@ -176,7 +182,7 @@ __global__ void __launch_bounds__(kMergeThreads) verify_merge_kernel(const Verif
     o2[0] = __floats2bfloat162_rn(acc[0], acc[1]);
     o2[1] = __floats2bfloat162_rn(acc[2], acc[3]);
   }
-  if (threadIdx.x == 0 && k.p.lse)
+  if (threadIdx.x == 0 && blockIdx.y == 0 && k.p.lse)
     k.p.lse[static_cast<int64_t>(b) * k.rows + m] = total > 0.0f ? (top + log2f(total)) / kLog2e : -INFINITY;
 }
 

@@ -16,7 +16,4 @@ struct VerifyKernelParams;
 KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const VerifyAttnPlan& plan, cudaStream_t stream);
 KernelResult launch_verify_attn_f32(const kern::VerifyKernelParams& k, const VerifyAttnPlan& plan, cudaStream_t stream);
 
-// cudaGetLastError as a KernelResult.
-KernelResult verify_launch_status(const char* what);
-
 }  // namespace kdtree

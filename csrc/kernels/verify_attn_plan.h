@@ -14,9 +14,12 @@ namespace kdtree {
 
 // Compiled tile configurations (verify_attn_bf16.cuh / verify_attn_f32.cuh), by plan.config.
 enum VerifyAttnConfig : int {
-  kVerifyBf16Sm90 = 0,   // 64 rows x 64 keys, two K stages: needs ~226 KB of shared memory
-  kVerifyBf16Small = 1,  // 32 rows x 32 keys, one K stage: ~76 KB (sm_120, sm_89, ...)
-  kVerifyF32 = 2,        // 16 rows x 32 keys, CUDA cores
+  kVerifyBf16Sm90 = 0,    // 64 rows x 64 keys, two K stages: needs ~226 KB of shared memory
+  kVerifyBf16Small = 1,   // 32 rows x 32 keys, one K stage: ~76 KB (sm_120, sm_89, ...)
+  kVerifyF32 = 2,         // 16 rows x 32 keys, CUDA cores
+  kVerifyBf16Decode = 3,  // <= 32 rows (decode shapes), 64 keys, two K stages: ~186 KB
+  kVerifyBf16DecodeSmall = 4,  // <= 32 rows, 32 keys, one K stage: ~75 KB
+  kVerifyConfigCount = 5,
 };
 
 struct VerifyConfigShape {
@@ -24,11 +27,19 @@ struct VerifyConfigShape {
   size_t smem_bytes;
 };
 // Shapes of the configurations; the kernel headers static_assert that they match.
-inline constexpr VerifyConfigShape kVerifyConfigShapes[3] = {
+inline constexpr VerifyConfigShape kVerifyConfigShapes[kVerifyConfigCount] = {
     {64, 64, 230416},  // Bf16AttnSm90
     {32, 32, 76816},   // Bf16AttnSmall
     {16, 32, 113488},  // F32Attn
+    {32, 64, 190480},  // Bf16DecodeSm90
+    {32, 32, 76816},   // Bf16DecodeSmall
 };
+inline bool verify_config_is_decode(int config) {
+  return config == kVerifyBf16Decode || config == kVerifyBf16DecodeSmall;
+}
+// Query rows (T * H) up to which the decode kernels run: one CTA's two m16 row groups. Such
+// shapes are memory-bound: the 64-row tile would spend 2-4x the MMAs on empty rows.
+constexpr int kVerifyDecodeMaxRows = 32;
 inline VerifyConfigShape verify_attn_config_shape(int config) { return kVerifyConfigShapes[config]; }
 
 constexpr int kVerifyMinSplitKeys = 256;     // below this a split's fixed costs dominate
@@ -47,33 +58,35 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
                                           VerifyAttnPlan* plan) {
   if (KernelResult r = check_verify_attn_params(p); !r.ok()) return r;
   VerifyAttnPlan pl;
+  const int rows = p.tree_len * p.heads;
+  auto fits = [&](int config) { return static_cast<size_t>(smem_optin) >= verify_attn_config_shape(config).smem_bytes; };
   if (p.dtype == AttnDType::kBF16) {
-    const VerifyConfigShape big = verify_attn_config_shape(kVerifyBf16Sm90);
-    const VerifyConfigShape small = verify_attn_config_shape(kVerifyBf16Small);
-    if (static_cast<size_t>(smem_optin) >= big.smem_bytes) pl.config = kVerifyBf16Sm90;
-    else if (static_cast<size_t>(smem_optin) >= small.smem_bytes) pl.config = kVerifyBf16Small;
+    const bool decode = rows <= kVerifyDecodeMaxRows;
+    const int big = decode ? kVerifyBf16Decode : kVerifyBf16Sm90;
+    const int small = decode ? kVerifyBf16DecodeSmall : kVerifyBf16Small;
+    if (fits(big)) pl.config = big;
+    else if (fits(small)) pl.config = small;
     else
       return KernelResult::over_limit("verify_attn: the device allows " + std::to_string(smem_optin) +
                                       " bytes of shared memory per block; the smallest bf16 tile needs " +
-                                      std::to_string(small.smem_bytes));
+                                      std::to_string(verify_attn_config_shape(small).smem_bytes));
   } else {
     pl.config = kVerifyF32;
     if (static_cast<size_t>(smem_optin) < verify_attn_config_shape(kVerifyF32).smem_bytes)
       return KernelResult::over_limit("verify_attn: not enough shared memory for the float32 tile");
   }
   if (p.force_config >= 0) {
-    const bool bf16_cfg = p.force_config == kVerifyBf16Sm90 || p.force_config == kVerifyBf16Small;
-    if (p.force_config > kVerifyF32 || bf16_cfg != (p.dtype == AttnDType::kBF16) ||
-        static_cast<size_t>(smem_optin) < verify_attn_config_shape(p.force_config).smem_bytes)
+    const bool bf16_cfg = p.force_config != kVerifyF32;
+    if (p.force_config >= kVerifyConfigCount || bf16_cfg != (p.dtype == AttnDType::kBF16) || !fits(p.force_config) ||
+        (verify_config_is_decode(p.force_config) && rows > kVerifyDecodeMaxRows))
       return KernelResult::invalid("verify_attn: force_config " + std::to_string(p.force_config) +
-                                   " does not fit this dtype or device");
+                                   " does not fit this dtype, shape or device");
     pl.config = p.force_config;
   }
   const VerifyConfigShape shape = verify_attn_config_shape(pl.config);
   pl.tile_rows = shape.tile_rows;
   pl.tile_keys = shape.tile_keys;
   pl.smem_bytes = shape.smem_bytes;
-  const int rows = p.tree_len * p.heads;
   pl.m_tiles = (rows + pl.tile_rows - 1) / pl.tile_rows;
   const int64_t base = static_cast<int64_t>(pl.m_tiles) * p.batch;  // CTAs per split
   const int per_sm = static_cast<int>(smem_per_sm / static_cast<int64_t>(pl.smem_bytes + 1024)) > 0

@@ -16,7 +16,8 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t count) : count_(count) {
-    KD_CUDA_CHECK(cudaMalloc(&ptr_, (count > 0 ? count : 1) * sizeof(T)));
+    // through void** (not the runtime's T** template, which host-compiler builds lack)
+    KD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), (count > 0 ? count : 1) * sizeof(T)));
   }
   explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
   DeviceBuffer(const DeviceBuffer&) = delete;

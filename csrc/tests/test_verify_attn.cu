@@ -84,13 +84,13 @@ const KdtrFile& bundle() {
 
 KD_GPU_TEST(small_cases_one_split) {
   GpuAttnRunner runner;
-  run_attn_bundle(runner, bundle(), {kVerifyBf16Sm90, kVerifyBf16Small}, 0);
+  run_attn_bundle(runner, bundle(), {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall}, 0);
 }
 
 KD_GPU_TEST(small_cases_forced_splits) {
-  GpuAttnRunner runner;  // quick mode (sanitizers): one bf16 configuration is enough for the merge
-  if (quick_mode()) run_attn_bundle(runner, bundle(), {kVerifyBf16Sm90}, 64);
-  else run_attn_bundle(runner, bundle(), {kVerifyBf16Sm90, kVerifyBf16Small}, 64);
+  GpuAttnRunner runner;  // quick mode (sanitizers): one configuration of each kernel is enough for the merge
+  if (quick_mode()) run_attn_bundle(runner, bundle(), {kVerifyBf16Sm90, kVerifyBf16Decode}, 64);
+  else run_attn_bundle(runner, bundle(), {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall}, 64);
 }
 
 // One file per case (schema v0.*), generated on this machine from a logged seed.
@@ -168,6 +168,20 @@ KD_TEST(launcher_rejects_impossible_requests) {
   KD_EXPECT(make_verify_attn_plan(p, 188, 101376, 102400, &plan).ok());
   KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16Small));
   KD_EXPECT_EQ(make_verify_attn_plan(p, 10, 48 * 1024, 64 * 1024, &plan).status, KernelStatus::kOverLimit);
+  // decode shapes (T * H <= 32 query rows) take the decode kernel, split over every SM
+  q = p;
+  q.heads = 16;
+  q.tree_len = 2;
+  q.max_prefix = 32768;
+  KD_EXPECT(make_verify_attn_plan(q, 132, 232448, 233472, &plan).ok());
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16Decode));
+  KD_EXPECT_EQ(plan.m_tiles, 1);
+  KD_EXPECT(plan.splits >= 100);
+  KD_EXPECT(make_verify_attn_plan(q, 188, 101376, 102400, &plan).ok());
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16DecodeSmall));
+  q.force_config = kVerifyBf16Decode;
+  q.tree_len = 3;  // 48 rows: past the decode tile
+  KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan).status, KernelStatus::kInvalidArgument);
   // long prefixes split; prefix 0 does not; float32 splits stay short
   q = p;
   q.max_prefix = 131072;

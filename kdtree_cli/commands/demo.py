@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from kdtree_cli.threads import DEFAULT_THREADS, Threads, use_threads
-from python_engine.demo.defaults import DEFAULT_BUDGET, DEFAULT_DRAFTER, DEFAULT_MAX_TOKENS, DEFAULT_PROMPT, DEFAULT_TARGET
+from python_engine.demo.defaults import (DEFAULT_BUDGET, DEFAULT_DRAFTER, DEFAULT_MAX_TOKENS, DEFAULT_PROMPT,
+                                         DEFAULT_TARGET, INT4_TARGET)
 from python_engine.errors import KdtreeError
 
 
@@ -24,8 +25,10 @@ def demo(
                                         "native or torch.")] = "auto",
     temperature: Annotated[float, typer.Option(help="0 = greedy (DDTree text must equal AR's); > 0 samples.")] = 0.0,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
-    model: Annotated[Path, typer.Option(help="Target checkpoint dir.", file_okay=False,
-                                        show_default="refs/models/demo-target")] = DEFAULT_TARGET,
+    model: Annotated[Optional[Path], typer.Option(help="Target checkpoint dir.", file_okay=False,
+                                                  show_default="refs/models/demo-target")] = None,
+    int4: Annotated[bool, typer.Option("--int4", help="Use the INT4 demo target (refs/models/demo-target-int4: "
+                                       "routed experts in INT4, the same drafter).")] = False,
     drafter: Annotated[Path, typer.Option(help="DFlash drafter dir.", file_okay=False,
                                           show_default="refs/models/demo-drafter")] = DEFAULT_DRAFTER,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Do not stop at EOS.")] = False,
@@ -41,6 +44,9 @@ def demo(
     and exits with status 1."""
     from python_engine.demo.report import print_result, run_with_metrics
 
+    if int4 and model is not None:
+        raise KdtreeError("--int4 and --model both choose the target: pass one of them")
+    model = INT4_TARGET if int4 else (model or DEFAULT_TARGET)
     settings = dict(target_dir=model, drafter_dir=drafter, prompt=prompt, max_tokens=max_tokens, budget=budget,
                     temperature=temperature, seed=seed, engine=engine, device=device, ignore_eos=ignore_eos)
     if tui:

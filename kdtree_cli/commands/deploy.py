@@ -1,5 +1,6 @@
 """`kdtree deploy HOST [HOST...]`: sync the tree to each host, build and test it there, and
-fetch the results into results/<host>/ (the work is in remote/deploy.py)."""
+fetch the results into results/<host>/ on success (the work is in remote/deploy.py; where
+files go, in remote/results.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ def deploy(
     accept_new_host_key: Annotated[bool, typer.Option("--accept-new-host-key", help="Add an unknown host's key to known_hosts (a changed key is always refused).")] = False,
     config: Annotated[Optional[Path], typer.Option("--config", help="Project inventory file (default: kdtree.toml of this project).",
                                                    envvar="KDTREE_CONFIG", show_default=False)] = None,
-    results: Annotated[Optional[Path], typer.Option("--results", help="Where results/<host>/ go (default: <project>/results).",
+    results: Annotated[Optional[Path], typer.Option("--results", help="Where results/<host>/ go (default: <project>/results). "
+                                                    "It is replaced only when the deploy succeeds; a failed deploy's logs and "
+                                                    "reports stay in $XDG_STATE_HOME/kdtree/deploy/ (~/.local/state/...), named in the error.",
                                                     show_default=False)] = None,
 ) -> None:
     """Sync the tree to HOSTs (in parallel), build and test there, fetch the results."""

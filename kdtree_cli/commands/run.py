@@ -1,4 +1,5 @@
-"""`kdtree run`: generate with the torch reference engine (DDTree, or plain AR with --ar)."""
+"""`kdtree run`: generate with the torch reference engine or the native engine (DDTree, or
+plain AR with --ar)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ Opt = typer.Option
 
 
 def run(
+    ctx: typer.Context,
     model: Annotated[Path, Opt(help="Target checkpoint dir (config.json + safetensors).")],
     drafter: Annotated[Optional[Path], Opt(help="DFlash drafter dir (z-lab format); not needed with --ar.")] = None,
     prompt: Annotated[Optional[list[str]], Opt(
@@ -27,7 +29,12 @@ def run(
         "encodes it: the model's BOS, then the text's tokens; repeat for several requests.")] = None,
     prompt_ids: Annotated[Optional[list[str]], Opt(
         "--prompt-ids", help="Prompt as comma-separated token ids, e.g. 1,2,3; repeatable.")] = None,
-    engine: Annotated[str, Opt(help="Engine: torch (the reference).")] = "torch",
+    prompts_file: Annotated[Optional[Path], Opt(
+        "--prompts", help="A file of prompts: one text per line, or JSON lines {\"prompt\": ...} / "
+        "{\"ids\": [...]}; all of them decoded together (native: continuous batching).",
+        show_default=False)] = None,
+    engine: Annotated[str, Opt(help="Engine: torch (the reference), native (the CUDA engine; needs `kdtree build` "
+                               "and a GPU), or auto (native when available).")] = "torch",
     budget: Annotated[int, Opt(help="DDTree node budget N.")] = 32,
     block_size: Annotated[Optional[int], Opt(help="Drafter block size (default: the drafter's).")] = None,
     temperature: Annotated[float, Opt(help="0 = greedy; > 0 samples (lossless under DDTree).")] = 0.0,
@@ -40,44 +47,55 @@ def run(
     ar: Annotated[bool, Opt("--ar", help="Plain autoregressive decoding (no drafter).")] = False,
     ignore_eos: Annotated[bool, Opt("--ignore-eos", help="Do not stop at the model's EOS tokens.")] = False,
     threads: Threads = DEFAULT_THREADS,
+    prometheus: Annotated[Optional[int], Opt(
+        "--prometheus", help="Serve Prometheus metrics (acceptance length, per-depth rates, tokens/s, stage "
+        "times) on this port for the run's duration.", show_default=False)] = None,
+    max_slots: Annotated[Optional[int], Opt(
+        "--max-slots", help="Native engine: requests decoded at once (default: all of them, up to 64).",
+        show_default=False)] = None,
     tui: Annotated[bool, Opt("--tui", help="Watch this run in the live monitor (kdtree tui).")] = False,
     host: Annotated[Optional[str], Opt(
         "--host", help="Run on this host from kdtree.toml (paths are the host's), streaming output back.",
         show_default=False)] = None,
 ) -> None:
-    """Generate with the PyTorch reference engine and print tokens (or text) and a summary."""
+    """Generate with DDTree (or --ar) and print each request's tokens (or text) and a summary."""
     from python_engine.decode.run_command import RunRequest, run_command
 
     if tui or host:
-        _delegate(forwarded_args(sys.argv), tui=tui, host=host)
+        _delegate(forwarded_args(ctx, drop=("tui", "host")), tui=tui, host=host)
         return
 
-    if engine != "torch":
-        raise KdtreeError(f"--engine {engine!r}: `kdtree run` drives the torch engine only")
     use_threads(threads)
     request = RunRequest(
         model=model, drafter=drafter, prompts=prompt or [], prompt_ids=prompt_ids or [],
         budget=budget, block_size=block_size, temperature=temperature, max_tokens=max_tokens,
         seed=seed, device=device, dtype=dtype, metrics=metrics, ar=ar, ignore_eos=ignore_eos,
+        engine=engine, prompts_file=prompts_file, prometheus=prometheus, max_slots=max_slots,
     )
     run_command(request, stdout=sys.stdout, stderr=sys.stderr)
 
 
-def forwarded_args(argv: list[str]) -> list[str]:
-    """This invocation's `run` arguments minus --tui and --host: what a child run (under the
-    monitor, or on a remote host) gets."""
-    args = argv[argv.index("run") + 1:] if "run" in argv else []
+def forwarded_args(ctx: typer.Context, drop: tuple[str, ...]) -> list[str]:
+    """The options of this invocation, minus `drop`, as a command line for a child run (under
+    the monitor, or on a remote host). Built from what click parsed, in declaration order:
+    only values given on the command line or in the environment, never defaults. (Checked
+    by name, not by class: typer may carry its own copy of click.)"""
     out: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == "--tui" or arg.startswith("--host="):
+    for param in ctx.command.params:
+        if param.param_type_name != "option" or param.name in drop:
             continue
-        elif arg == "--host":
-            skip = True
-        else:
-            out.append(arg)
+        source = ctx.get_parameter_source(param.name)
+        if source is None or source.name in ("DEFAULT", "DEFAULT_MAP"):
+            continue
+        value = ctx.params[param.name]
+        if param.is_flag:
+            if value:
+                out.append(param.opts[0])
+            elif param.secondary_opts:
+                out.append(param.secondary_opts[0])
+            continue
+        for item in (value if param.multiple else [value]):
+            out += [param.opts[0], str(item)]
     return out
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from python_engine.refgen.sync import PROJECT_ROOT
+from python_engine.errors import KdtreeError
+from python_engine.project import PROJECT_ROOT
 
 
 def run_pytest(args: list[str]) -> int:
@@ -39,17 +41,39 @@ def test(
         Optional[str], typer.Option("--cuda-home", help="With --native: CUDA toolkit directory.",
                                     show_default=False),
     ] = None,
+    sanitize: Annotated[
+        Optional[str], typer.Option("--sanitize", help="With --native: after the tests, run the GPU test programs "
+                                    "(small cases) under compute-sanitizer with these tools: memcheck, racecheck, "
+                                    "initcheck, synccheck, comma-separated, or all (the first three). Needs a GPU.",
+                                    show_default=False),
+    ] = None,
+    large: Annotated[
+        bool, typer.Option("--large", help="With --native: also run the large generated cases (attention up to "
+                           "131072 keys against float64 references, 400 tie-heavy tree and top-K cases), drawn "
+                           "fresh from --seed. Needs a GPU and torch.")
+    ] = False,
+    seed: Annotated[
+        Optional[int], typer.Option("--seed", help="With --large: the seed (default: fresh, printed).",
+                                    show_default=False),
+    ] = None,
+    log_dir: Annotated[
+        Optional[Path], typer.Option("--log-dir", help="With --native: write each program's output here "
+                                     "\\[default: build/<profile>/test-logs].", file_okay=False, show_default=False),
+    ] = None,
     host: Annotated[
         Optional[str], typer.Option("--host", help="Run them on this host from kdtree.toml (its "
                                     "deployed release), streaming the output back.", show_default=False),
     ] = None,
 ) -> None:
     """Run the tests (pytest; extra arguments go to pytest), or the native ones (--native)."""
+    if (sanitize or large or log_dir) and not native:
+        raise KdtreeError("--sanitize, --large and --log-dir go with --native")
     if host:
         from remote.exec import run_kdtree
 
         options = [("--all", everything), ("--native", native), ("--arch", arch), ("--cuda-home", cuda_home),
-                   ("--profile", profile if profile != "release" else None)]
+                   ("--profile", profile if profile != "release" else None), ("--sanitize", sanitize),
+                   ("--large", large), ("--seed", None if seed is None else str(seed))]
         args = ["test"] + [a for name, value in options if value
                            for a in ((name,) if value is True else (name, value))]
         status = run_kdtree(host, args + (["--", *pytest_args] if pytest_args else []))
@@ -57,27 +81,59 @@ def test(
             raise typer.Exit(status)
         return
     if native and not everything:
-        run_native(arch, profile, cuda_home)
+        if pytest_args:
+            raise typer.BadParameter(
+                f"{' '.join(pytest_args)!r} would go to pytest, but --native runs only the native "
+                f"test programs: use --all (pytest with these arguments, then the native tests), "
+                f"or drop --native", param_hint="PYTEST_ARGS")
+        run_native(arch, profile, cuda_home, sanitize, large, seed, log_dir)
         return
     status = run_pytest(pytest_args or [])
     if status != 0:
         raise typer.Exit(status)
     if everything:
-        run_native(arch, profile, cuda_home)
+        run_native(arch, profile, cuda_home, sanitize, large, seed, log_dir)
 
 
-def run_native(arch: Optional[str], profile: str, cuda_home: Optional[str]) -> None:
+def run_native(arch: Optional[str], profile: str, cuda_home: Optional[str], sanitize: Optional[str] = None,
+               large: bool = False, seed: Optional[int] = None, log_dir: Optional[Path] = None) -> None:
+    import tempfile
+
     from rich.console import Console
 
+    from kdtree_cli.native_build.arch import detect_gpu_archs
     from kdtree_cli.native_build.driver import BuildRequest
     from kdtree_cli.native_build.native_tests import run_native_tests
-    from python_engine.errors import KdtreeError
 
-    results = run_native_tests(BuildRequest(profile=profile, arch=arch, cuda_home=cuda_home),
-                               console=Console(stderr=True, soft_wrap=True))
+    err = Console(stderr=True, soft_wrap=True)
+    tools = None
+    if sanitize:
+        from kdtree_cli.native_build.sanitize import parse_tools
+
+        tools = parse_tools(sanitize)
+    if (tools or large) and not detect_gpu_archs():
+        what = " and ".join(x for x in ("--sanitize" if tools else "", "--large" if large else "") if x)
+        raise KdtreeError(f"kdtree test --native {what} needs a CUDA GPU and nvidia-smi lists none here; run it on "
+                          "a GPU machine, or on a deployed host with --host HOST")
+    request = BuildRequest(profile=profile, arch=arch, cuda_home=cuda_home)
+    with tempfile.TemporaryDirectory(prefix="kdtree-large-cases-") as scratch:
+        extra_env = None
+        if large:
+            from kdtree_cli.native_build.large_cases import fresh_seed, write_large_cases
+
+            seed = fresh_seed() if seed is None else seed
+            err.print(f"large cases: seed {seed} (kdtree test --native --large --seed {seed} repeats them)",
+                      highlight=False)
+            extra_env = write_large_cases(Path(scratch), seed)
+        results = run_native_tests(request, console=err, extra_env=extra_env, log_dir=log_dir)
     if not results:
         raise KdtreeError("no native test programs (csrc/tests/test_*.cpp or .cu) to run")
-    if not all(r.ok for r in results):
+    ok = all(r.ok for r in results)
+    if tools:
+        from kdtree_cli.native_build.sanitize import run_sanitizers
+
+        ok = all(r.ok for r in run_sanitizers(request, tools, console=err, log_dir=log_dir)) and ok
+    if not ok:
         raise typer.Exit(1)
 
 

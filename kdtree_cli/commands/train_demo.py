@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from kdtree_cli.threads import DEFAULT_THREADS, Threads, use_threads
-from python_engine.refgen.sync import PROJECT_ROOT
+from python_engine.project import PROJECT_ROOT
 
 DEFAULT_DATA = PROJECT_ROOT / ".demo-data"
 DEFAULT_WORK = PROJECT_ROOT / ".demo-work"

@@ -17,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from python_engine.errors import KdtreeError
+from python_engine.project import PROJECT_ROOT
 
 from .arch import ArchChoice, check_archs_supported, resolve_archs
 from .compdb import write_compile_commands
@@ -26,8 +27,7 @@ from .profiles import get_profile
 from .runner import report_failures, run_ninja
 from .toolchain import find_toolchain
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_BUILD_ROOT = REPO_ROOT / "build"
+DEFAULT_BUILD_ROOT = PROJECT_ROOT / "build"
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class BuildRequest:
     host_profile_arch: str | Sequence[str] | None = None  # from a deploy target's host profile
     cuda_home: str | None = None
     build_root: Path = DEFAULT_BUILD_ROOT
-    repo_root: Path = REPO_ROOT
+    repo_root: Path = PROJECT_ROOT
     jobs: int | None = None
     verbose: bool = False
     targets: tuple[str, ...] = ()
@@ -157,6 +157,10 @@ def build(request: BuildRequest, console: Console | None = None) -> BuildOutcome
 def resolve_targets(layout: SourceLayout, names: Sequence[str]) -> list[str]:
     """Check target names against build.ninja's: programs, their bin/ paths, tests, bench, libs, all."""
     known = {"all", "tests", "bench", "libs"}
+    if layout.has_engine:
+        from .layout import ENGINE_EMU_LIB, ENGINE_LIB
+
+        known |= {"engine", "engine_emu", ENGINE_LIB, ENGINE_EMU_LIB}
     for prog in layout.programs:
         known |= {prog.name, prog.output}
     for lib in list(layout.libraries) + list(layout.support.values()):

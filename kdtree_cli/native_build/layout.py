@@ -9,6 +9,11 @@ Source layout convention:
   csrc/tests/test_*.{cpp,cu}    -> bin/test_*   one binary per file, linked with every lib
   csrc/tests/<other>.{cpp,cu}   -> lib/libkd_tests_support.a, linked into the test binaries
   csrc/bench/bench_*.{cpp,cu}   -> bin/bench_*  likewise, with lib/libkd_bench_support.a
+The native engine, when csrc/engine/ exists, is also linked as two shared libraries:
+  lib/libkdtree_engine.so       engine + kernels + common, for the GPU (python_engine/native)
+  lib/libkdtree_engine_emu.so   the same sources built by the host compiler against the SIMT
+                                emulator, with csrc/kernels/emu/runtime/*.cpp standing in for
+                                the CUDA runtime and cuBLAS: the engine on a CPU, for tests
 Headers (.h, .cuh) are not listed: nvcc/g++ depfiles tell ninja who includes what.
 """
 
@@ -25,6 +30,11 @@ SOURCE_SUFFIXES = (".cpp", ".cu")
 LIB_DIRS = {"engine": SOURCE_SUFFIXES, "kernels": (".cu",), "common": SOURCE_SUFFIXES}
 # Directories whose test_*/bench_* files each become a program.
 PROGRAM_DIRS = {"tests": "test_", "bench": "bench_"}
+# The shared libraries of the engine (built when csrc/engine/ has sources).
+ENGINE_LIB = "lib/libkdtree_engine.so"
+ENGINE_EMU_LIB = "lib/libkdtree_engine_emu.so"
+EMU_RUNTIME_DIR = Path("kernels") / "emu" / "runtime"
+ENGINE_EXPORTS = Path("engine") / "exports.map"
 
 
 @dataclass(frozen=True)
@@ -55,11 +65,17 @@ class SourceLayout:
     support: dict[str, Library]  # kind -> helper library for that kind's programs
     programs: tuple[Program, ...]
     unknown_dirs: tuple[str, ...]  # csrc/<dir> holding sources that no rule covers
+    emu_runtime: tuple[Path, ...] = ()  # relative to the csrc root
+
+    @property
+    def has_engine(self) -> bool:
+        return any(lib.name == "kd_engine" for lib in self.libraries)
 
     def all_sources(self) -> list[Path]:
         out = [s for lib in self.libraries for s in lib.sources]
         out += [s for lib in self.support.values() for s in lib.sources]
         out += [p.source for p in self.programs]
+        out += list(self.emu_runtime)
         return out
 
 
@@ -91,7 +107,8 @@ def discover(csrc: Path) -> SourceLayout:
         d.name for d in csrc.iterdir() if d.is_dir() and d.name not in known and _sources_in(d, True)
     ) if csrc.is_dir() else []
     _check_unique_program_names(programs)
-    return SourceLayout(csrc, tuple(libraries), support, tuple(programs), tuple(unknown))
+    emu_runtime = tuple(p.relative_to(csrc) for p in _sources_in(csrc / EMU_RUNTIME_DIR, recursive=False, suffixes=(".cpp",)))
+    return SourceLayout(csrc, tuple(libraries), support, tuple(programs), tuple(unknown), emu_runtime)
 
 
 def _check_unique_program_names(programs: list[Program]) -> None:

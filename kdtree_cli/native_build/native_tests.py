@@ -46,9 +46,10 @@ def parse_summary(output: str) -> tuple[int, int, int] | None:
     return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
 
 
-def run_program(path: Path, repo_root: Path, timeout: float = PROGRAM_TIMEOUT_S) -> ProgramResult:
+def run_program(path: Path, repo_root: Path, timeout: float = PROGRAM_TIMEOUT_S,
+                extra_env: dict[str, str] | None = None) -> ProgramResult:
     result = ProgramResult(path.name)
-    env = dict(os.environ, KDTREE_REPO_ROOT=str(repo_root))
+    env = dict(os.environ, KDTREE_REPO_ROOT=str(repo_root), **(extra_env or {}))
     start = time.perf_counter()
     try:
         proc = subprocess.run([str(path)], cwd=repo_root, env=env, capture_output=True, text=True,
@@ -74,19 +75,22 @@ def run_program(path: Path, repo_root: Path, timeout: float = PROGRAM_TIMEOUT_S)
     return result
 
 
-def run_native_tests(request: BuildRequest, console: Console, out: Console | None = None) -> list[ProgramResult]:
-    """Build the test programs, run each, print a table; the caller decides the exit status."""
+def run_native_tests(request: BuildRequest, console: Console, out: Console | None = None,
+                     extra_env: dict[str, str] | None = None, log_dir: Path | None = None) -> list[ProgramResult]:
+    """Build the test programs, run each (with extra_env, e.g. the large generated cases),
+    print a table; the caller decides the exit status. Each program's output goes to
+    log_dir (default <build>/test-logs)."""
     out = out or Console()
     request = replace(request, targets=("tests",))
     outcome = build(request, console=console)
     layout, build_dir = outcome.configured.layout, outcome.configured.build_dir
     programs = [p for p in layout.programs if p.kind == "tests"]
     results = []
-    log_dir = build_dir / "test-logs"  # every program's full output, kept for later reading
-    log_dir.mkdir(exist_ok=True)
+    log_dir = log_dir or build_dir / "test-logs"  # every program's full output, kept for later reading
+    log_dir.mkdir(parents=True, exist_ok=True)
     for prog in programs:
         console.print(f"[dim]running {prog.output}[/]", highlight=False)
-        res = run_program(build_dir / prog.output, request.repo_root)
+        res = run_program(build_dir / prog.output, request.repo_root, extra_env=extra_env)
         (log_dir / f"{prog.name}.log").write_text(res.output)
         results.append(res)
         if not res.ok or request.verbose:

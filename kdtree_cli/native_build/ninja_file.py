@@ -22,11 +22,17 @@ from pathlib import Path
 from python_engine.errors import KdtreeError
 
 from .arch import CudaArch
-from .layout import Library, SourceLayout
+from .layout import ENGINE_EMU_LIB, ENGINE_EXPORTS, ENGINE_LIB, Library, SourceLayout
 from .profiles import BuildProfile
 from .toolchain import Toolchain
 
 CXX_STANDARD = "-std=c++17"
+# The emulated engine: the kernels' device code through the host compiler. C++20 for the
+# emulator's designated initialisers; _FORTIFY_SOURCE's longjmp check rejects fiber switches;
+# -O1 is what the emulator's fibers were validated with (and compiles fast).
+EMU_FLAGS = ("-x", "c++", "-std=c++20", "-O1", "-U_FORTIFY_SOURCE", "-DKD_SIMT_EMULATION", "-fPIC", "-w")
+# The stand-in runtime (no fibers inside): optimised, it is the emulated engine's GEMM.
+EMU_RUNTIME_FLAGS = ("-std=c++17", "-O3", "-fPIC", "-Wall")
 MANIFEST_LINE_WIDTH = 100  # ninja_syntax wraps long lines with "$"; wide enough to read
 NINJA_REQUIRED_VERSION = "1.10"  # what we test with is 1.13; 1.10 has every feature used here
 
@@ -107,11 +113,14 @@ def generate(cfg: BuildConfig) -> str:
     includes = [path(layout.csrc), *tc.cuda.include_dirs, tc.cublas.include_dir]
     w.variable("includes", _q(f"-I{d}" for d in dict.fromkeys(includes)))
     w.variable("gencode", " ".join(a.gencode for a in cfg.archs))
-    nvcc_flags = [CXX_STANDARD, *cfg.profile.nvcc_flags, "-Xcompiler", "-Wall",
+    nvcc_flags = [CXX_STANDARD, *cfg.profile.nvcc_flags, "-Xcompiler", "-Wall", "-Xcompiler", "-fPIC",
                   # constexpr host functions (std::numeric_limits, ...) usable in device code
                   "--expt-relaxed-constexpr", "-ccbin", tc.cxx]
     w.variable("nvcc_flags", _q(nvcc_flags))
-    w.variable("cxx_flags", _q([CXX_STANDARD, *cfg.profile.cxx_flags, "-Wall"]))
+    # -fPIC everywhere: the same objects go into the static libraries and the engine's .so
+    w.variable("cxx_flags", _q([CXX_STANDARD, *cfg.profile.cxx_flags, "-Wall", "-fPIC"]))
+    w.variable("emu_flags", _q(EMU_FLAGS))
+    w.variable("emu_runtime_flags", _q(EMU_RUNTIME_FLAGS))
     w.variable("ldflags", _q(_link_flags(tc)))
     # Programs find refs/ through this when KDTREE_REPO_ROOT is not set in the environment.
     w.variable("program_defines", _q([root_define]))
@@ -123,7 +132,12 @@ def generate(cfg: BuildConfig) -> str:
            description="NVCC $src", depfile="$out.d", deps="gcc")
     w.rule("cxx", "$cxx -MMD -MF $out.d $cxx_flags $includes $defines -c $in -o $out",
            description="CXX $src", depfile="$out.d", deps="gcc")
+    w.rule("emucxx", "$cxx -MMD -MF $out.d $emu_flags $includes -c $in -o $out",
+           description="EMU $src", depfile="$out.d", deps="gcc")
+    w.rule("emuruntime", "$cxx -MMD -MF $out.d $emu_runtime_flags $includes -c $in -o $out",
+           description="EMU $src", depfile="$out.d", deps="gcc")
     w.rule("ar", "rm -f $out && ar crs $out $in", description="AR $out")
+    w.rule("shlib", "$cxx -shared -o $out $in $libs -Wl,--version-script=$exports", description="LINK $out")
     w.rule("link", "$cxx -o $out $in $libs $ldflags", description="LINK $out")
     w.newline()
 
@@ -155,11 +169,38 @@ def generate(cfg: BuildConfig) -> str:
         w.newline()
     for name, outputs in groups.items():
         w.build(name, "phony", outputs)
+    engine_libs = _engine_libraries(w, cfg, layout, path, libs) if layout.has_engine else []
     w.build("libs", "phony", libs + list(support.values()))
-    everything = libs + list(support.values()) + [p.output for p in layout.programs]
+    everything = libs + list(support.values()) + [p.output for p in layout.programs] + engine_libs
     w.build("all", "phony", everything)
     w.default("all")
     return buf.getvalue()
+
+
+def _engine_libraries(w, cfg: BuildConfig, layout: SourceLayout, path, static_libs: list[str]) -> list[str]:
+    """lib/libkdtree_engine.so from the static libraries' objects (whole archives: the C API
+    lives in kd_engine), and lib/libkdtree_engine_emu.so from the same sources built against
+    the SIMT emulator and the stand-in runtime."""
+    exports = path(layout.csrc / ENGINE_EXPORTS)
+    link_libs = ["-Wl,--whole-archive", *static_libs, "-Wl,--no-whole-archive", "$ldflags"]
+    w.build(ENGINE_LIB, "shlib", [], implicit=static_libs + [exports],
+            variables={"libs": " ".join(link_libs), "exports": exports})
+    w.build("engine", "phony", ENGINE_LIB)
+    emu_objs = []
+    for lib in layout.libraries:
+        for rel in lib.sources:
+            out = f"obj-emu/{rel.as_posix()}.o"
+            w.build(out, "emucxx", path(layout.csrc / rel), variables={"src": f"csrc/{rel.as_posix()}"})
+            emu_objs.append(out)
+    for rel in layout.emu_runtime:
+        out = f"obj-emu/{rel.as_posix()}.o"
+        w.build(out, "emuruntime", path(layout.csrc / rel), variables={"src": f"csrc/{rel.as_posix()}"})
+        emu_objs.append(out)
+    w.build(ENGINE_EMU_LIB, "shlib", emu_objs, implicit=[exports],
+            variables={"libs": "-lpthread", "exports": exports})
+    w.build("engine_emu", "phony", ENGINE_EMU_LIB)
+    w.newline()
+    return [ENGINE_LIB, ENGINE_EMU_LIB]
 
 
 def write_if_changed(path: Path, text: str) -> bool:

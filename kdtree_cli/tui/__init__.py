@@ -10,7 +10,8 @@
     drawing.py       bars, sparklines and number formats shared by the panels
     snapshot.py      the `s` key's SVG + JSON files
     launch.py        command-line choices -> source -> running app (also for `--tui` flags)
-    bench_ingest.py  events/s absorbed while redrawing (python -m kdtree_cli.tui.bench_ingest)
+
+The ingest benchmark is a developer tool: python -m tools.bench_tui_ingest.
 
 Importing this package imports nothing heavy; textual loads with app.py.
 """

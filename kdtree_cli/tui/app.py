@@ -36,7 +36,7 @@ REDRAW_INTERVAL_S = 0.08
 
 # Under a flood, ingesting may use this share of each redraw interval; then the source
 # waits for the next painted frame (it keeps the display at its rate; ~3x the 10k events/s
-# goal is left on a loaded 2-core box; see bench_ingest.py).
+# goal is left on a loaded 2-core box; see tools/bench_tui_ingest.py).
 INGEST_SHARE = 0.4
 
 # state changes worth a log line (streaming <-> waiting flips of a followed file are not)

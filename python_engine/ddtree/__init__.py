@@ -1,4 +1,4 @@
-"""The DDTree algorithms, defined once (shared/design/ddtree.md): per-depth top-K, the
+"""The DDTree algorithms, defined once (specified in docs/ddtree.md): per-depth top-K, the
 best-first tree build, visibility masks, the accept walk and cache compaction. numpy only,
 so the native tests' bundles and the torch engine share one definition."""
 

@@ -1,5 +1,5 @@
 """The best-first tree build: the first N rank paths in the order (score descending, rank
-path ascending), found with the reference heap of ddtree.md."""
+path ascending), found with the reference heap of docs/ddtree.md."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def build_tree(logp, tok, budget: int, root_token: int = -1) -> Tree:
     ranks: list[tuple[int, ...]] = [()]
     index_of: dict[tuple[int, ...], int] = {(): 0}
     # heap entries: (-score, rank path, score as float32); Python compares the key tuple
-    # lexicographically, which is exactly the total order of ddtree.md.
+    # lexicographically, which is exactly the total order of docs/ddtree.md.
     heap: list[tuple[float, tuple[int, ...], np.float32]] = []
     if budget > 0 and depth_max > 0 and k > 0:
         s0 = np.float32(logp[0, 0])

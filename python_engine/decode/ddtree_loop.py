@@ -1,4 +1,4 @@
-"""DDTree decoding (shared/design/ddtree.md) of one request.
+"""DDTree decoding (docs/ddtree.md) of one request.
 
 Prefill the prompt (its target features become the drafter's context; its last logits
 give the first token, the first round's root). Then per round:

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+
+def tau(accept_lens: Iterable[int]) -> float:
+    """Mean accepted tokens per target forward: the mean acceptance length over rounds
+    (each counts the root, so AR's tau is 1.0; docs/events.md). 0.0 with no rounds."""
+    values = list(accept_lens)
+    return float(sum(values) / len(values)) if values else 0.0
 
 
 @dataclass
@@ -26,8 +34,7 @@ class Generation:
 
     @property
     def tau(self) -> float:
-        """Mean accepted tokens per target forward (1.0 for AR)."""
-        return sum(r.accept_len for r in self.rounds) / len(self.rounds) if self.rounds else 0.0
+        return tau(r.accept_len for r in self.rounds)
 
     @property
     def decode_tokens(self) -> int:

@@ -31,16 +31,86 @@ class RunRequest:
     metrics: str | None = None
     ar: bool = False
     ignore_eos: bool = False
+    engine: str = "torch"  # torch | native | auto (native when built and a GPU answers)
+    prompts_file: Path | None = None  # one prompt per line (text), or JSON lines {"prompt": ...} / {"ids": [...]}
+    prometheus: int | None = None  # serve Prometheus metrics on this port
+    max_slots: int | None = None  # native: requests decoded at once (default: all, up to 64)
 
 
 def run_command(req: RunRequest, stdout: IO[str], stderr: IO[str]) -> list:
-    with open_metrics(req.metrics, stdout) as stream:
-        events = EventWriter(stream)
-        try:
-            return _run(req, events, stdout, stderr)
-        except KdtreeError as exc:
-            events.emit("error", message=str(exc))
-            raise
+    if req.engine not in ("torch", "native", "auto"):
+        raise KdtreeError(f"--engine {req.engine!r}: choose torch, native or auto")
+    exporter = None
+    if req.prometheus is not None:
+        from python_engine.metrics_exporter import PrometheusExporter
+
+        exporter = PrometheusExporter(req.prometheus)
+        print(f"prometheus metrics on :{req.prometheus}/metrics", file=stderr)
+    try:
+        with open_metrics(req.metrics, stdout) as stream:
+            events = EventWriter(stream, listeners=[exporter.observe] if exporter else [])
+            try:
+                if req.engine == "native" or (req.engine == "auto" and _native_available(req, stderr)):
+                    from python_engine.native.run_native import run_native_command
+
+                    return run_native_command(req, events, stdout, stderr)
+                return _run(req, events, stdout, stderr)
+            except KdtreeError as exc:
+                events.emit("error", message=str(exc))
+                raise
+    finally:
+        if exporter:
+            exporter.close()
+
+
+def _native_available(req: RunRequest, stderr: IO[str]) -> bool:
+    """--engine auto: the native engine when its library is built and a CUDA device exists."""
+    from python_engine.native.library import library_path
+
+    if req.device == "cpu" or not library_path("gpu").is_file():
+        print("engine: torch (the native engine is not built here or --device cpu)", file=stderr)
+        return False
+    try:
+        from python_engine.native.engine import device_memory
+
+        device_memory(0)
+    except KdtreeError:
+        print("engine: torch (no CUDA device answers the native engine)", file=stderr)
+        return False
+    return True
+
+
+def read_prompts_file(path: Path) -> tuple[list[str], list[list[int]]]:
+    """Prompts from a file: one text per line, or JSON lines with "prompt" (text) or "ids"."""
+    import json
+
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise KdtreeError(f"--prompts {path}: cannot read: {exc.strerror or exc}") from None
+    texts, ids = [], []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("{"):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise KdtreeError(f"--prompts {path}:{n}: not valid JSON ({exc.msg})") from None
+            except (ValueError, RecursionError) as exc:  # an integer of > 4300 digits, nesting too deep
+                raise KdtreeError(f"--prompts {path}:{n}: cannot be read as JSON ({str(exc)[:80]})") from None
+            if isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
+                texts.append(obj["prompt"])
+            elif isinstance(obj, dict) and isinstance(obj.get("ids"), list) and all(
+                    isinstance(i, int) and not isinstance(i, bool) for i in obj["ids"]) and obj["ids"]:
+                ids.append(obj["ids"])
+            else:
+                raise KdtreeError(f'--prompts {path}:{n}: expected {{"prompt": "text"}} or {{"ids": [1, 2, ...]}}')
+        else:
+            texts.append(line.replace("\\n", "\n"))
+    if not texts and not ids:
+        raise KdtreeError(f"--prompts {path}: no prompts in the file")
+    return texts, ids
 
 
 def _run(req: RunRequest, events: EventWriter, stdout: IO[str], stderr: IO[str]) -> list:
@@ -53,8 +123,9 @@ def _run(req: RunRequest, events: EventWriter, stdout: IO[str], stderr: IO[str])
     from python_engine.model.drafter import load_drafter
     from python_engine.model.target_loader import load_target, parse_dtype, resolve_device
 
-    if not req.prompts and not req.prompt_ids:
-        raise KdtreeError("give at least one --prompt TEXT or --prompt-ids 1,2,3")
+    file_texts, file_ids = read_prompts_file(req.prompts_file) if req.prompts_file is not None else ([], [])
+    if not req.prompts and not req.prompt_ids and not file_texts and not file_ids:
+        raise KdtreeError("give at least one --prompt TEXT, --prompt-ids 1,2,3 or --prompts FILE")
     if not req.ar and req.drafter is None:
         raise KdtreeError("DDTree needs --drafter DIR (or pass --ar for plain autoregressive decoding)")
     device = resolve_device(req.device)
@@ -73,8 +144,9 @@ def _run(req: RunRequest, events: EventWriter, stdout: IO[str], stderr: IO[str])
         progress.remove_task(task)
 
         codec = TextCodec(req.model)
-        prompts = [codec.encode(p) for p in req.prompts]
+        prompts = [codec.encode(p) for p in list(req.prompts) + file_texts]
         prompts += [parse_ids(p, target.cfg.vocab_size) for p in req.prompt_ids]
+        prompts += [parse_ids(",".join(map(str, ids)), target.cfg.vocab_size) for ids in file_ids]
         settings = RunSettings(
             max_new_tokens=req.max_tokens, budget=req.budget, block_size=req.block_size,
             temperature=req.temperature, seed=req.seed, ar=req.ar,

@@ -13,7 +13,7 @@ import torch
 from python_engine.decode.ar import ar_generate
 from python_engine.decode.ddtree_loop import ddtree_generate
 from python_engine.decode.memory import check_round_fits
-from python_engine.decode.result import Generation, RoundInfo
+from python_engine.decode.result import Generation, RoundInfo, tau
 from python_engine.errors import KdtreeError
 from python_engine.events import EventWriter
 from python_engine.model.drafter_base import Drafter
@@ -60,7 +60,7 @@ def summarize(generations: list[Generation]) -> RunSummary:
         tokens=sum(len(g.tokens) for g in generations),
         decode_s=decode_s,
         tokens_per_s=decode_tokens / decode_s if decode_s > 0 else 0.0,
-        tau=sum(r.accept_len for r in rounds) / len(rounds) if rounds else 0.0,
+        tau=tau(r.accept_len for r in rounds),
         rounds=len(rounds),
     )
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from python_engine.refgen.sync import PROJECT_ROOT
+from python_engine.project import PROJECT_ROOT
 
 MODELS_DIR = PROJECT_ROOT / "refs" / "models"
 DEFAULT_TARGET = MODELS_DIR / "demo-target"
 DEFAULT_DRAFTER = MODELS_DIR / "demo-drafter"
+INT4_TARGET = MODELS_DIR / "demo-target-int4"  # `kdtree quantize` of DEFAULT_TARGET, same drafter
 
 # The pair was trained on Python standard-library source: a prompt in that style.
 DEFAULT_PROMPT = '''import os

@@ -83,14 +83,9 @@ def _torch_factory(target_dir: Path, drafter_dir: Path, device: str, dtype: str)
 
 
 def _native_factory(target_dir: Path, drafter_dir: Path, device: str, dtype: str) -> Engine:
-    import torch
-
-    if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
-        raise EngineUnavailable("the native engine needs a CUDA GPU")
-    try:
-        module = importlib.import_module(NATIVE_MODULE)
-    except ModuleNotFoundError:
-        raise EngineUnavailable("the native engine is not part of this build yet") from None
+    if device == "cpu":
+        raise EngineUnavailable("the native engine needs a CUDA GPU (--device cpu was asked for)")
+    module = importlib.import_module(NATIVE_MODULE)
     return module.load(target_dir, drafter_dir, "cuda" if device == "auto" else device, dtype)
 
 

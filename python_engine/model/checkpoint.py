@@ -10,10 +10,8 @@ from pathlib import Path
 import torch
 
 from python_engine.errors import KdtreeError
+from python_engine.model.checkpoint_files import INDEX_NAME, SINGLE_NAME
 from python_engine.model.config import read_json
-
-INDEX_NAME = "model.safetensors.index.json"
-SINGLE_NAME = "model.safetensors"
 
 
 class Checkpoint:
@@ -69,8 +67,8 @@ class Checkpoint:
     def file_of(self, name: str) -> Path:
         return self.directory / self.weight_map[self.prefix + name]
 
-    def get(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
-        """Load one tensor (on CPU, stored dtype), checking its shape when given."""
+    def read(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+        """Load one tensor as stored (on CPU, any dtype), checking its shape when given."""
         full = self.prefix + name
         filename = self.weight_map.get(full)
         if filename is None:
@@ -87,14 +85,17 @@ class Checkpoint:
                 f"checkpoint file {self.directory / filename}: tensor {full!r} has shape "
                 f"{list(tensor.shape)}, expected {list(shape)}"
             )
-        if not (tensor.is_floating_point()):
-            raise KdtreeError(
-                f"checkpoint file {self.directory / filename}: tensor {full!r} has dtype "
-                f"{tensor.dtype}; the engine reads float weights only (quantized weights are not supported)"
-            )
+        return tensor
+
+    def get(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+        """Load one float tensor (on CPU, stored dtype), checking its shape when given."""
+        tensor = self.read(name, shape)
+        where = f"checkpoint file {self.file_of(name)}: tensor {self.prefix + name!r}"
         if tensor.dtype in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)):
+            raise KdtreeError(f"{where} is FP8; dequantize the checkpoint to bf16 first")
+        if not tensor.is_floating_point():
             raise KdtreeError(
-                f"checkpoint file {self.directory / filename}: tensor {full!r} is FP8; "
-                "dequantize the checkpoint to bf16 first"
+                f"{where} has dtype {tensor.dtype}; the engine reads float weights here (INT4 only "
+                "for routed experts, declared by a compressed-tensors quantization_config)"
             )
         return tensor

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from python_engine.errors import KdtreeError
+from python_engine.model.quant_config import Int4Scheme, int4_scheme_from_config
 
 # transformers' DeepseekV3Config defaults, used when config.json omits a key.
 _DEFAULTS: dict[str, Any] = {
@@ -49,6 +50,9 @@ _DEFAULTS: dict[str, Any] = {
     "eos_token_id": 1,
 }
 DEFAULT_ROPE_THETA = 10000.0
+# transformers builds q_a_layernorm and kv_a_layernorm with DeepseekV3RMSNorm's default eps,
+# not config.rms_norm_eps; the oracle wins (both engines use this).
+LATENT_NORM_EPS = 1e-6
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,7 @@ class TargetConfig:
     rope: RopeConfig
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    quantization: Int4Scheme | None = None  # INT4 routed experts; None: all weights float
     source: str = "<config>"  # where it was read from, for error messages
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -265,13 +270,9 @@ def config_from_dict(raw: dict, source: str = "<config>") -> TargetConfig:
     for key, supported in (("scoring_func", "sigmoid"), ("topk_method", "noaux_tc"), ("moe_layer_freq", 1)):
         if key in cfg and cfg[key] != supported:
             raise KdtreeError(f"{where}: {key} = {cfg[key]!r} is not supported (only {supported!r})")
-    if cfg.get("quantization_config") or raw.get("quantization_config"):
-        qc = cfg.get("quantization_config") or raw.get("quantization_config")
-        method = qc.get("quant_method", "?") if isinstance(qc, dict) else "?"
-        raise KdtreeError(
-            f"{where}: quantized checkpoints ({method}) are not supported by the torch "
-            "reference engine; use bf16/fp32 weights"
-        )
+    # quantized: INT4 routed experts only (python_engine/model/quant_config.py), else refused
+    hidden, moe_inter = need_int("hidden_size"), need_int("moe_intermediate_size")
+    quantization = int4_scheme_from_config(raw, cfg, where, in_features=(hidden, moe_inter))
 
     heads = need_int("num_attention_heads")
     kv_heads = get("num_key_value_heads")
@@ -312,9 +313,9 @@ def config_from_dict(raw: dict, source: str = "<config>") -> TargetConfig:
 
     return TargetConfig(
         vocab_size=need_int("vocab_size"),
-        hidden_size=need_int("hidden_size"),
+        hidden_size=hidden,
         intermediate_size=need_int("intermediate_size"),
-        moe_intermediate_size=need_int("moe_intermediate_size"),
+        moe_intermediate_size=moe_inter,
         num_hidden_layers=n_layers,
         num_attention_heads=heads,
         n_shared_experts=need_int("n_shared_experts", 0),
@@ -337,6 +338,7 @@ def config_from_dict(raw: dict, source: str = "<config>") -> TargetConfig:
         rope=rope_from_dict(cfg, where),
         bos_token_id=None if bos is None else config_int(where, "bos_token_id", bos, 0),
         eos_token_ids=eos_ids,
+        quantization=quantization,
         source=source,
         raw=raw,
     )

@@ -91,6 +91,45 @@ def drafter_config_from_dict(raw: dict, source: str = "<drafter config>") -> Dra
     )
 
 
+def drafter_config_dict(*, hidden_size: int, num_hidden_layers: int, num_attention_heads: int,
+                        num_key_value_heads: int, head_dim: int, intermediate_size: int,
+                        rope_theta: float, max_position_embeddings: int, vocab_size: int,
+                        num_target_layers: int, block_size: int, target_layer_ids: list[int],
+                        mask_token_id: int, torch_dtype: str,
+                        attention_dropout: float | None = None) -> dict:
+    """z-lab's DFlash config.json (a Qwen3 config plus block_size and dflash_config), the
+    one writer of it: the demo drafter's export and the random test drafters both use it.
+    `attention_dropout` is written only when given (the committed reference bundles embed
+    configs without it)."""
+    cfg = {
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "hidden_size": hidden_size,
+        "num_hidden_layers": num_hidden_layers,
+        "num_attention_heads": num_attention_heads,
+        "num_key_value_heads": num_key_value_heads,
+        "head_dim": head_dim,
+        "intermediate_size": intermediate_size,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": rope_theta,
+        "rope_scaling": None,
+        "max_position_embeddings": max_position_embeddings,
+        "vocab_size": vocab_size,
+        "attention_bias": False,
+    }
+    if attention_dropout is not None:
+        cfg["attention_dropout"] = attention_dropout
+    cfg.update({
+        "tie_word_embeddings": False,
+        "num_target_layers": num_target_layers,
+        "block_size": block_size,
+        "dflash_config": {"target_layer_ids": list(target_layer_ids), "mask_token_id": mask_token_id},
+        "torch_dtype": torch_dtype,
+    })
+    return cfg
+
+
 def check_against_target(d: DrafterConfig, t: TargetConfig) -> None:
     """The drafter reads the target's embeddings, lm_head and hidden states: shapes must agree."""
     if d.hidden_size != t.hidden_size:

@@ -15,14 +15,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from python_engine.model.config import TargetConfig
+from python_engine.model.config import LATENT_NORM_EPS, TargetConfig
 from python_engine.model.latent_cache import LatentCache
 from python_engine.model.ops import rms_norm
 from python_engine.model.rope import Rotary
-
-# transformers builds q_a_layernorm and kv_a_layernorm with DeepseekV3RMSNorm's default
-# eps, not config.rms_norm_eps; the oracle wins.
-LATENT_NORM_EPS = 1e-6
 
 
 @dataclass

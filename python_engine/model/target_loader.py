@@ -11,6 +11,7 @@ import torch
 from python_engine.errors import KdtreeError
 from python_engine.model.checkpoint import Checkpoint
 from python_engine.model.config import load_target_config
+from python_engine.model.int4 import read_int4_linear
 from python_engine.model.mla import MlaWeights, split_kv_b
 from python_engine.model.moe import MoeWeights
 from python_engine.model.target import LayerWeights, TargetModel, TargetWeights
@@ -58,6 +59,15 @@ def load_target(
         t = ckpt.get(name, tuple(shape))
         return t.to(device=device, dtype=router_dtype if keep_fp32 else dtype)
 
+    if cfg.quantization is not None:
+        cfg.quantization.check_modules(cfg, ckpt.prefix)
+
+    def expert(module: str, shape) -> torch.Tensor:
+        """A routed expert's weight: dequantized (bf16, as stored) when the checkpoint is INT4."""
+        if cfg.quantization is None:
+            return get(module + ".weight", shape)
+        return read_int4_linear(ckpt, module, *shape).dequantize().to(device=device, dtype=dtype)
+
     H, V = cfg.hidden_size, cfg.vocab_size
     nh, qk, r, rope, v = (cfg.num_attention_heads, cfg.qk_head_dim, cfg.kv_lora_rank,
                           cfg.qk_rope_head_dim, cfg.v_head_dim)
@@ -96,9 +106,9 @@ def load_target(
             moe = MoeWeights(
                 router=get(m + "gate.weight", (E, H), keep_fp32=True),
                 correction_bias=get(m + "gate.e_score_correction_bias", (E,), keep_fp32=True),
-                gate=torch.stack([get(x + "gate_proj.weight", (I, H)) for x in ex]),
-                up=torch.stack([get(x + "up_proj.weight", (I, H)) for x in ex]),
-                down=torch.stack([get(x + "down_proj.weight", (H, I)) for x in ex]),
+                gate=torch.stack([expert(x + "gate_proj", (I, H)) for x in ex]),
+                up=torch.stack([expert(x + "up_proj", (I, H)) for x in ex]),
+                down=torch.stack([expert(x + "down_proj", (H, I)) for x in ex]),
                 shared=shared,
             )
         else:

@@ -53,8 +53,8 @@ from python_engine.decode.ar import ar_generate
 from python_engine.decode.ddtree_loop import ddtree_generate
 from python_engine.kdtr import write_kdtr
 from python_engine.model.drafter import load_drafter
-from python_engine.model.random_drafter import drafter_config_dict, random_drafter_tensors
-from python_engine.model.random_target import random_target_tensors, save_safetensors_dir, tiny_config
+from python_engine.testing.random_drafter import random_drafter_config, random_drafter_tensors
+from python_engine.testing.random_target import random_target_tensors, save_safetensors_dir, tiny_config
 from python_engine.model.target_loader import load_target
 
 TARGET_SEED, DRAFTER_SEED, INPUT_SEED, SAMPLE_SEED = 20261130, 20261131, 20261132, 20261133
@@ -92,7 +92,7 @@ def _write_models(work: Path, weight_dtype: torch.dtype) -> tuple[Path, Path, di
     save_safetensors_dir(tdir, tensors)
     (tdir / "config.json").write_text(json.dumps(REFS_CONFIG))
     target_cfg = load_target(tdir).cfg
-    dcfg = drafter_config_dict(target_cfg, num_layers=2, block_size=BLOCK, num_heads=2, num_kv_heads=1, head_dim=16)
+    dcfg = random_drafter_config(target_cfg, num_layers=2, block_size=BLOCK, num_heads=2, num_kv_heads=1, head_dim=16)
     dtensors = random_drafter_tensors(dcfg, DRAFTER_SEED)
     ddir = work / "drafter"
     save_safetensors_dir(ddir, dtensors)

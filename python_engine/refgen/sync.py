@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from python_engine.project import PROJECT_ROOT
 from python_engine.refgen import GENERATORS, load_generator
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_REFS_DIR = PROJECT_ROOT / "refs"
 
 

@@ -124,32 +124,39 @@ def make_prompts(stream: np.ndarray, count: int, length: int, generator: torch.G
     return torch.cat([torch.full((count, 1), EOS_ID, dtype=torch.long), body], dim=1)
 
 
+def generation_batches(prompt_lens, count: int, batch: int, progress: Progress, time_budget_s: float | None = None):
+    """Yields (prompt length, batch size) for up to `count` continuations; batch i uses
+    prompt_lens[i % len], so positions and prompt sizes vary as a user's requests do. With a
+    time budget, stops after the last whole batch that fits (said in the log)."""
+    import time
+
+    made, i = 0, 0
+    t0 = time.perf_counter()
+    while made < count:
+        if i and time_budget_s is not None:
+            elapsed = time.perf_counter() - t0
+            if elapsed + elapsed / i > time_budget_s:
+                progress.say(f"generation time budget {time_budget_s:.0f} s reached after {made} of {count} "
+                             "continuations")
+                return
+        P = prompt_lens[i % len(prompt_lens)]
+        n = min(batch, count - made)
+        yield P, n
+        made += n
+        i += 1
+        progress.say(f"generated {made}/{count} continuations (prompt length {P}) in "
+                     f"{time.perf_counter() - t0:.0f} s")
+
+
 @torch.no_grad()
 def distill_sequences(model, stream: np.ndarray, prompt_lens, seq_len: int, count: int, batch: int,
                       generator: torch.Generator, device, progress: Progress,
                       time_budget_s: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Up to `count` sequences [n, seq_len] (prompt + greedy continuation, on `device`) and
-    their prompt lengths [n] (CPU); batch i uses prompt length prompt_lens[i % len], so positions and prompt
-    sizes vary as a user's requests do. With a time budget, stops after the last whole batch
-    that fits (said in the log)."""
-    import time
-
-    seqs, lens, made, i = [], [], 0, 0
-    t0 = time.perf_counter()
-    while made < count:
-        if seqs and time_budget_s is not None:
-            elapsed = time.perf_counter() - t0
-            if elapsed + elapsed / len(seqs) > time_budget_s:
-                progress.say(f"generation time budget {time_budget_s:.0f} s reached after {made} of {count} "
-                             "continuations")
-                break
-        P = prompt_lens[i % len(prompt_lens)]
-        n = min(batch, count - made)
+    their prompt lengths [n] (CPU), in generation_batches."""
+    seqs, lens = [], []
+    for P, n in generation_batches(prompt_lens, count, batch, progress, time_budget_s):
         prompts = make_prompts(stream, n, P, generator).to(device)
         seqs.append(greedy_continuations(model, prompts, seq_len - P, n, progress, quiet=True))
         lens.append(torch.full((n,), P, dtype=torch.long))
-        made += n
-        i += 1
-        progress.say(f"generated {made}/{count} continuations (prompt length {P}) in "
-                     f"{time.perf_counter() - t0:.0f} s")
     return torch.cat(seqs), torch.cat(lens)

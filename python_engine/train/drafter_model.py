@@ -18,39 +18,26 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from python_engine.model.drafter_config import DrafterConfig, drafter_config_from_dict
+from python_engine.model.drafter_config import DrafterConfig, drafter_config_dict, drafter_config_from_dict
 from python_engine.model.rope import inverse_frequencies
 from python_engine.train.recipe import DrafterShape
+from python_engine.train.sharded_save import save_sharded
 from python_engine.train.tokenizer import MASK_ID
 
 MAX_FILE_BYTES = 7 * 1024 * 1024
 
 
-def drafter_config_dict(shape: DrafterShape, target_cfg: dict, dtype: str = "bfloat16") -> dict:
-    """z-lab's DFlash config.json: a Qwen3 config plus block_size and dflash_config."""
-    return {
-        "architectures": ["DFlashDraftModel"],
-        "model_type": "qwen3",
-        "hidden_size": target_cfg["hidden_size"],
-        "num_hidden_layers": shape.num_hidden_layers,
-        "num_attention_heads": shape.num_attention_heads,
-        "num_key_value_heads": shape.num_key_value_heads,
-        "head_dim": shape.head_dim,
-        "intermediate_size": shape.intermediate_size,
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-6,
-        "rope_theta": shape.rope_theta,
-        "rope_scaling": None,
-        "max_position_embeddings": target_cfg["max_position_embeddings"],
-        "vocab_size": target_cfg["vocab_size"],
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "tie_word_embeddings": False,
-        "num_target_layers": target_cfg["num_hidden_layers"],
-        "block_size": shape.block_size,
-        "dflash_config": {"target_layer_ids": list(shape.target_layer_ids), "mask_token_id": MASK_ID},
-        "torch_dtype": dtype,
-    }
+def demo_drafter_config(shape: DrafterShape, target_cfg: dict, dtype: str = "bfloat16") -> dict:
+    """The demo drafter's config.json, from the recipe's shape and the target's config."""
+    return drafter_config_dict(
+        hidden_size=target_cfg["hidden_size"], num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads, num_key_value_heads=shape.num_key_value_heads,
+        head_dim=shape.head_dim, intermediate_size=shape.intermediate_size, rope_theta=shape.rope_theta,
+        max_position_embeddings=target_cfg["max_position_embeddings"], vocab_size=target_cfg["vocab_size"],
+        num_target_layers=target_cfg["num_hidden_layers"], block_size=shape.block_size,
+        target_layer_ids=list(shape.target_layer_ids), mask_token_id=MASK_ID, torch_dtype=dtype,
+        attention_dropout=0.0,
+    )
 
 
 class RMSNorm(nn.Module):
@@ -200,32 +187,8 @@ def position_weights(block_size: int, decay: float, device) -> torch.Tensor:
 
 def save_drafter(model: DFlashTrainModel, config: dict, out_dir: Path, dtype=torch.bfloat16) -> Path:
     """config.json + model.safetensors (sharded with an index if over MAX_FILE_BYTES)."""
-    from safetensors.torch import save_file
-
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob("*.safetensors*"):
-        old.unlink()
-    tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
-    total = sum(t.numel() * t.element_size() for t in tensors.values())
-    if total <= MAX_FILE_BYTES:
-        save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    else:
-        shards, current, size = [], {}, 0
-        for name, t in tensors.items():
-            nbytes = t.numel() * t.element_size()
-            if current and size + nbytes > MAX_FILE_BYTES:
-                shards.append(current)
-                current, size = {}, 0
-            current[name] = t
-            size += nbytes
-        shards.append(current)
-        weight_map = {}
-        for i, shard in enumerate(shards):
-            fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-            save_file(shard, str(out_dir / fname), metadata={"format": "pt"})
-            weight_map.update({k: fname for k in shard})
-        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-        (out_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    tensors = {k: v.detach().to("cpu", dtype) for k, v in model.state_dict().items()}
+    save_sharded(tensors, out_dir, MAX_FILE_BYTES)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return out_dir

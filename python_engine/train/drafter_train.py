@@ -12,6 +12,9 @@ miss ends the accepted path).
 Validation (drafter_validation) runs on held-out-file prompts shaped like the evaluation's
 and reports the engine's own T = 0 tau there (chain and DDTree at val_budget); the weights
 of the evaluation with the best DDTree tau are the ones saved.
+
+The loop itself (fit_drafter) is shared with the agree pair (agree_pair.py), which feeds it
+features precomputed on a CPU instead of running the target every step.
 """
 
 from __future__ import annotations
@@ -19,16 +22,17 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
 from python_engine.train.drafter_data import LayerTaps, distill_sequences, sample_blocks, target_features
-from python_engine.train.drafter_model import DFlashTrainModel, drafter_config_dict, position_weights, save_drafter
-from python_engine.train.drafter_validation import build_validation_set, validate
+from python_engine.train.drafter_model import DFlashTrainModel, demo_drafter_config, position_weights, save_drafter
+from python_engine.train.drafter_validation import ValidationSet, build_validation_set, validate
 from python_engine.train.evaluate import heldout_prompts
 from python_engine.train.progress import LossMeter, Progress
-from python_engine.train.recipe import Recipe
+from python_engine.train.recipe import DrafterTraining, Recipe
 from python_engine.train.schedule import StepPlan, TimeGuard, lr_at
 from python_engine.train.target_model import load_hf_target, read_config
 from python_engine.train.target_train import autocast_for
@@ -65,12 +69,36 @@ def train_drafter(recipe: Recipe, tokens: TokenizedCorpus, target_dir: Path, out
 
     embed = target.model.embed_tokens.weight.detach()
     lm_head = target.lm_head.weight.detach()
-    raw = drafter_config_dict(shape, read_config(target_dir))
+    raw = demo_drafter_config(shape, read_config(target_dir))
+    model, history = fit_drafter(raw, dt, seqs, prompt_lens,
+                                 lambda rows, batch: target_features(target, taps, batch, device),
+                                 val, embed, lm_head, device, g, progress, log)
+    taps.remove()
+    history.update(generation_seconds=gen_seconds, continuations=len(seqs), continuation_tokens=continuation_tokens)
+    save_drafter(model, raw, out_dir)
+    (out_dir.parent / HISTORY_NAME).write_text(json.dumps(history, indent=1) + "\n")
+    sv = history["saved_val"]
+    log(f"saved {out_dir} (step {history['saved_step']} of {history['steps_run']}, {history['seconds']} s); on "
+        f"{len(val.seqs)} held-out prompts the engine's T=0 tau is {sv['tau_budget']:.3f} at budget "
+        f"{dt.val_budget}, chain {sv['chain_tau']:.3f} (per-anchor chain mean {sv['chain_tau_uniform']:.2f})")
+    return history
+
+
+def fit_drafter(raw: dict, dt: DrafterTraining, seqs: torch.Tensor, prompt_lens: torch.Tensor,
+                features_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], val: ValidationSet,
+                embed: torch.Tensor, lm_head: torch.Tensor, device: torch.device, g: torch.Generator,
+                progress: Progress, log) -> tuple[DFlashTrainModel, dict]:
+    """Train a drafter of config `raw` on self-distilled sequences [n, S] (prompt lengths
+    [n]); features_of(rows, batch) gives the target features [len(rows), >= S - 1, F] of
+    seqs[rows] (= batch), computed per step (the demo, on a GPU) or looked up (the agree
+    pair, precomputed on a CPU); g draws the rows and anchors. Returns the model holding the
+    weights of the best validation, and the history (training loss, validations, steps)."""
+    B = raw["block_size"]
     model = DFlashTrainModel.from_config_dict(raw, dt.seed).to(device)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"DFlash drafter: {n_params / 1e6:.2f} M parameters, {shape.num_hidden_layers} layers, block {B}, "
-        f"features from target layers {list(shape.target_layer_ids)}; {dt.steps} steps of "
+    log(f"DFlash drafter: {n_params / 1e6:.2f} M parameters, {raw['num_hidden_layers']} layers, block {B}, "
+        f"features from target layers {raw['dflash_config']['target_layer_ids']}; {dt.steps} steps of "
         f"{dt.batch_size}x{dt.anchors_per_seq} blocks")
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
@@ -90,7 +118,7 @@ def train_drafter(recipe: Recipe, tokens: TokenizedCorpus, target_dir: Path, out
             group["lr"] = lr
         rows = torch.randint(0, len(seqs), (dt.batch_size,), generator=g)
         batch = seqs[rows.to(device)]
-        feats = target_features(target, taps, batch, device)
+        feats = features_of(rows, batch)
         anchors, blocks, labels = sample_blocks(batch, prompt_lens[rows], dt.anchors_per_seq, B, g)
         with autocast_for(device):
             logits = model(feats, anchors, blocks, embed, lm_head)
@@ -117,21 +145,13 @@ def train_drafter(recipe: Recipe, tokens: TokenizedCorpus, target_dir: Path, out
                           tau=v["tau_budget"], chain_tau=v["chain_tau"], chain_acc1=v["chain_acc1"],
                           uniform=v["chain_tau_uniform"], lr=lr)
         step += 1
-    taps.remove()
     if best["state"] is not None and best["step"] != plan.total:
         model.load_state_dict(best["state"])
         log(f"keeping the weights of step {best['step']} (validation tau {best['tau_budget']:.3f}, "
             f"last {history['val']['tau_budget'][-1]:.3f})")
     at = history["val"]["step"].index(best["step"])
     history.update(steps_planned=plan.planned, steps_run=plan.total, time_guard=plan.cut_reason,
-                   seconds=round(guard.elapsed(), 1), parameters=n_params, generation_seconds=gen_seconds,
-                   continuations=len(seqs), continuation_tokens=continuation_tokens, val_budget=dt.val_budget,
+                   seconds=round(guard.elapsed(), 1), parameters=n_params, val_budget=dt.val_budget,
                    val_prompts=len(val.seqs), saved_step=best["step"],
                    saved_val={k: history["val"][k][at] for k in VAL_KEYS})
-    save_drafter(model, raw, out_dir)
-    (out_dir.parent / HISTORY_NAME).write_text(json.dumps(history, indent=1) + "\n")
-    sv = history["saved_val"]
-    log(f"saved {out_dir} (step {best['step']} of {plan.total}, {history['seconds']} s); on {len(val.seqs)} "
-        f"held-out prompts the engine's T=0 tau is {sv['tau_budget']:.3f} at budget {dt.val_budget}, chain "
-        f"{sv['chain_tau']:.3f} (per-anchor chain mean {sv['chain_tau_uniform']:.2f})")
-    return history
+    return model, history

@@ -21,7 +21,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from python_engine.decode.result import tau
 from python_engine.train.acceptance_sim import draft_topk, sequence_rounds
+from python_engine.train.precision import tf32
 from python_engine.train.tokenizer import MASK_ID
 
 
@@ -31,17 +33,6 @@ class ValidationSet:
     features: torch.Tensor  # [N, S, len(ids) * H] float32
     prompt_len: int
     new_tokens: int  # the eval's request length: rounds anchor at prompt_len .. prompt_len+new_tokens-2
-
-
-@contextmanager
-def exact_float32():
-    """TF32 off (training turns it on for speed): the engine's evaluation runs without it."""
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 @contextmanager
@@ -67,7 +58,7 @@ def build_validation_set(target, taps, prompts: torch.Tensor, new_tokens: int, b
                          progress) -> ValidationSet:
     from python_engine.train.drafter_data import greedy_continuations, target_features
 
-    with exact_float32():
+    with tf32(False):  # the engine's evaluation runs in true float32
         seqs = greedy_continuations(target, prompts, new_tokens + block_size - 1, len(prompts), progress, quiet=True)
         features = target_features(target, taps, seqs, seqs.device)
     return ValidationSet(seqs, features, prompts.shape[1], new_tokens)
@@ -101,7 +92,7 @@ def validate(model, vs: ValidationSet, embed: torch.Tensor, lm_head: torch.Tenso
     A = T  # anchors P .. P+T-1: the walk's (P .. P+T-2) and one more for the per-anchor stats
     ce_sum, correct_sum, uniform, chain, tree = 0.0, torch.zeros(D), [], [], []
     offsets = torch.arange(A, device=vs.seqs.device)[:, None] + 1 + torch.arange(D, device=vs.seqs.device)
-    with exact_float32(), saved_precision(model, saved_dtype):
+    with tf32(False), saved_precision(model, saved_dtype):
         for g0 in range(0, len(vs.seqs), group):
             seqs, feats = vs.seqs[g0 : g0 + group], vs.features[g0 : g0 + group]
             logits = anchor_logits(model, feats, seqs, P, A, embed, lm_head)  # [n, A, D, V]
@@ -124,7 +115,7 @@ def validate(model, vs: ValidationSet, embed: torch.Tensor, lm_head: torch.Tenso
         "loss": ce_sum / (n_blocks * D),  # position-weighted, as the training loss
         "depth_accuracy": [round(float(a), 4) for a in correct_sum / n_blocks],
         "chain_tau_uniform": float(np.mean(uniform)),
-        "chain_tau": float(chain_np.mean()),
+        "chain_tau": tau(chain),
         "chain_acc1": float((chain_np >= 2).mean()),  # the eval's chain depth-1 acceptance
-        "tau_budget": float(np.mean(tree)),
+        "tau_budget": tau(tree),
     }

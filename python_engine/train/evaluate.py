@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from python_engine.decode.result import tau
 from python_engine.train.batches import fixed_windows
 from python_engine.train.chain import ChainDrafter
 from python_engine.train.progress import Progress
@@ -63,7 +64,7 @@ class RunSet:
         conditional = [reach[0]] + [reach[d] / reach[d - 1] if reach[d - 1] > 0 else 0.0 for d in range(1, depth)]
         out = {
             "name": self.name, "budget": self.budget, "temperature": self.temperature,
-            "tau": round(float(acc.mean()), 4), "rounds": len(acc),
+            "tau": round(tau(self.accept), 4), "rounds": len(acc),
             "mean_tree_size": round(float(np.mean(self.tree_sizes)), 2),
             "tokens_per_s": round(self.tokens / self.decode_s, 1) if self.decode_s > 0 else None,
             "accept_hist": np.bincount(acc, minlength=depth + 2)[1:].tolist(),

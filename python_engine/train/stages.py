@@ -14,6 +14,7 @@ from python_engine.errors import KdtreeError
 from python_engine.train.recipe import Recipe, validate
 
 STAGES = ("corpus", "tokenizer", "target", "drafter", "eval", "export")
+TF32_STAGES = ("target", "drafter")  # training: TF32 on (precision.py says why only there)
 
 
 @dataclass(frozen=True)
@@ -93,13 +94,18 @@ def run_stages(requested: list[str], recipe: Recipe, p: DemoPaths, device: str, 
     if set(wanted) & {"target", "drafter", "eval", "export"}:
         check_recipe(recipe, p, fresh=force or not any(stage_done(s, p) for s in ("target", "drafter", "eval")))
     check_data(recipe, p, rebuilding={s for s in wanted if force or not resume or not stage_done(s, p)})
+    from python_engine.model.target_loader import resolve_device
+    from python_engine.train.precision import tf32
+
+    dev = resolve_device(device)
     ran, rerun_rest = [], False
     for stage in wanted:
         if resume and not force and not rerun_rest and stage_done(stage, p):
             say(f"[{stage}] done earlier; skipping (delete its files or pass --force to redo it)")
             continue
         say(f"[{stage}] starting")
-        STAGE_FUNCTIONS[stage](recipe, p, resolve_device(device), stdlib=stdlib, experts=experts, say=say)
+        with tf32(stage in TF32_STAGES and dev.type == "cuda"):  # restored after the stage
+            STAGE_FUNCTIONS[stage](recipe, p, dev, stdlib=stdlib, experts=experts, say=say)
         ran.append(stage)
         rerun_rest = stage != "export"
     return ran
@@ -117,19 +123,6 @@ def quiet_transformers() -> None:
         hf_logging.set_verbosity_error()
     except ImportError:
         pass
-
-
-def resolve_device(name: str):
-    import torch
-
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise KdtreeError("--device cuda was asked for but torch sees no CUDA device")
-    if name.startswith("cuda"):
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    return torch.device(name)
 
 
 def _corpus(recipe, p, device, stdlib=None, say=print, **_):
@@ -198,12 +191,6 @@ def _eval(recipe, p, device, say=print, **_):
     for stage in ("target", "drafter"):
         if not stage_done(stage, p):
             raise KdtreeError(f"the {stage} stage has not finished in {p.work_dir}: run it first")
-    import torch
-
-    # the reference engine evaluates in true float32: TF32 (fine for training) would round
-    # the tree verify and the one-token AR step differently enough to flip near-ties
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     partial_path = p.work_dir / "eval.partial.json"
     result = evaluate(recipe, load_tokens(p.data_dir), p.target_dir, p.drafter_dir, device,
                       partial=lambda done: partial_path.write_text(json.dumps(done, indent=1) + "\n"))

@@ -96,7 +96,8 @@ def test_text_prompt_through_tokenizer_and_metrics_on_stdout(decode_models, tmp_
     (["--ar", "--prompt-ids", "1", "--dtype", "float8"], "dtype 'float8' is not supported"),
     (["--ar", "--prompt-ids", "1", "--device", "tpu"], "not a torch device"),
     (["--ar", "--prompt-ids", "1", "--max-tokens", "0"], "max tokens must be >= 1"),
-    (["--prompt-ids", "1", "--engine", "native"], "drives the torch engine only"),
+    (["--prompt-ids", "1", "--engine", "warp-drive"], "choose torch, native or auto"),
+    (["--prompt-ids", "1", "--engine", "native", "--device", "cpu"], "runs on CUDA devices"),
 ])
 def test_bad_input_fails_with_a_clear_message(decode_models, args, message, tmp_path):
     """In-process (fast): the KdtreeError the CLI entry point turns into 'error: ...'."""

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from python_engine.demo.defaults import DEFAULT_TARGET
+from python_engine.demo.defaults import DEFAULT_TARGET, INT4_TARGET
 from python_engine.demo.engines import select_engine
 from python_engine.errors import KdtreeError
 from python_engine.events import iter_events
@@ -46,10 +46,32 @@ def test_demo_on_the_shipped_pair_matches_ar():
 
 
 @pytest.mark.skipif(not (DEFAULT_TARGET / "config.json").exists(), reason="demo pair not committed yet")
-def test_shipped_pair_fits_the_repository_limits():
-    from python_engine.train.export import check_pair_sizes
+def test_shipped_pairs_fit_the_repository_limits():
+    from python_engine.train.export import TARGETS, check_pair_sizes
 
-    assert check_pair_sizes(DEFAULT_TARGET.parent) <= 24 * 2**20
+    for target in TARGETS:  # the bf16 and the INT4 target, each with the one drafter
+        assert check_pair_sizes(DEFAULT_TARGET.parent, target) <= 24 * 2**20
+
+
+@pytest.mark.skipif(not (INT4_TARGET / "config.json").exists(), reason="INT4 demo target not committed yet")
+def test_demo_on_the_shipped_int4_target_matches_ar():
+    result = demo_json("--int4", "--max-tokens", "48", "--budget", "32")
+    _check_identical(result, 48)
+    assert result["text"].strip() and result["ddtree"]["tau"] > 1.5  # the bf16 drafter still helps
+
+
+@pytest.mark.skipif(not (INT4_TARGET / "config.json").exists(), reason="INT4 demo target not committed yet")
+def test_shipped_int4_target_is_kdtree_quantize_of_the_shipped_target(tmp_path):
+    """Byte for byte: a retrained demo-target must come with its INT4 twin regenerated."""
+    from python_engine.train.export import write_int4_target
+
+    (tmp_path / "demo-target").symlink_to(DEFAULT_TARGET)
+    fresh = write_int4_target(tmp_path)
+    shipped = sorted(p.name for p in INT4_TARGET.iterdir())
+    assert sorted(p.name for p in fresh.iterdir()) == shipped
+    stale = [n for n in shipped if (fresh / n).read_bytes() != (INT4_TARGET / n).read_bytes()]
+    assert not stale, (f"{INT4_TARGET} is not `kdtree quantize` of {DEFAULT_TARGET} ({stale} differ): run "
+                       f"kdtree quantize {DEFAULT_TARGET} {INT4_TARGET} --force --shard-size 7")
 
 
 def test_demo_on_a_smoke_pair_matches_ar_and_streams_events(smoke_pair, tmp_path):

@@ -83,13 +83,13 @@ def test_blocks_stay_out_of_each_sequences_own_prompt(seed):
 
 
 def test_saved_precision_rounds_for_the_block_then_restores(seed):
-    from python_engine.train.drafter_model import DFlashTrainModel, drafter_config_dict
+    from python_engine.train.drafter_model import DFlashTrainModel, demo_drafter_config
     from python_engine.train.drafter_validation import saved_precision
     from python_engine.train.recipe import DrafterShape
 
     shape = DrafterShape(num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
                          intermediate_size=16, block_size=4, target_layer_ids=(0,))
-    model = DFlashTrainModel.from_config_dict(drafter_config_dict(shape, {"hidden_size": 16, "num_hidden_layers": 1,
+    model = DFlashTrainModel.from_config_dict(demo_drafter_config(shape, {"hidden_size": 16, "num_hidden_layers": 1,
                                                                          "max_position_embeddings": 64,
                                                                          "vocab_size": 32}), seed % 1000)
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -122,3 +122,17 @@ def test_chain_drafter_makes_the_top1_path(rng):
     assert tree.n == 5
     assert tree.depth[1:].tolist() == [1, 2, 3, 4, 5] and tree.parent[1:].tolist() == [0, 1, 2, 3, 4]
     assert tree.tokens[1:].tolist() == logits.argmax(dim=-1).tolist()
+
+
+def test_demo_drafter_config_is_what_the_committed_pair_holds():
+    """The one config.json writer (model/drafter_config.py) reproduces the demo drafter's
+    committed config from the recipe and the committed target's config."""
+    import json
+
+    from python_engine.demo.defaults import MODELS_DIR
+    from python_engine.train.drafter_model import demo_drafter_config
+    from python_engine.train.recipe import get_recipe
+
+    target_cfg = json.loads((MODELS_DIR / "demo-target" / "config.json").read_text())
+    committed = json.loads((MODELS_DIR / "demo-drafter" / "config.json").read_text())
+    assert demo_drafter_config(get_recipe("demo").drafter, target_cfg) == committed

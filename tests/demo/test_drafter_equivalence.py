@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 
 from python_engine.model.drafter import load_drafter
-from python_engine.model.random_target import tiny_config, write_random_target
+from python_engine.testing.random_target import tiny_config, write_random_target
 from python_engine.model.target_loader import load_target
-from python_engine.train.drafter_model import DFlashTrainModel, drafter_config_dict, save_drafter
+from python_engine.train.drafter_model import DFlashTrainModel, demo_drafter_config, save_drafter
 from python_engine.train.recipe import DrafterShape
 
 
@@ -33,7 +33,7 @@ def test_training_forward_equals_engine_draft(tmp_path, seed):
     target = load_target(tmp_path / "target")
     shape = DrafterShape(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                          intermediate_size=40, block_size=6, target_layer_ids=(0, 2))
-    raw = drafter_config_dict(shape, cfg, dtype="float32")
+    raw = demo_drafter_config(shape, cfg, dtype="float32")
     model = DFlashTrainModel.from_config_dict(raw, seed=seed % 1000)
     _perturb(model, g)
     save_drafter(model, raw, tmp_path / "drafter", dtype=torch.float32)

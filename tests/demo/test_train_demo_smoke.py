@@ -32,9 +32,10 @@ def test_smoke_recipe_end_to_end_and_resume(tmp_path):
     assert result["target_training"]["steps_run"] == 3
     for name in ("summary.md", "target-loss.png", "drafter-loss.png", "drafter-acceptance.png"):
         assert (tmp_path / "results" / name).stat().st_size > 200
-    for sub in ("demo-target", "demo-drafter"):
+    for sub in ("demo-target", "demo-drafter", "demo-target-int4"):
         assert (tmp_path / "models" / sub / "config.json").exists()
         assert (tmp_path / "models" / sub / "tokenizer.json").exists()
+    assert "quantization_config" in json.loads((tmp_path / "models" / "demo-target-int4" / "config.json").read_text())
 
     proc = train_demo(*dirs, "--steps", "3", "--drafter-steps", "3")  # everything done: resume skips
     assert proc.returncode == 0 and "ran export" in proc.stdout and "[target] done earlier" in proc.stdout

@@ -62,3 +62,15 @@ def test_refs_check_fails_on_a_changed_bundle(tmp_path):
 def test_refs_unknown_generator():
     proc = kdtree("refs", "--only", "nope")
     assert proc.returncode == 1 and "unknown generator" in proc.stderr
+
+
+def test_native_tests_refuse_pytest_arguments_instead_of_dropping_them(monkeypatch):
+    """`kdtree test --native -- -k x` ran the native programs and ignored `-k x`."""
+    import kdtree_cli.commands.test as test_command
+
+    ran = []
+    monkeypatch.setattr(test_command, "run_native", lambda *a: ran.append(a))
+    result = runner.invoke(app, ["test", "--native", "--", "-k", "tree"])
+    assert result.exit_code != 0 and ran == []
+    assert "-k tree" in result.output and "--all" in result.output
+    assert runner.invoke(app, ["test", "--native"]).exit_code == 0 and len(ran) == 1

@@ -6,7 +6,7 @@ compared with the committed reference bundles and a fresh tie-heavy fuzz bundle.
 No GPU needed: g++ compiles the kernels' own source with the emulator (each CUDA thread a
 fiber; barriers and warp collectives switch fibers; mma/ldmatrix follow the PTX fragment
 layouts). It checks indexing, fragment layouts, masking, tie order and the split-KV merge;
-it does not detect races (compute-sanitizer on the GPU does: scripts/gpu_kernels.sh).
+it does not detect races (compute-sanitizer on the GPU does: `kdtree test --native --sanitize racecheck`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from python_engine.refgen.tree_fuzz_cases import write_fuzz_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
-PROGRAMS = ["emu_tree_build_test", "emu_tree_accept_test", "emu_verify_attn_test"]
+PROGRAMS = ["emu_tree_build_test", "emu_tree_accept_test", "emu_verify_attn_test", "emu_tree_build_profile"]
 SUMMARY = "passed, "
 
 pytestmark = pytest.mark.slow  # ~1 minute to compile, ~1 minute to run on 2 cores
@@ -66,7 +66,8 @@ def _run(exe: Path, *args: str, env: dict[str, str] | None = None) -> str:
 
 
 def test_tree_build_on_emulator(emulated):
-    _run(emulated["emu_tree_build_test"], "tree_build_single", "tree_build_batches", "tree_build_bad")
+    _run(emulated["emu_tree_build_test"], "tree_build_single", "tree_build_batches", "tree_build_bad",
+         "exp_nonpositive")
 
 
 def test_tree_build_fuzz_on_emulator(emulated, tmp_path, seed):
@@ -75,8 +76,46 @@ def test_tree_build_fuzz_on_emulator(emulated, tmp_path, seed):
     assert "1 passed" in out
 
 
+def test_tree_build_barrier_budget_and_heap_agreement(emulated):
+    """The profile tool's trees equal the C++ reference heap's on bench_kernels' inputs, and the
+    barriers per request stay near what NOTES.md states (the one-sweep search at N <= 256;
+    before it, 260 barriers per request at N=256 on flat rows)."""
+    proc = subprocess.run([str(emulated["emu_tree_build_profile"]), "2"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if "barriers/request" in line]
+    assert len(rows) == 15
+    assert all(line.endswith("trees differing from the heap: 0") for line in rows), proc.stdout
+
+    def barriers(kind: str, n: int) -> float:
+        row = next(r for r in rows if r.startswith(kind) and f"N={n} " in r)
+        return float(row.split("barriers/request")[1].split("|")[0])
+
+    assert barriers("flat", 256) < 70 and barriers("logits", 256) < 30 and barriers("peaky", 256) < 75
+
+
 def test_accept_compaction_chain_on_emulator(emulated):
     _run(emulated["emu_tree_accept_test"])
+
+
+def test_verify_attn_decode_shapes_on_emulator(emulated, tmp_path, seed):
+    """Decode shapes (T * H <= 32 query rows) through the launcher's own plan on a pretend
+    8-SM device: the decode kernel with prefixes split over every SM, an empty request in a
+    batch, a 32-token tree tail, prefixes not a multiple of the key tile; against the float64
+    reference, in float32 (exactness path) and bf16."""
+    import numpy as np
+    import torch
+
+    from python_engine.kdtr import write_kdtr
+    from python_engine.refgen.large_attn_cases import make_case
+
+    shapes = [(8, 1, [3000, 1500, 0]), (16, 1, [2500]), (1, 31, [700]), (4, 5, [1234, 64]), (2, 15, [999])]
+    for i, (heads, n, prefixes) in enumerate(shapes):
+        tensors = make_case(torch, np.random.default_rng(seed + i), torch.Generator().manual_seed(seed + i), heads, n,
+                            prefixes, "cpu")
+        write_kdtr(tmp_path / f"{i:02d}_h{heads}_n{n}.kdtr", tensors)
+    out = _run(emulated["emu_verify_attn_test"], "verify_attn_large_from_env", env={"KD_LARGE_ATTN_DIR": str(tmp_path)})
+    assert "1 passed" in out and out.count(" bf16 ") == len(shapes), out[-3000:]
+    assert out.count("splits of") == 2 * len(shapes)
 
 
 def test_verify_attn_on_emulator(emulated):

@@ -11,7 +11,7 @@ import torch
 
 from python_engine.errors import KdtreeError
 from python_engine.model.config import config_from_dict
-from python_engine.model.random_target import tiny_config, write_random_target
+from python_engine.testing.random_target import tiny_config, write_random_target
 from python_engine.model.target_loader import load_target
 
 CFG = tiny_config(num_hidden_layers=2)
@@ -125,7 +125,9 @@ def test_missing_directory_and_config(tmp_path):
     ({"attention_bias": True}, "attention_bias"),
     ({"hidden_size": 0}, "hidden_size must be an integer >= 1"),
     ({"scoring_func": "softmax"}, "scoring_func = 'softmax' is not supported"),
-    ({"quantization_config": {"quant_method": "compressed-tensors"}}, "quantized checkpoints"),
+    ({"quantization_config": {"quant_method": "fp8"}}, r"quantized checkpoints \(fp8\) are not supported"),
+    ({"quantization_config": {"quant_method": "compressed-tensors", "format": "float-quantized"}},
+     r"quantization_config\.format = 'float-quantized' is not supported"),
 ])
 def test_unsupported_config_values_are_refused(override, message):
     with pytest.raises(KdtreeError, match=message):

@@ -13,9 +13,9 @@ import torch
 from python_engine.errors import KdtreeError
 from python_engine.model.drafter import load_drafter
 from python_engine.model.drafter_config import drafter_config_from_dict
-from python_engine.model.random_drafter import drafter_config_dict, write_random_drafter
-from python_engine.model.random_drafter import main as random_drafter_main
-from python_engine.model.random_target import tiny_config, write_random_target
+from python_engine.testing.random_drafter import random_drafter_config, write_random_drafter
+from python_engine.testing.random_drafter import main as random_drafter_main
+from python_engine.testing.random_target import tiny_config, write_random_target
 from python_engine.model.target_loader import load_target
 
 
@@ -122,5 +122,5 @@ def test_random_drafter_command_line(pair, tmp_path, capsys):
     assert capsys.readouterr().out.strip() == str(tmp_path / "d")
     drafter = load_drafter(tmp_path / "d", target)
     assert drafter.block_size == 4 and drafter.cfg.num_hidden_layers == 1
-    cfg = drafter_config_from_dict(drafter_config_dict(target.cfg, num_layers=3))
+    cfg = drafter_config_from_dict(random_drafter_config(target.cfg, num_layers=3))
     assert all(0 <= i < target.cfg.num_hidden_layers for i in cfg.target_layer_ids)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from native_toolchain import needs_toolchain  # noqa: F401 (the build tests import it from here)
 
-from kdtree_cli.native_build.driver import REPO_ROOT, BuildRequest
+from kdtree_cli.native_build.driver import BuildRequest
+from python_engine.project import PROJECT_ROOT
 
 # One target keeps nvcc quick here; the two-target build is what `kdtree build` does in CI.
 SCRATCH_ARCH = "120"
@@ -19,7 +20,7 @@ def make_scratch_repo(root: Path, files: dict[str, str]) -> Path:
     """A repo root with csrc/common/*.h copied from the checkout plus `files` (path -> text)."""
     common = root / "csrc" / "common"
     common.mkdir(parents=True)
-    for header in (REPO_ROOT / "csrc" / "common").glob("*.h"):
+    for header in (PROJECT_ROOT / "csrc" / "common").glob("*.h"):
         shutil.copy(header, common / header.name)
     for rel, text in files.items():
         path = root / rel

@@ -8,12 +8,12 @@ import sys
 
 from build_scratch import needs_toolchain
 
-from kdtree_cli.native_build.driver import REPO_ROOT
+from python_engine.project import PROJECT_ROOT
 
 
 def kdtree(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kdtree_cli", *args], capture_output=True, text=True,
-                          timeout=300, cwd=REPO_ROOT, env=env)
+                          timeout=300, cwd=PROJECT_ROOT, env=env)
 
 
 @needs_toolchain

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from python_engine.refgen.kdtr_golden import BUNDLE_NAME, golden_tensors, write_kdtr_golden
 
-from kdtree_cli.native_build.driver import REPO_ROOT
+from python_engine.project import PROJECT_ROOT
 from python_engine.kdtr import Tensor, read_tensors
 
 
@@ -27,6 +27,6 @@ def test_python_reads_back_what_it_wrote(tmp_path):
 
 def test_committed_bundle_is_current(tmp_path):
     [path] = write_kdtr_golden(tmp_path)
-    committed = REPO_ROOT / "refs" / BUNDLE_NAME
+    committed = PROJECT_ROOT / "refs" / BUNDLE_NAME
     assert committed.exists(), f"{committed} missing: kdtree refs --only kdtr_format writes it"
     assert committed.read_bytes() == path.read_bytes(), "regenerate: kdtree refs --only kdtr_format"

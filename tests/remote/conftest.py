@@ -31,6 +31,25 @@ elif args[:1] == ["slow"]:
     print("first", flush=True)
     time.sleep(float(args[1]))
     print("second", flush=True)
+elif args[:1] == ["run"] and "--metrics" in args:  # a stand-in engine: slow metrics lines
+    def opt(name, default):
+        return type(default)(args[args.index(name) + 1]) if name in args else default
+    metrics, rounds, delay = args[args.index("--metrics") + 1], opt("--rounds", 20), opt("--delay", 0.05)
+    with open(os.path.join(os.environ["KDTREE_DIR"], "run-starts.log"), "a") as log:
+        log.write(metrics + "\n")
+    print("loading the stand-in model", file=sys.stderr, flush=True)
+    with open(metrics, "a") as out:
+        out.write(json.dumps({"event": "run_start", "t": 0.0, "engine": "stand-in"}) + "\n")
+        out.flush()
+        for i in range(rounds):
+            time.sleep(delay)
+            out.write(json.dumps({"event": "round", "t": (i + 1) * delay, "round": i,
+                                  "accept_len": 1 + i % 3, "pad": "x" * (i * 37 % 200)}) + "\n")
+            out.flush()
+        if "--fail" in args:
+            print("stand-in engine: out of memory", file=sys.stderr)
+            sys.exit(4)
+        out.write(json.dumps({"event": "run_end", "t": (rounds + 1) * delay, "rounds": rounds}) + "\n")
 elif args[:1] == ["fail"]:
     print("out line", flush=True)
     print("err line", file=sys.stderr, flush=True)
@@ -54,6 +73,14 @@ def sshd(tmp_path_factory) -> SshServer:
     if not os.path.exists(SSHD):
         pytest.skip("openssh-server is not installed (apt-get install -y openssh-server)")
     server = start_sshd(tmp_path_factory.mktemp("sshd"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def jump_sshd(sshd, tmp_path_factory) -> SshServer:
+    """A second server on another loopback port, used as a ProxyJump host."""
+    server = start_sshd(tmp_path_factory.mktemp("jump-sshd"))
     yield server
     server.stop()
 
@@ -116,7 +143,10 @@ def remote_dir(sshd: SshServer, host: HostConfig) -> Path:
 
 
 def run_deploy(host: HostConfig, project: Path, results: Path, **opts) -> HostResult:
+    """deploy_host with a collecting reporter; the work folder (where a failed deploy's
+    logs stay) is results' sibling `deploy-work/` unless given."""
     reporter = CollectingReporter()
+    opts.setdefault("work_root", results.parent / "deploy-work")
     result = deploy_host(host, DeployOptions(project_root=project, results_root=results, **opts), reporter)
     result.reporter = reporter  # type: ignore[attr-defined]  (for assertions on the output)
     return result

@@ -5,9 +5,12 @@ failing within the timeout with a message that says what happened."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import socket
 import threading
 import time
+
+from pathlib import Path
 
 import pytest
 
@@ -128,7 +131,12 @@ def test_deploy_to_unreachable_host_reports_it_per_host(project, tmp_path):
 
     host = HostConfig(name="gone", host="127.0.0.1", port=free_port(), connect_timeout=2,
                       known_hosts=str(tmp_path / "kh"))
-    result = deploy_host(host, DeployOptions(project_root=project, results_root=tmp_path / "r"),
-                         CollectingReporter())
+    (tmp_path / "r" / "gone").mkdir(parents=True)  # results of an earlier deploy
+    (tmp_path / "r" / "gone" / "deploy.json").write_text('{"ok": true}\n')
+    result = deploy_host(host, DeployOptions(project_root=project, results_root=tmp_path / "r",
+                                             work_root=tmp_path / "work"), CollectingReporter())
     assert not result.ok and "unreachable" in result.error
-    assert (tmp_path / "r" / "gone" / "deploy.json").is_file()
+    assert (tmp_path / "r" / "gone" / "deploy.json").read_text() == '{"ok": true}\n'  # untouched
+    kept = Path(result.results_dir)
+    assert kept.parent == tmp_path / "work" and str(kept) in result.error
+    assert json.loads((kept / "deploy.json").read_text())["ok"] is False

@@ -32,7 +32,7 @@ def test_first_and_second_deploy(sshd, host_factory, project, tmp_path, rng):
     for never in ("build/junk.txt", ".venv/junk.txt", "results/junk.txt", "build-debug/junk.txt"):
         assert never not in manifest["files"]  # ... never build/, .venv/, results/
     assert f"odd dir/{WEIRD}.txt" in manifest["files"] and "refs/ref.bin" in manifest["files"]
-    assert first.uploaded == len(local.files) and first.linked == 0
+    assert first.uploaded == len(local.files) and first.reused == 0
 
     # the steps ran in the release, with the host's arch and the results dir filled in
     build_lines = [t for (_h, step, t, _e) in first.reporter.lines if step == "build"]
@@ -45,15 +45,16 @@ def test_first_and_second_deploy(sshd, host_factory, project, tmp_path, rng):
     summary = json.loads((results / "sshd-test" / "deploy.json").read_text())
     assert summary["ok"] and summary["release"] == first.release
 
-    # a one-file change: one upload (+ the blob), everything else hard-linked
+    # a one-file change: one upload, everything else copied from the previous release
     (project / "app" / "version.txt").write_text("v2\n")
     second = run_deploy(host, project, results)
     assert second.ok, second.error
     assert second.previous == first.release and current_name(rdir) == second.release
-    assert second.uploaded == 1 and second.linked == len(local.files) - 1
+    assert second.uploaded == 1 and second.reused == len(local.files) - 1
     verify_release(rdir, second.release)
     old, new = (rdir / "releases" / n / "refs" / "ref.bin" for n in (first.release, second.release))
-    assert os.stat(old).st_ino == os.stat(new).st_ino  # unchanged: the same inode, not a copy
+    assert old.read_bytes() == new.read_bytes()  # unchanged: the same bytes ...
+    assert os.stat(old).st_ino != os.stat(new).st_ino  # ... in a file of its own
     changed = [rdir / "releases" / n / "app" / "version.txt" for n in (first.release, second.release)]
     assert [p.read_text() for p in changed] == ["v1\n", "v2\n"]  # the old release is untouched
 
@@ -72,21 +73,44 @@ def test_keep_prunes_old_releases_but_never_current(sshd, host_factory, project,
     assert r.removed_releases == [names[1]]
 
 
+def junit_counts(path: Path) -> tuple[int, int]:
+    junit = ET.parse(path).getroot()
+    suite = junit if junit.tag == "testsuite" else junit[0]
+    return int(suite.get("tests")), int(suite.get("failures"))
+
+
 def test_failed_test_step_keeps_previous_current_and_fetches_logs(sshd, host_factory, project, tmp_path, rng):
     host = host_factory()
     results = tmp_path / "results"
     good = run_deploy(host, project, results)
     assert good.ok, good.error
+    before = {p.relative_to(results): p.read_bytes() for p in results.rglob("*") if p.is_file()}
     (project / "app" / "version.txt").write_text("broken")  # the tiny test wants "v...\n"
     bad = run_deploy(host, project, results)
     assert not bad.ok and "test failed (exit 1)" in bad.error and "current stays " + good.release in bad.error
     rdir = remote_dir(sshd, host)
     assert current_name(rdir) == good.release and not bad.switched
     verify_release(rdir, bad.release)  # kept for a look
-    junit = ET.parse(results / "sshd-test" / "junit.xml").getroot()
-    suite = junit if junit.tag == "testsuite" else junit[0]
-    assert int(suite.get("failures")) == 1  # the reports came back although the step failed
-    assert "1 failed" in (results / "sshd-test" / "logs" / "test.log").read_text()
+    # results/<host>/ still holds the good deploy's files, untouched ...
+    assert {p.relative_to(results): p.read_bytes() for p in results.rglob("*") if p.is_file()} == before
+    # ... and the failed one's reports came back elsewhere, and the error says where
+    kept = Path(bad.results_dir)
+    assert not kept.is_relative_to(results) and str(kept) in bad.error
+    assert junit_counts(kept / "junit.xml") == (1, 1)
+    assert "1 failed" in (kept / "logs" / "test.log").read_text()
+    assert json.loads((kept / "deploy.json").read_text())["ok"] is False
+
+
+def test_results_folder_not_written_by_deploy_is_never_replaced(sshd, host_factory, project, tmp_path):
+    """A host named like a committed results folder (results/h200/ holds measurements)."""
+    results = tmp_path / "results"
+    (results / "h200").mkdir(parents=True)
+    (results / "h200" / "README.md").write_text("measured by hand\n")
+    host = host_factory(name="h200")
+    r = run_deploy(host, project, results)
+    assert not r.ok and str(results / "h200") in r.error and "--results" in r.error
+    assert [p.name for p in (results / "h200").iterdir()] == ["README.md"]
+    assert not remote_dir(sshd, host).exists()  # refused before connecting
 
 
 def test_dry_run_changes_nothing(sshd, host_factory, project, tmp_path):

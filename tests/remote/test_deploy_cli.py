@@ -37,6 +37,7 @@ def cli_project(sshd, project, monkeypatch, tmp_path):
     )
     monkeypatch.chdir(project)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))  # no user hosts.toml
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # failed deploys' logs
     monkeypatch.delenv("KDTREE_CONFIG", raising=False)
     return project
 
@@ -60,6 +61,15 @@ def test_deploy_several_hosts_reports_each_failure(cli_project):
     assert "deploy failed on 1 of 2 host(s)" in result.output
     assert "nowhere (" in result.output and "unreachable" in result.output
     assert (cli_project / "results" / "sshd-test" / "logs" / "build.log").is_file()  # the other one went on
+
+
+def test_failed_deploy_writes_no_results_folder_and_says_where_its_logs_are(cli_project, tmp_path):
+    result = CliRunner().invoke(app, ["deploy", "nowhere"])
+    assert result.exit_code == 1
+    assert not (cli_project / "results" / "nowhere").exists()
+    (kept,) = (tmp_path / "state" / "kdtree" / "deploy").iterdir()
+    assert kept.name.startswith("nowhere-") and (kept / "deploy.json").is_file()
+    assert str(kept) in result.output.replace("\n", "")
 
 
 def test_unknown_host_name_lists_the_known_ones(cli_project):

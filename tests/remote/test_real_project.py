@@ -8,17 +8,17 @@ import shutil
 import sys
 import uuid
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
 from remote.inventory import HostConfig
 from remote.manifest import list_files
+from python_engine.project import PROJECT_ROOT
 
 from conftest import current_name, remote_dir, run_deploy, verify_release
 from kdtree_sshd import ALIAS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = PROJECT_ROOT
 BUILD_TARGET = "test_kdtr"  # one small real program: a C++ compile and a link through nvcc
 CPU_TESTS = "tests/foundation"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import zipfile
 from pathlib import Path
 
@@ -74,6 +75,11 @@ def test_hosts_check_reports_gpus_arch_and_problems(sshd, host_factory, project,
     assert check.gpus == "8 x NVIDIA RTX PRO 6000 Blackwell Server Edition" and check.arch == "sm_120"
     assert check.current != "none"
 
+    auto = host_factory(gpus=8, arch=(), nvidia_smi=smi, dir=good.dir)  # kdtree build detects it
+    check = check_host(auto)
+    assert check.ok, check.problems
+    assert check.arch == "sm_120 (auto)"
+
     wrong = host_factory(gpus=4, arch=("90a",), nvidia_smi=smi,
                          python=fake_program(tmp_path / "py", "Python 3.10.2"))
     check = check_host(wrong)
@@ -81,6 +87,19 @@ def test_hosts_check_reports_gpus_arch_and_problems(sshd, host_factory, project,
     text = "\n".join(check.problems)
     assert "sees 8 GPU(s), the inventory says gpus = 4" in text
     assert "add [120] to arch" in text and "Python >= 3.11" in text
+
+
+def test_hosts_check_asks_nvidia_smi_with_the_hosts_env(sshd, host_factory, project, tmp_path):
+    """A driver found only through the host's `env` (LD_LIBRARY_PATH in a container): the
+    GPU check sees what the build and test steps will see."""
+    smi = tmp_path / "nvidia-smi-needs-env"
+    smi.write_text('#!/bin/sh\n[ "$FAKE_DRIVER_LIBS" = /opt/driver ] || { echo "libnvidia-ml.so.1: '
+                   'not found" >&2; exit 9; }\necho "NVIDIA H200, 9.0"\n')
+    smi.chmod(0o755)
+    host = host_factory(gpus=1, arch=(), nvidia_smi=str(smi), env={"FAKE_DRIVER_LIBS": "/opt/driver"})
+    check = check_host(host)
+    assert check.ok, check.problems
+    assert (check.gpus, check.arch) == ("1 x NVIDIA H200", "sm_90 (auto)")
 
 
 def make_wheel(folder: Path, name: str, version: str, module_source: str) -> Path:
@@ -118,7 +137,7 @@ def test_venv_from_uploaded_wheels_offline(sshd, host_factory, project, tmp_path
     )
     first = run_deploy(host, project, tmp_path / "results", build=False, wheels=wheels)
     assert first.ok, first.error
-    venv = remote_dir(sshd, host) / "venv"
+    venv = remote_dir(sshd, host) / "releases" / first.release / ".venv"
     test_lines = [t for (_h, s, t, _e) in first.reporter.lines if s == "test"]
     assert test_lines == [f"{value} {venv}"]
     notes = [n for _h, n in first.reporter.notes]
@@ -128,4 +147,106 @@ def test_venv_from_uploaded_wheels_offline(sshd, host_factory, project, tmp_path
     second = run_deploy(host, project, tmp_path / "results", build=False, wheels=wheels)
     assert second.ok, second.error
     notes = [n for _h, n in second.reporter.notes]
-    assert "environment: up to date" in notes and "wheels: all 1 already there" in notes
+    assert any(n.startswith("environment: up to date") for n in notes)
+    assert "wheels: all 1 already there" in notes
+
+
+def probe_host(host_factory, version_check: str = "", requirement: str = "kdtree_probe_pkg", **overrides):
+    """A venv host whose test step prints kdtree_probe_pkg's VALUE (and can be made to fail)."""
+    return host_factory(
+        venv=True, requirements=(requirement,), build=None,
+        test=("{python}", "-c", f"import kdtree_probe_pkg as m; print(m.VALUE); {version_check}"),
+        **overrides,
+    )
+
+
+def current_value(sshd, host) -> str:
+    """What `kdtree` on current sees: run current's Python as exec.py does."""
+    from remote.exec import stream_kdtree
+
+    del sshd
+    return "".join(stream_kdtree(host, ["probe"]))
+
+
+@pytest.mark.slow
+def test_a_failed_deploy_cannot_change_what_current_runs(sshd, host_factory, project, tmp_path, seed):
+    """Each release has its own environment: a deploy whose requirements changed and whose
+    tests then failed leaves current running the packages it was tested with."""
+    (project / "kdtree_cli" / "__main__.py").write_text(
+        "import kdtree_probe_pkg as m\nprint(m.VALUE, end='')\n")
+    old, new = seed % 1000, seed % 1000 + 1
+    wheels_v1, wheels_v2 = tmp_path / "w1", tmp_path / "w2"
+    for folder, version, value in ((wheels_v1, "0.1", old), (wheels_v2, "0.2", new)):
+        folder.mkdir()
+        make_wheel(folder, "kdtree_probe_pkg", version, f"VALUE = {value}\n")
+    host = probe_host(host_factory)
+    good = run_deploy(host, project, tmp_path / "results", build=False, wheels=wheels_v1)
+    assert good.ok, good.error
+    assert current_value(sshd, host) == str(old)
+
+    failing = probe_host(host_factory, "raise SystemExit(3)", "kdtree_probe_pkg==0.2", dir=host.dir)
+    bad = run_deploy(failing, project, tmp_path / "results", build=False, wheels=wheels_v2)
+    assert not bad.ok and "test failed (exit 3)" in bad.error
+    assert [t for (_h, s, t, _e) in bad.reporter.lines if s == "test"] == [str(new)]  # it was installed
+    assert current_value(sshd, host) == str(old)  # ... but not for current
+
+    # the same requirements again: the environment is reused, not rebuilt
+    again = run_deploy(host, project, tmp_path / "results", build=False, wheels=wheels_v1)
+    assert again.ok, again.error
+    assert any(n.startswith("environment: up to date") for _h, n in again.reporter.notes)
+    envs = remote_dir(sshd, host) / "envs"
+    assert len(list(envs.iterdir())) == 2  # v1's and the failed deploy's (kept with its release)
+
+
+@pytest.mark.slow
+def test_environments_no_release_uses_are_pruned(sshd, host_factory, project, tmp_path, seed):
+    host = probe_host(host_factory, keep=1)
+    for i in range(3):
+        wheels = tmp_path / f"w{i}"
+        wheels.mkdir()
+        make_wheel(wheels, "kdtree_probe_pkg", f"0.{i}", f"VALUE = {seed % 1000 + i}\n")
+        r = run_deploy(host, project, tmp_path / "results", build=False, wheels=wheels)
+        assert r.ok, r.error
+    rdir = remote_dir(sshd, host)
+    (release,) = [p.name for p in (rdir / "releases").iterdir()]
+    used = os.path.basename(os.readlink(rdir / "releases" / release / ".venv"))
+    assert [p.name for p in (rdir / "envs").iterdir()] == [used]
+
+
+@pytest.mark.slow
+def test_a_host_python_inside_a_venv_lends_its_packages(sshd, host_factory, project, tmp_path):
+    """The H200 image's python3 is itself a venv (/opt/torch/.venv): `venv --system-site-
+    packages` from it would see the base interpreter's packages, not that venv's (torch).
+    Here the host Python is this test run's venv, whose typer the base Python lacks."""
+    import sys
+
+    assert sys.prefix != sys.base_prefix, "the test suite runs from the project's .venv"
+    wheels = tmp_path / "w"
+    wheels.mkdir()
+    make_wheel(wheels, "kdtree_probe_pkg", "0.1", "VALUE = 1\n")
+    host = host_factory(venv=True, requirements=("typer", "kdtree_probe_pkg"), build=None,
+                        test=("{python}", "-c", "import typer, sys; print(typer.__file__.startswith(sys.prefix))"))
+    r = run_deploy(host, project, tmp_path / "results", build=False, wheels=wheels)
+    assert r.ok, r.error + "\n" + "\n".join(t for *_x, t, _e in r.reporter.lines[-20:])
+    assert [t for (_h, s, t, _e) in r.reporter.lines if s == "test"] == ["False"]  # the parent's typer
+
+
+@pytest.mark.slow
+def test_a_host_python_without_pip_gets_a_venv_with_its_own(sshd, host_factory, project, tmp_path):
+    """Debian/Ubuntu: python3 often has no pip (python3-pip); the venv then brings its own
+    (ensurepip). With pip on the host, the venv gets none and the host's pip installs."""
+    import sys
+
+    no_pip = tmp_path / "python-without-pip"
+    no_pip.write_text(f'#!/bin/sh\n[ "$1 $2" = "-m pip" ] && exit 1\nexec {sys.executable} "$@"\n')
+    no_pip.chmod(0o755)
+    wheels = tmp_path / "w"
+    wheels.mkdir()
+    make_wheel(wheels, "kdtree_probe_pkg", "0.1", "VALUE = 7\n")
+    for python, own_pip in ((str(no_pip), True), (sys.executable, False)):
+        host = probe_host(host_factory, python=python)
+        r = run_deploy(host, project, tmp_path / "results", build=False, wheels=wheels)
+        assert r.ok, r.error
+        assert [t for (_h, s, t, _e) in r.reporter.lines if s == "test"] == ["7"]
+        (env,) = (remote_dir(sshd, host) / "envs").iterdir()
+        assert (env / "bin" / "pip").exists() == own_pip

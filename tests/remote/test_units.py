@@ -49,7 +49,8 @@ def test_project_and_user_inventories_merge_key_by_key(tmp_path):
 
 
 def test_repository_example_inventory_has_ct200():
-    repo = Path(__file__).resolve().parents[2]
+    from python_engine.project import PROJECT_ROOT as repo
+
     ct = load_inventory(repo / "kdtree.toml", repo / "no-user-file.toml").get("ct200")
     assert (ct.ssh, ct.cuda_home, ct.arch, ct.gpus, ct.python) == ("ct200", "/opt/cuda", ("120",), 8, "python3")
 
@@ -124,7 +125,7 @@ def test_manifest_and_plan(tmp_path, rng):
     new = build_manifest(root)
     plan = plan_sync(new, old)
     assert plan.upload == ["a.txt", "link", "new.txt", "run.sh"]  # symlinks are always sent
-    assert plan.link == [] and plan.removed == ["b.bin"]
+    assert plan.reuse == [] and plan.removed == ["b.bin"]
     assert old.tree_hash() != new.tree_hash() and build_manifest(root).tree_hash() == new.tree_hash()
     assert plan_sync(new, None).upload == sorted(new.files)
 
@@ -157,6 +158,9 @@ def test_step_commands_default_to_kdtree_build_and_test(tmp_path):
     assert build.endswith("exec /r/venv/bin/python -m kdtree_cli build --arch 120")
     assert test.endswith("exec /r/venv/bin/python -m kdtree_cli test --native --arch 120")
     assert "CUDA_HOME=/opt/cuda" in build and "PATH=/opt/cuda/bin:" in build
+    smi = load_inventory(write(tmp_path / "k2.toml", '[hosts.box]\ngpus = 1\nnvidia_smi = "/usr/local/nvidia/bin/nvidia-smi"\n'),
+                         tmp_path / "none").get("box")
+    assert "PATH=/opt/cuda/bin:/usr/local/nvidia/bin:" in step_command(smi, paths, "py", "/r/releases/x", "build")
     cpu = step_command(inv.get("cpu"), paths, "py", "/r/releases/x", "test")
     assert cpu.endswith("exec py -m kdtree_cli test -- tests/foundation -q")
 

@@ -1,18 +1,15 @@
-"""The data sources: an SSH stream that drops and reconnects (shown, and nothing counted
-twice), a local run that dies, a followed file written in pieces, truncated and replaced,
-a paced and pausable replay, and the backoff."""
+"""The data sources: a local run that dies, a followed file written in pieces, truncated
+and replaced, a paced and pausable replay, and the backoff. (The run on a host:
+test_tui_host_source.py.)"""
 
 from __future__ import annotations
 
 import sys
 import textwrap
-import threading
 import time
-import types
 
 import pytest
 from tui_helpers import (
-    DATA_FILES,
     SNAPSHOT_FILE,
     panel_text,
     run,
@@ -28,187 +25,12 @@ from kdtree_cli.tui.sources.backoff import Backoff
 from kdtree_cli.tui.sources.file_follow import FollowSource
 from kdtree_cli.tui.sources.file_replay import ReplaySource
 from kdtree_cli.tui.sources.local_run import LocalRunSource, kdtree_run_command
-from kdtree_cli.tui.sources.ssh_host import HostSource
 
 LINES = SNAPSHOT_FILE.read_text().splitlines(keepends=True)
-FAST = Backoff(initial_s=0.01, factor=2.0, cap_s=0.05)
 
 
 def headline(exp) -> str:
     return f"τ {exp.tau:.2f}  last {min(100, len(exp.rounds))}: {exp.tau_rolling:.2f}"
-
-
-# ------------------------------------------------------------------------------ SSH
-def test_host_stream_drops_reconnects_and_counts_nothing_twice():
-    """1st stream: a third of the run, then the connection resets. 2nd: fails at once.
-    3rd: the run again from its first line (a remote tail -F) to run_end. While the 3rd
-    is held back, the screen shows the drop and the reconnecting state."""
-    cut = len(LINES) // 3
-    release = threading.Event()
-    calls: list[tuple[str, list[str]]] = []
-
-    def stream(host, args, on_stderr):
-        calls.append((host, list(args)))
-        if len(calls) == 1:
-            on_stderr("loading the model (32 layers)")  # remote stderr: into the log
-            yield from LINES[:cut]
-            raise ConnectionResetError("connection reset by peer")
-        if len(calls) == 2:
-            raise OSError("ssh: connect to host ct200 port 22: Connection refused")
-        release.wait(10)
-        yield from LINES
-
-    source = HostSource("ct200", ["--budget", "32"], stream_fn=stream, backoff=FAST)
-    exp = expected(SNAPSHOT_FILE)
-
-    async def scenario():
-        app = make_app(source)
-        async with app.run_test(size=(150, 45)) as pilot:
-            await wait_for(pilot, lambda: len(calls) >= 3, what="the third connection")
-            await wait_for(pilot, lambda: app.stats.events == cut, what="the first third")
-            app.redraw()
-            await pilot.pause()
-            screen = screen_text(app)
-            assert "reconnecting" in screen  # the status bar shows the state
-            assert "ConnectionResetError" in screen and "Connection refused" in screen  # why
-            drops = [e.text for e in app.stats.log if e.level == "warning"]
-            assert any("ConnectionResetError: connection reset by peer" in t for t in drops)
-            release.set()
-            await run_to_end(app, pilot)
-            assert app.source_state == SourceState.ENDED
-            assert calls == [("ct200", ["run", "--budget", "32", "--metrics", "-"])] * 3
-            assert any(e.text == "ct200 stderr: loading the model (32 layers)" for e in app.stats.log)
-            assert headline(exp) in panel_text(app, "#acceptance")
-            assert app.stats.events == exp.events_in_stream  # the replayed third is skipped
-            assert app.stats.rounds == len(exp.rounds)
-            assert any(f"skipping {cut} lines" in e.text for e in app.stats.log)
-
-    run(scenario())
-
-
-def test_host_stream_that_restarts_with_a_new_run_is_read_whole():
-    other = DATA_FILES[-1] if DATA_FILES[-1] != SNAPSHOT_FILE else DATA_FILES[0]
-    other_lines = other.read_text().splitlines(keepends=True)
-    calls = []
-
-    def stream(host, args, on_stderr):
-        calls.append(1)
-        if len(calls) == 1:
-            yield from LINES[:50]
-            raise EOFError("stream closed")
-        yield from other_lines
-
-    exp = expected(other)
-
-    async def scenario():
-        app = make_app(HostSource("ct200", [], stream_fn=stream, backoff=FAST))
-        async with app.run_test(size=(150, 45)) as pilot:
-            await run_to_end(app, pilot)
-            assert app.stats.rounds == len(exp.rounds)
-            assert headline(exp) in panel_text(app, "#acceptance")
-
-    run(scenario())
-
-
-def test_host_source_imports_remote_lazily(monkeypatch):
-    fake = types.ModuleType("remote.exec")
-    fake.stream_kdtree = lambda host, args, on_stderr: iter(LINES)
-    monkeypatch.setitem(sys.modules, "remote.exec", fake)
-
-    async def scenario():
-        app = make_app(HostSource("ct200", ["--x"]))
-        async with app.run_test(size=(120, 40)) as pilot:
-            await run_to_end(app, pilot)
-            assert app.source_state == SourceState.ENDED
-            assert app.stats.rounds == len(expected(SNAPSHOT_FILE).rounds)
-
-    run(scenario())
-
-
-def test_host_source_without_remote_says_what_to_install(monkeypatch):
-    monkeypatch.setitem(sys.modules, "remote.exec", None)  # import fails
-
-    async def scenario():
-        app = make_app(HostSource("ct200", []))
-        async with app.run_test(size=(120, 40)) as pilot:
-            await run_to_end(app, pilot)
-            assert app.source_state == SourceState.FAILED
-            assert "pip install" in app.source_detail and "ct200" in app.source_detail
-
-    run(scenario())
-
-
-def test_host_source_gives_up_after_max_attempts():
-    def stream(host, args, on_stderr):
-        raise TimeoutError("timed out")
-        yield  # pragma: no cover
-
-    async def scenario():
-        source = HostSource("ct200", [], stream_fn=stream, backoff=FAST, max_attempts=3)
-        app = make_app(source)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await run_to_end(app, pilot)
-            assert app.source_state == SourceState.DROPPED
-            assert source.connections == 3
-            assert "gave up after 3 attempts" in app.source_detail
-            assert "dropped" in screen_text(app)
-
-    run(scenario())
-
-
-def test_host_errors_a_retry_cannot_fix_end_the_source_and_drops_are_retried():
-    errors = pytest.importorskip("remote.errors")
-    permanent = [errors.HostKeyError("ct200: host key unknown; run `kdtree hosts --accept-new`"),
-                 errors.RemoteCommandError("ct200: `kdtree run` exited with status 2", 2),
-                 errors.RemoteEnvError("ct200: no deployed release; run `kdtree deploy ct200`")]
-    for exc in permanent:
-        calls = []
-
-        def stream(host, args, on_stderr, exc=exc, calls=calls):
-            calls.append(1)
-            yield from LINES[:5]
-            raise exc
-
-        async def scenario():
-            app = make_app(HostSource("ct200", [], stream_fn=stream, backoff=FAST))
-            async with app.run_test(size=(120, 40)) as pilot:
-                await run_to_end(app, pilot)
-                assert app.source_state == SourceState.DROPPED and len(calls) == 1
-                assert str(exc) in app.source_detail
-
-        run(scenario())
-    lost = []
-
-    def flaky(host, args, on_stderr):
-        lost.append(1)
-        if len(lost) < 3:
-            raise errors.ConnectionLostError("ct200: SSH connection lost (EOFError)")
-        yield from LINES
-
-    async def scenario_lost():
-        app = make_app(HostSource("ct200", [], stream_fn=flaky, backoff=FAST))
-        async with app.run_test(size=(120, 40)) as pilot:
-            await run_to_end(app, pilot)
-            assert app.source_state == SourceState.ENDED and len(lost) == 3
-
-    run(scenario_lost())
-
-
-def test_host_stream_that_ends_cleanly_is_not_rerun():
-    calls = []
-
-    def stream(host, args, on_stderr):
-        calls.append(1)
-        yield from LINES[:-1]  # the remote command exited 0 without a run_end
-
-    async def scenario():
-        app = make_app(HostSource("ct200", [], stream_fn=stream, backoff=FAST))
-        async with app.run_test(size=(120, 40)) as pilot:
-            await run_to_end(app, pilot)
-            assert app.source_state == SourceState.ENDED and len(calls) == 1
-            assert "without run_end" in app.source_detail
-
-    run(scenario())
 
 
 def test_backoff_doubles_up_to_the_cap_and_resets():

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kernels/verify_attn_bf16.cuh"
+#include "kernels/verify_attn_decode.cuh"
 #include "kernels/verify_attn_f32.cuh"
 #include "kernels/verify_attn_plan.h"
 #include "tests/verify_attn_cases.h"
@@ -57,18 +58,32 @@ struct EmuAttnRunner {
     uint8_t* ws = workspace.data() + (256 - reinterpret_cast<uintptr_t>(workspace.data()) % 256) % 256;
     const kern::VerifyKernelParams k = kern::make_kernel_params(p, plan, ws);
     const dim3 grid(plan.m_tiles, plan.splits, p.batch);
-    if (plan.config == kVerifyF32) {
-      ::kdemu::launch(grid, dim3(kern::F32Attn::kThreads), kern::F32Attn::kSmemBytes, kern::verify_attn_f32_kernel, k);
-      if (plan.splits > 1) ::kdemu::launch(dim3(k.rows, p.batch), dim3(kern::kMergeThreads), 0, kern::verify_merge_kernel<float>, k);
-    } else {
-      if (plan.config == kVerifyBf16Sm90)
-        ::kdemu::launch(grid, dim3(kern::Bf16AttnSm90::kThreads), kern::Bf16AttnSm90::kSmemBytes,
-                        kern::verify_attn_bf16_kernel<kern::Bf16AttnSm90, __nv_bfloat16>, k);
-      else
-        ::kdemu::launch(grid, dim3(kern::Bf16AttnSmall::kThreads), kern::Bf16AttnSmall::kSmemBytes,
-                        kern::verify_attn_bf16_kernel<kern::Bf16AttnSmall, __nv_bfloat16>, k);
-      if (plan.splits > 1)
-        ::kdemu::launch(dim3(k.rows, p.batch), dim3(kern::kMergeThreads), 0, kern::verify_merge_kernel<__nv_bfloat16>, k);
+    using namespace kern;
+    const dim3 merge = verify_merge_grid(k);
+    switch (plan.config) {
+      case kVerifyF32:
+        ::kdemu::launch(grid, dim3(F32Attn::kThreads), F32Attn::kSmemBytes, verify_attn_f32_kernel, k);
+        break;
+      case kVerifyBf16Sm90:
+        ::kdemu::launch(grid, dim3(Bf16AttnSm90::kThreads), Bf16AttnSm90::kSmemBytes,
+                        verify_attn_bf16_kernel<Bf16AttnSm90, __nv_bfloat16>, k);
+        break;
+      case kVerifyBf16Small:
+        ::kdemu::launch(grid, dim3(Bf16AttnSmall::kThreads), Bf16AttnSmall::kSmemBytes,
+                        verify_attn_bf16_kernel<Bf16AttnSmall, __nv_bfloat16>, k);
+        break;
+      case kVerifyBf16Decode:
+        ::kdemu::launch(grid, dim3(Bf16DecodeSm90::kThreads), Bf16DecodeSm90::kSmemBytes,
+                        verify_attn_decode_kernel<Bf16DecodeSm90, __nv_bfloat16>, k);
+        break;
+      default:
+        ::kdemu::launch(grid, dim3(Bf16DecodeSmall::kThreads), Bf16DecodeSmall::kSmemBytes,
+                        verify_attn_decode_kernel<Bf16DecodeSmall, __nv_bfloat16>, k);
+        break;
+    }
+    if (plan.splits > 1) {
+      if (plan.config == kVerifyF32) ::kdemu::launch(merge, dim3(kMergeThreads), 0, verify_merge_kernel<float>, k);
+      else ::kdemu::launch(merge, dim3(kMergeThreads), 0, verify_merge_kernel<__nv_bfloat16>, k);
     }
     if (io.dtype == AttnDType::kF32) io.out = out_f;
     else

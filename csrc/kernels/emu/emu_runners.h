@@ -3,9 +3,8 @@
 // (csrc/tests/*_cases.h) drive both.
 #pragma once
 
-#include "kernels/topk_logprobs_kernels.cuh"
-#include "kernels/tree_accept_kernels.cuh"
-#include "kernels/tree_build_kernels.cuh"
+#include "kernels/tree_accept_plan.h"
+#include "kernels/tree_build_plan.h"
 #include "tests/stand_in_verify.cuh"
 #include "tests/tree_accept_cases.h"
 #include "tests/tree_build_cases.h"
@@ -20,17 +19,18 @@ struct EmuTreeRunner {
                                // logp rows are staged in shared memory when they fit
   KernelResult topk(TopkIO& t) {
     const TopkLogprobsParams p = topk_params(t, host_data);
-    if (KernelResult r = check_topk_logprobs_params(p); !r.ok()) return r;
-    ::kdemu::launch(dim3(p.rows), dim3(kern::kTopkThreads), 0, kern::topk_logprobs_kernel, p);
+    TopkLogprobsPlan plan;
+    if (KernelResult r = make_topk_logprobs_plan(p, smem_limit, &plan); !r.ok()) return r;
+    ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes,
+                    plan.vec4 ? kern::topk_logprobs_kernel<true> : kern::topk_logprobs_kernel<false>, p);
     return KernelResult::success();
   }
 
   KernelResult build(TreeBuildIO& io) {
     const TreeBuildParams p = tree_build_params(io, host_data);
-    if (KernelResult r = check_tree_build_params(p); !r.ok()) return r;
-    const size_t smem = kern::tree_build_smem_size(p.depth, p.topk, p.max_budget, smem_limit);
-    const bool staged = smem > kern::tree_build_base_smem();
-    ::kdemu::launch(dim3(p.batch), dim3(kern::kTreeBuildThreads), smem, kern::tree_build_kernel, p, staged);
+    TreeBuildPlan plan;
+    if (KernelResult r = make_tree_build_plan(p, smem_limit, &plan); !r.ok()) return r;
+    ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel, p, plan.staged);
     return KernelResult::success();
   }
 };
@@ -38,8 +38,9 @@ struct EmuTreeRunner {
 struct EmuAcceptRunner {
   KernelResult accept(AcceptIO& io) {
     const TreeAcceptParams p = tree_accept_params(io, host_data);
-    if (KernelResult r = check_tree_accept_params(p); !r.ok()) return r;
-    ::kdemu::launch(dim3(p.batch), dim3(kern::kAcceptThreads), 0, kern::tree_accept_kernel, p);
+    TreeAcceptPlan plan;
+    if (KernelResult r = make_tree_accept_plan(p, &plan); !r.ok()) return r;
+    ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), 0, kern::tree_accept_kernel, p);
     return KernelResult::success();
   }
 
@@ -47,15 +48,11 @@ struct EmuAcceptRunner {
     return launch_compact(cache_compact_params(io, host_data));
   }
 
-  // the launcher's choice of access width, on the emulator
+  // the launcher's plan, on the emulator
   static KernelResult launch_compact(const CacheCompactParams& p) {
-    if (KernelResult r = check_cache_compact_params(p); !r.ok()) return r;
-    const bool vec4 = p.row_words % 4 == 0 && p.row_stride % 4 == 0 && p.batch_stride % 4 == 0 &&
-                      p.layer_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.cache) % 16 == 0;
-    const int per_block = kern::kCompactThreads * (vec4 ? 4 : 1);
-    const dim3 grid((p.row_words + per_block - 1) / per_block, p.batch, p.layers);
-    if (vec4) ::kdemu::launch(grid, dim3(kern::kCompactThreads), 0, kern::cache_compact_kernel<4>, p);
-    else ::kdemu::launch(grid, dim3(kern::kCompactThreads), 0, kern::cache_compact_kernel<1>, p);
+    CacheCompactPlan plan;
+    if (KernelResult r = make_cache_compact_plan(p, &plan); !r.ok()) return r;
+    ::kdemu::launch(plan.grid, dim3(plan.threads), 0, plan.vec4 ? kern::cache_compact_kernel<4> : kern::cache_compact_kernel<1>, p);
     return KernelResult::success();
   }
 

@@ -1,6 +1,10 @@
 // tree_build and topk_logprobs on the SIMT emulator (CPU), against refs/tree_build.kdtr.
 // Built and run by tests/kernels/test_emulated_kernels.py; no GPU needed.
+#include <cmath>
+#include <random>
+
 #include "emu_runners.h"
+#include "kernels/exp_f64.cuh"
 
 using namespace kdtree;
 using namespace kdtree::test;
@@ -45,6 +49,28 @@ KD_TEST(tree_build_fuzz) {
     run_single_case(runner, f, i, i % 3);
     if (failures_in_case() != before) std::printf("    (fuzz case c%d failed)\n", i);
   }
+}
+
+// topk_logprobs' float64 exp against the C library's (correctly rounded on glibc): within
+// one ulp on random arguments across the range it is used on, exact at 0, 0 below -708.
+KD_TEST(exp_nonpositive_within_one_ulp) {
+  std::mt19937_64 rng(20261130);
+  std::uniform_real_distribution<double> wide(-708.0, 0.0), narrow(-1.0, 0.0);
+  double worst = 0.0, at = 0.0;
+  for (int i = 0; i < 2000000; ++i) {
+    const double d = i % 2 ? wide(rng) : narrow(rng);
+    const double got = kern::exp_nonpositive(d, kern::kExp2Table), want = std::exp(d);
+    const double ulps = std::fabs(got - want) / (std::nextafter(want, INFINITY) - want);
+    if (ulps > worst) {
+      worst = ulps;
+      at = d;
+    }
+  }
+  std::printf("    worst %.3f ulp at %.17g\n", worst, at);
+  KD_EXPECT(worst <= 1.0);
+  KD_EXPECT_EQ(kern::exp_nonpositive(0.0, kern::kExp2Table), 1.0);
+  KD_EXPECT_EQ(kern::exp_nonpositive(-INFINITY, kern::kExp2Table), 0.0);
+  KD_EXPECT_EQ(kern::exp_nonpositive(-708.5, kern::kExp2Table), 0.0);
 }
 
 KD_TEST_MAIN()

@@ -4,5 +4,5 @@ posts typed messages (kdtree_cli.tui.messages) to the app; base.py holds what th
     follow FILE                  file_follow.FollowSource   (tail -F)
     replay FILE --speed X        file_replay.ReplaySource
     --run -- ARGS                local_run.LocalRunSource   (kdtree run ARGS --metrics -)
-    --host H -- ARGS             ssh_host.HostSource        (remote.exec.stream_kdtree)
+    --host H -- ARGS             ssh_host.HostSource        (remote.detached: a detached run, tailed)
 """

@@ -1,23 +1,28 @@
-"""A run on a remote host: `kdtree run ARGS --metrics -` started there by
-`remote.exec.stream_kdtree(host, args, on_stderr=...)`, which yields the remote stdout lines
-as they arrive (the remote stderr goes to the log, not over the screen).
+"""A run on a remote host (`kdtree tui --host H -- ARGS`), watched over SSH.
 
-When the connection drops before `run_end` (remote.errors.ConnectionLostError or
-UnreachableError, or any non-kdtree exception from the transport), the source reconnects
-with exponential backoff. Errors a retry cannot fix (unknown host key, a host missing from
-the inventory, no deployed release, the run itself exiting non-zero) end the source with
-their message instead. A stream that ends cleanly ends the source: the remote run is over.
+The run is started once, detached on the host (remote/detached.py): `kdtree run ARGS
+--metrics <dir>/runs/<run id>/metrics.jsonl`, in its own session, so a dropped connection
+does not stop it. The source then tails that file from a byte offset: each connection asks
+for the bytes from the end of the last complete line it handed on, so after a drop the
+monitor resumes exactly where it was, with nothing lost and nothing counted twice. The run
+id is made here, so a reconnection that repeats the start finds the run already going.
 
-Reconnecting calls stream_kdtree again with the same arguments. If the new stream replays
-the run from its first line (as a remote `tail -F` of the run's metrics file would), the
-lines this monitor already has are skipped, so nothing is counted twice; a stream that
-starts with a different first line is a new run (a fresh run_start) and is read whole.
+Only network failures are retried (remote errors marked transient: a lost or refused
+connection, a timeout; raw socket errors), with exponential backoff and at most
+MAX_ATTEMPTS failures in a row (a stream that delivered something resets the count).
+Anything else ends the source with its message: an unknown host key, failed
+authentication, a host missing from the inventory, no deployed release, the run exiting
+non-zero, or a bug. Quitting the monitor stops the remote run (best effort: when the host
+cannot be reached then, the run goes on and its metrics stay in the run's folder).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Callable, Iterable, Sequence
+import threading
+import time
+import uuid
+from typing import Iterable, Protocol, Sequence
 
 from python_engine.errors import KdtreeError
 
@@ -25,32 +30,40 @@ from kdtree_cli.tui.messages import SourceState
 from kdtree_cli.tui.sources.backoff import Backoff
 from kdtree_cli.tui.sources.base import EventSource
 
-StreamFn = Callable[..., Iterable[str]]  # (host, args, *, on_stderr) -> stdout lines
+MAX_ATTEMPTS = 8  # failures in a row; with the default backoff about 1.5 minutes of trying
+STOP_WAIT_S = 3.0  # how long quitting waits for the remote run to be stopped
 
 
-def remote_run_args(run_args: Sequence[str]) -> list[str]:
-    """The kdtree subcommand the host runs for `kdtree tui --host H -- ARGS`."""
-    return ["run", *run_args, "--metrics", "-"]
+class RemoteRuns(Protocol):
+    """What the source needs from the remote side (remote/detached.py; fakes in tests)."""
+
+    def stream(self, host: str, args: Sequence[str], *, run_id: str, offset: int,
+               on_stderr) -> Iterable[bytes]: ...
+
+    def stop(self, host: str, run_id: str) -> None: ...
 
 
-def _import_stream_fn() -> StreamFn:
-    # remote/ pulls in fabric when it connects: import it only when a host is monitored
-    from remote.exec import stream_kdtree
+class _DetachedRuns:
+    """remote.detached, imported only when a host is monitored (it pulls in fabric)."""
 
-    return stream_kdtree
+    def __init__(self) -> None:
+        import importlib
+
+        self._mod = importlib.import_module("remote.detached")
+
+    def stream(self, host, args, *, run_id, offset, on_stderr):
+        return self._mod.stream_run(host, args, run_id=run_id, offset=offset, on_stderr=on_stderr)
+
+    def stop(self, host, run_id):
+        self._mod.stop_run(host, run_id)
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Worth reconnecting after: a dropped or unreachable connection, or a transport error
-    that is not one of kdtree's own (those carry a message a person must act on)."""
-    try:
-        from remote.errors import ConnectionLostError, UnreachableError
-    except ImportError:
-        pass
-    else:
-        if isinstance(exc, (ConnectionLostError, UnreachableError)):
-            return True
-    return not isinstance(exc, KdtreeError)
+    """Worth reconnecting after: a network failure. kdtree's remote errors say so
+    themselves; outside them, only socket-level errors count (a KeyError is a bug)."""
+    if isinstance(exc, KdtreeError):
+        return bool(getattr(exc, "transient", False))
+    return isinstance(exc, (OSError, EOFError))
 
 
 def _is_run_end(line: str) -> bool:
@@ -60,87 +73,120 @@ def _is_run_end(line: str) -> bool:
         return False
 
 
+def new_run_id() -> str:
+    """Sortable by start time, unique across monitors."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+
+
 class HostSource(EventSource):
     kind = "host"
 
-    def __init__(self, host: str, args: Sequence[str], *, stream_fn: StreamFn | None = None,
-                 backoff: Backoff | None = None, max_attempts: int | None = None, **kw):
+    def __init__(self, host: str, args: Sequence[str], *, runs: RemoteRuns | None = None,
+                 backoff: Backoff | None = None, max_attempts: int = MAX_ATTEMPTS,
+                 run_id: str | None = None, **kw):
         super().__init__(**kw)
         self.host = host
         self.args = list(args)  # the `kdtree run` arguments
-        self.remote_args = remote_run_args(self.args)
-        self._stream_fn = stream_fn
+        self.run_id = run_id or new_run_id()
+        self._runs = runs
         self.backoff = backoff or Backoff(jitter=0.1)
-        self.max_attempts = max_attempts  # None: keep trying until the user quits
+        self.max_attempts = max_attempts
         self.connections = 0  # streams opened, for the status line and the tests
+        self.offset = 0  # bytes of the run's metrics file handed on (complete lines only)
+        self._ended = False
 
     def describe(self) -> str:
-        return f"host {self.host}: kdtree " + " ".join(self.remote_args)
+        return f"host {self.host}: kdtree run {' '.join(self.args)} (run {self.run_id})"
 
     def _stderr(self, line: str) -> None:
         if line.strip():
-            self.note("info", f"{self.host} stderr: {line.rstrip()}")
+            self.note("info", f"{self.host}: {line.rstrip()}")
+
+    def _deliver(self, chunk: bytes, pending: bytes) -> tuple[bytes, bool]:
+        """Hand on the complete lines of pending + chunk; returns (the partial rest, saw_end)."""
+        lines = (pending + chunk).split(b"\n")
+        rest = lines.pop()
+        saw_end = False
+        for raw in lines:
+            self.offset += len(raw) + 1
+            if not raw.strip():
+                continue
+            line = raw.decode("utf-8", errors="replace")
+            self.emit(line)
+            saw_end = saw_end or ('"run_end"' in line and _is_run_end(line))
+        return rest, saw_end
 
     def produce(self) -> None:
         try:
-            stream_fn = self._stream_fn or _import_stream_fn()
+            runs = self._runs or _DetachedRuns()
         except ImportError as exc:
-            self.status(SourceState.FAILED, f"cannot stream from {self.host}: remote/ is not "
+            self.status(SourceState.FAILED, f"cannot watch a run on {self.host}: remote/ is not "
                         f"available ({exc}); install the remote extra (pip install -e '.[remote]')")
             return
-        first_line: str | None = None  # of the run we are reading, to recognise a replay
-        delivered = 0  # lines of that run handed on so far
-        attempts = 0
+        self._runs = runs
+        failures = 0
+        saw_end = False
         while not self.stopping:
-            attempts += 1
             self.connections += 1
-            self.status(SourceState.STARTING if attempts == 1 else SourceState.RECONNECTING,
-                        f"connecting to {self.host}" + (f" (attempt {attempts})" if attempts > 1 else ""))
-            got = 0
-            skip = 0
-            saw_end = False
+            first = self.connections == 1
+            self.status(SourceState.STARTING if first else SourceState.RECONNECTING,
+                        f"connecting to {self.host}" + ("" if first else f" (attempt {self.connections})"))
+            pending = b""  # a line still being written: read again from self.offset next time
+            got = False
             failure: BaseException | None = None
             try:
-                for line in stream_fn(self.host, self.remote_args, on_stderr=self._stderr):
+                for chunk in runs.stream(self.host, self.args, run_id=self.run_id, offset=self.offset,
+                                         on_stderr=self._stderr):
                     if self.stopping:
                         return
-                    if not line.strip():
+                    if not chunk:
                         continue
-                    if got == 0:
-                        self.status(SourceState.STREAMING, f"connected to {self.host}")
-                        if first_line is not None and line == first_line:
-                            skip = delivered  # the same run from its start: skip what we have
-                            if skip:
-                                self.note("info", f"reconnected to {self.host}; skipping "
-                                          f"{skip} lines already shown")
-                        else:
-                            first_line, delivered = line, 0
-                    got += 1
-                    if skip:
-                        skip -= 1
-                        continue
-                    self.emit(line)
-                    delivered += 1
-                    if '"run_end"' in line and _is_run_end(line):
-                        saw_end = True
+                    if not got:
+                        got = True
+                        self.status(SourceState.STREAMING, f"connected to {self.host}, run {self.run_id}")
+                    pending, ended = self._deliver(chunk, pending)
+                    saw_end = saw_end or ended
             except Exception as exc:  # shown to the user either way; retried if transient
                 failure = exc
             if self.stopping:
                 return
-            if saw_end or failure is None:
+            if failure is None:
+                if pending.strip():  # the run's last line had no newline: it is complete now
+                    _, ended = self._deliver(b"\n", pending)
+                    saw_end = saw_end or ended
+                self._ended = True
                 self.status(SourceState.ENDED, f"the run on {self.host} " + (
                     "ended" if saw_end else "exited without run_end"))
                 return
             reason = f"{type(failure).__name__}: {failure}"
             if not is_transient(failure):
+                self._ended = True  # nothing to stop: the run failed, or never started
                 self.status(SourceState.DROPPED, reason)
                 return
+            failures = 1 if got else failures + 1
             if got:
                 self.backoff.reset()
-            if self.max_attempts is not None and attempts >= self.max_attempts:
-                self.status(SourceState.DROPPED, f"{reason}; gave up after {attempts} attempts")
+            if failures >= self.max_attempts:
+                self.status(SourceState.DROPPED, f"{reason}; gave up after {failures} attempts "
+                            f"in a row (the run may still be going on {self.host}: run {self.run_id})")
                 return
             delay = self.backoff.next_delay()
             self.status(SourceState.RECONNECTING, f"{reason}; retrying in {delay:.1f} s")
             if self.wait(delay):
                 return
+
+    def close(self) -> None:
+        """The monitor is quitting: stop the remote run unless it is over."""
+        if self._ended or self._runs is None or self.connections == 0:
+            return
+        runs, host, run_id = self._runs, self.host, self.run_id
+
+        def stop() -> None:
+            try:
+                runs.stop(host, run_id)
+            except Exception:  # unreachable now: the run goes on, its metrics stay there
+                pass
+
+        worker = threading.Thread(target=stop, name="kdtree-tui-host-stop", daemon=True)
+        worker.start()
+        worker.join(STOP_WAIT_S)

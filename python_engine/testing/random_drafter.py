@@ -1,6 +1,6 @@
 """Random DFlash drafter checkpoints in z-lab's format, for a given target.
 
-    python -m python_engine.model.random_drafter TARGET_DIR OUT_DIR [--layers 1] [--block-size 8]
+    python -m python_engine.testing.random_drafter TARGET_DIR OUT_DIR [--layers 1] [--block-size 8]
 
 writes OUT_DIR/config.json (Qwen3-style, with block_size and dflash_config) and
 OUT_DIR/model.safetensors. Its drafts are noise, but every code path of the drafter and of
@@ -17,8 +17,8 @@ import torch
 
 from python_engine.model.config import TargetConfig, load_target_config
 from python_engine.model.drafter import drafter_weight_shapes
-from python_engine.model.drafter_config import drafter_config_from_dict
-from python_engine.model.random_target import save_safetensors_dir
+from python_engine.model.drafter_config import drafter_config_dict, drafter_config_from_dict
+from python_engine.testing.random_target import save_safetensors_dir
 
 
 def default_target_layer_ids(num_target_layers: int, count: int) -> list[int]:
@@ -30,7 +30,7 @@ def default_target_layer_ids(num_target_layers: int, count: int) -> list[int]:
     return sorted({round(lo + k * (hi - lo) / max(1, count - 1)) for k in range(count)})
 
 
-def drafter_config_dict(
+def random_drafter_config(
     target: TargetConfig,
     num_layers: int = 1,
     block_size: int = 8,
@@ -41,33 +41,18 @@ def drafter_config_dict(
     head_dim: int | None = None,
     intermediate_size: int | None = None,
 ) -> dict:
+    """A small drafter's config.json for `target`, with sizes derived from it."""
     H = target.hidden_size
     ids = target_layer_ids or default_target_layer_ids(target.num_hidden_layers, min(5, max(1, num_layers + 1)))
-    return {
-        "architectures": ["DFlashDraftModel"],
-        "model_type": "qwen3",
-        "hidden_size": H,
-        "num_hidden_layers": num_layers,
-        "num_attention_heads": num_heads,
-        "num_key_value_heads": num_kv_heads,
-        "head_dim": head_dim or max(8, H // num_heads),
-        "intermediate_size": intermediate_size or 2 * H,
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 1000000.0,
-        "rope_scaling": None,
-        "max_position_embeddings": target.max_position_embeddings,
-        "vocab_size": target.vocab_size,
-        "attention_bias": False,
-        "tie_word_embeddings": False,
-        "num_target_layers": target.num_hidden_layers,
-        "block_size": block_size,
-        "dflash_config": {
-            "target_layer_ids": ids,
-            "mask_token_id": target.vocab_size - 1 if mask_token_id is None else mask_token_id,
-        },
-        "torch_dtype": "float32",
-    }
+    return drafter_config_dict(
+        hidden_size=H, num_hidden_layers=num_layers, num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads, head_dim=head_dim or max(8, H // num_heads),
+        intermediate_size=intermediate_size or 2 * H, rope_theta=1000000.0,
+        max_position_embeddings=target.max_position_embeddings, vocab_size=target.vocab_size,
+        num_target_layers=target.num_hidden_layers, block_size=block_size, target_layer_ids=ids,
+        mask_token_id=target.vocab_size - 1 if mask_token_id is None else mask_token_id,
+        torch_dtype="float32",
+    )
 
 
 def random_drafter_tensors(cfg: dict, seed: int) -> dict[str, torch.Tensor]:
@@ -84,7 +69,7 @@ def random_drafter_tensors(cfg: dict, seed: int) -> dict[str, torch.Tensor]:
 
 def write_random_drafter(out_dir: str | Path, target: TargetConfig, seed: int = 0, **config_kw) -> Path:
     out_dir = Path(out_dir)
-    cfg = drafter_config_dict(target, **config_kw)
+    cfg = random_drafter_config(target, **config_kw)
     save_safetensors_dir(out_dir, random_drafter_tensors(cfg, seed))
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     return out_dir

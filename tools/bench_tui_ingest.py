@@ -1,9 +1,9 @@
 """Ingest benchmark (not a test): how many events per second the monitor absorbs while it
 keeps redrawing, fed by a source that never waits.
 
-    python -m kdtree_cli.tui.bench_ingest                 # 8 s in a pseudo-terminal
-    python -m kdtree_cli.tui.bench_ingest --tree --seconds 5 --size 120x40
-    python -m kdtree_cli.tui.bench_ingest --headless      # no terminal output at all
+    python -m tools.bench_tui_ingest                 # 8 s in a pseudo-terminal
+    python -m tools.bench_tui_ingest --tree --seconds 5 --size 120x40
+    python -m tools.bench_tui_ingest --headless      # no terminal output at all
 
 By default the app runs in a pseudo-terminal with its real driver, so every frame is
 composed and written as escape codes (the parent process drains them), which is what a
@@ -84,6 +84,8 @@ def run_app(args, out_path: str | None) -> dict:
     AcceptancePanel.render = counting_render
 
     class BenchApp(MonitorApp):
+        # textual reads a relative CSS_PATH next to the subclass's file: keep the app's own
+        CSS_PATH = os.path.join(os.path.dirname(sys.modules[MonitorApp.__module__].__file__), "app.tcss")
         redraw_times: list[float] = []
         marks: dict = {}
 
@@ -148,7 +150,7 @@ def run_in_pty(args) -> dict:
     width, height = (int(x) for x in args.size.split("x"))
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
         out_path = tmp.name
-    argv = [sys.executable, "-m", "kdtree_cli.tui.bench_ingest", "--child", out_path,
+    argv = [sys.executable, "-m", "tools.bench_tui_ingest", "--child", out_path,
             "--seconds", str(args.seconds), "--size", args.size, "--interval", str(args.interval),
             "--pool", str(args.pool)] + (["--tree"] if args.tree else [])
     pid, fd = pty.fork()

@@ -1,0 +1,480 @@
+#include "engine/target_model.h"
+
+#include <algorithm>
+
+#include "common/cuda_check.h"
+#include "engine/engine_error.h"
+#include "kernels/elementwise.cuh"
+#include "kernels/mla_cache.cuh"
+#include "kernels/moe_gemm.cuh"
+#include "kernels/moe_gemm_w4a16.cuh"
+#include "kernels/moe_route.cuh"
+#include "kernels/norm.cuh"
+#include "kernels/rope.cuh"
+#include "kernels/verify_attn.cuh"
+
+namespace kdtree::engine {
+namespace {
+
+AttnDType attn_type(ModelDType t) { return t == ModelDType::kF32 ? AttnDType::kF32 : AttnDType::kBF16; }
+
+// A row-major operand in the compute dtype.
+Matrix mat(const void* p, int64_t ld, ModelDType t) { return Matrix{p, ld, t}; }
+MatrixOut out(void* p, int64_t ld, ModelDType t) { return MatrixOut{p, ld, t}; }
+
+void* at(void* base, int64_t elements, ModelDType t) {
+  return static_cast<char*>(base) + elements * model_dtype_bytes(t);
+}
+const void* at(const void* base, int64_t elements, ModelDType t) {
+  return static_cast<const char*>(base) + elements * model_dtype_bytes(t);
+}
+
+}  // namespace
+
+TargetModel::TargetModel(const TargetDims& dims, const EngineLimits& limits, const std::vector<int>& feature_layers,
+                         const DeviceWeights& w, Gemm* gemm)
+    : dims_(dims), limits_(limits), feature_layers_(feature_layers), gemm_(gemm), dt_(limits.dtype) {
+  embed_ = w.get("model.embed_tokens.weight");
+  norm_ = w.get("model.norm.weight");
+  lm_head_ = dims.tie_embeddings ? embed_ : w.get("lm_head.weight");
+  for (int i = 0; i < dims.layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const std::string a = p + "self_attn.", m = p + "mlp.";
+    Layer L{};
+    L.input_norm = w.get(p + "input_layernorm.weight");
+    L.post_norm = w.get(p + "post_attention_layernorm.weight");
+    if (dims.q_lora == 0) {
+      L.q_proj = w.get(a + "q_proj.weight");
+    } else {
+      L.q_a = w.get(a + "q_a_proj.weight");
+      L.q_a_norm = w.get(a + "q_a_layernorm.weight");
+      L.q_b = w.get(a + "q_b_proj.weight");
+    }
+    L.kv_a = w.get(a + "kv_a_proj_with_mqa.weight");
+    L.kv_a_norm = w.get(a + "kv_a_layernorm.weight");
+    L.kv_b = w.get(a + "kv_b_proj.weight");
+    L.o_proj = w.get(a + "o_proj.weight");
+    if (!dims.moe_layer(i)) {
+      L.gate = w.get(m + "gate_proj.weight");
+      L.up = w.get(m + "up_proj.weight");
+      L.down = w.get(m + "down_proj.weight");
+    } else {
+      L.router = static_cast<const float*>(w.get(m + "gate.weight"));
+      L.router_bias = static_cast<const float*>(w.get(m + "gate.e_score_correction_bias"));
+      // stacked: expert e follows the first at a fixed stride (INT4 in bf16 compute: W4A16 tiles)
+      const char* suffix = int4_packed() ? ".weight_packed" : ".weight";
+      L.experts_gate = w.get(m + "experts.0.gate_proj" + suffix);
+      L.experts_up = w.get(m + "experts.0.up_proj" + suffix);
+      L.experts_down = w.get(m + "experts.0.down_proj" + suffix);
+      if (dims.shared_experts > 0) {
+        L.shared_gate = w.get(m + "shared_experts.gate_proj.weight");
+        L.shared_up = w.get(m + "shared_experts.up_proj.weight");
+        L.shared_down = w.get(m + "shared_experts.down_proj.weight");
+      }
+    }
+    layers_.push_back(L);
+  }
+  inv_freq_host_ = dims.rope_inv_freq;
+}
+
+size_t TargetModel::attention_workspace_bytes() const {
+  // the largest split-KV workspace over every forward shape the engine runs: trees and AR
+  // steps over any number of slots, prefill chunks of any length
+  size_t most = 0;
+  auto consider = [&](int batch, int rows) {
+    const int capacity = limits_.cache_capacity();
+    for (int prefix = 128;; prefix *= 2) {
+      const int bound = std::min(prefix, capacity - rows);
+      if (bound < 0) break;
+      VerifyAttnParams p;
+      p.dtype = attn_type(dt_);
+      p.batch = batch;
+      p.heads = dims_.heads;
+      p.tree_len = rows;
+      p.max_prefix = bound;
+      p.kv_row_stride = kVerifyQKDim;
+      p.kv_batch_stride = static_cast<int64_t>(capacity) * kVerifyQKDim;
+      p.vis_words = (rows + 31) / 32;
+      p.scale = dims_.softmax_scale;
+      // the plan checks pointers and alignment: any aligned non-null address will do
+      alignas(256) static const int16_t dummy[8] = {};
+      p.q_lat = p.q_pe = p.kv = dummy;
+      p.out = const_cast<int16_t*>(dummy);
+      p.vis = reinterpret_cast<const uint32_t*>(dummy);
+      most = std::max(most, verify_attn_workspace_bytes(p));
+      if (bound >= capacity - rows) break;
+    }
+  };
+  for (int b = 1; b <= limits_.slots; ++b) {
+    consider(b, 1);
+    consider(b, limits_.tree_rows());
+    consider(b, limits_.max_block);
+  }
+  for (int t = 1; t < limits_.prefill_chunk; t *= 2) consider(1, t);
+  consider(1, limits_.prefill_chunk);
+  return most;
+}
+
+void TargetModel::declare(Workspace* ws) {
+  const size_t N = static_cast<size_t>(limits_.forward_rows());
+  const size_t el = static_cast<size_t>(model_dtype_bytes(dt_));
+  const TargetDims& t = dims_;
+  const size_t H = t.hidden, heads = t.heads;
+  ws->declare(&x_, N * H * el);
+  ws->declare(&hn_, N * H * el);
+  ws->declare(&proj_, N * proj_width() * el);
+  if (t.q_lora) ws->declare(&q_, N * heads * t.qk() * el);
+  // zeroed: a model narrower than 512 / 64 leaves the padding columns at zero for good
+  ws->declare(&q_lat_, N * heads * kVerifyLatentDim * el, /*zeroed=*/true);
+  ws->declare(&q_pe_, N * heads * kVerifyRopeDim * el, /*zeroed=*/true);
+  ws->declare(&o_lat_, N * heads * kVerifyLatentDim * el);
+  ws->declare(&o_, N * heads * t.v_head * el);
+  ws->declare(&attn_out_, N * H * el);
+  const size_t inter = std::max<size_t>(t.first_dense > 0 ? t.dense_inter : 0,
+                                        static_cast<size_t>(t.moe_inter) * t.shared_experts);
+  if (inter > 0) {
+    ws->declare(&gate_up_, N * 2 * inter * el);
+    ws->declare(&act_, N * inter * el);
+  }
+  ws->declare(&ffn_out_, N * H * el);
+  if (t.has_moe()) {
+    const size_t pairs = N * t.topk;
+    if (dt_ != ModelDType::kF32) ws->declare(&h32_, N * H * sizeof(float));
+    ws->declare(&router_logits_, N * t.experts * sizeof(float));
+    ws->declare(&topk_ids_, pairs * sizeof(int32_t));
+    ws->declare(&topk_weights_, pairs * sizeof(float));
+    ws->declare(&expert_offsets_, (t.experts + 1) * sizeof(int32_t));
+    ws->declare(&row_token_, pairs * sizeof(int32_t));
+    ws->declare(&pair_row_, pairs * sizeof(int32_t));
+    ws->declare(&expert_act_, pairs * t.moe_inter * el);
+    ws->declare(&expert_out_, pairs * H * el);
+    if (t.shared_experts > 0) ws->declare(&shared_out_, N * H * el);
+  }
+  ws->declare(&logits_, N * t.vocab * sizeof(float));
+  if (!feature_layers_.empty()) ws->declare(&features_, N * feature_width() * el);
+  ws->declare(&inv_freq_dev_, inv_freq_host_.size() * sizeof(float));
+  attn_workspace_bytes_ = attention_workspace_bytes();
+  ws->declare(&attn_workspace_, std::max<size_t>(attn_workspace_bytes_, 1));
+}
+
+int64_t TargetModel::proj_width() const {
+  const TargetDims& t = dims_;
+  return (t.q_lora ? t.q_lora : static_cast<int64_t>(t.heads) * t.qk()) + t.kv_lora + t.rope;
+}
+
+void TargetModel::upload_constants(cudaStream_t stream) {
+  KD_CUDA_CHECK(cudaMemcpyAsync(inv_freq_dev_, inv_freq_host_.data(), inv_freq_host_.size() * sizeof(float),
+                                cudaMemcpyHostToDevice, stream));
+  KD_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vector may not outlive the copy otherwise
+  inv_freq_ = inv_freq_dev_;
+}
+
+void TargetModel::forward(const TargetBatch& b, const TargetCache& cache, const int32_t* cache_len,
+                          cudaStream_t stream) {
+  const TargetDims& t = dims_;
+  const int rows = b.batch * b.tokens;
+  if (rows <= 0) return;
+  if (rows > limits_.forward_rows()) fail(KD_INTERNAL, "target forward of " + std::to_string(rows) + " rows over the workspace");
+  const int64_t H = t.hidden;
+  EmbedParams e;
+  e.dtype = dt_;
+  e.rows = rows;
+  e.dim = t.hidden;
+  e.vocab = t.vocab;
+  e.ids = b.token_ids;
+  e.table = embed_;
+  e.out = x_;
+  e.out_stride = H;
+  check_kernel(embed(e, stream));
+
+  RmsNormParams n;  // the first layer's input norm; every later norm comes with its residual add
+  n.dtype = dt_;
+  n.rows = rows;
+  n.dim = t.hidden;
+  n.x = x_;
+  n.x_stride = H;
+  n.out = hn_;
+  n.out_stride = H;
+  n.eps = t.eps;
+  n.weight = layers_[0].input_norm;
+  check_kernel(rms_norm(n, stream));
+  AddRmsNormParams an;
+  an.dtype = dt_;
+  an.rows = rows;
+  an.dim = t.hidden;
+  an.x = x_;
+  an.x_stride = H;
+  an.y_stride = H;
+  an.out = hn_;
+  an.out_stride = H;
+  an.eps = t.eps;
+
+  for (int l = 0; l < t.layers; ++l) {
+    const Layer& w = layers_[l];
+    attention(w, l, b, cache, cache_len, stream);
+    an.y = attn_out_;
+    an.weight = w.post_norm;
+    check_kernel(add_rms_norm(an, stream));
+    if (t.moe_layer(l)) moe_ffn(w, rows, stream);
+    else dense_ffn(w.gate, w.down, t.dense_inter, rows, ffn_out_, stream);
+    an.y = ffn_out_;
+    an.weight = l + 1 < t.layers ? layers_[l + 1].input_norm : norm_;  // the last layer's: the final norm
+    check_kernel(add_rms_norm(an, stream));
+    if (b.features) {
+      for (size_t f = 0; f < feature_layers_.size(); ++f) {
+        if (feature_layers_[f] != l) continue;
+        CopyRowsParams c;
+        c.in_dtype = c.out_dtype = dt_;
+        c.rows = rows;
+        c.cols = t.hidden;
+        c.in = x_;
+        c.in_stride = H;
+        c.out = at(features_, static_cast<int64_t>(f) * H, dt_);
+        c.out_stride = feature_width();
+        check_kernel(copy_rows(c, stream));
+      }
+    }
+  }
+  if (b.logits == LogitRows::kNone) return;
+  if (b.logits == LogitRows::kAll) {
+    gemm_->linear(rows, t.vocab, t.hidden, mat(hn_, H, dt_), mat(lm_head_, H, dt_), out(logits_, t.vocab, ModelDType::kF32));
+  } else {  // the last row of each slot: rows T-1, 2T-1, ... are a matrix of leading dimension T * H
+    gemm_->linear(b.batch, t.vocab, t.hidden, mat(at(hn_, (b.tokens - 1) * H, dt_), b.tokens * H, dt_),
+                  mat(lm_head_, H, dt_), out(logits_, t.vocab, ModelDType::kF32));
+  }
+}
+
+void TargetModel::attention(const Layer& w, int layer, const TargetBatch& b, const TargetCache& cache,
+                            const int32_t* cache_len, cudaStream_t stream) {
+  const TargetDims& t = dims_;
+  const int rows = b.batch * b.tokens;
+  const int64_t H = t.hidden, qk = t.qk(), heads = t.heads;
+  // one GEMM for everything read from hn: [q_a | kv_a] (q LoRA) or [q | kv_a]
+  const int64_t pw = proj_width();
+  const int64_t qa = t.q_lora ? t.q_lora : heads * qk;  // width of the first part
+  gemm_->linear(rows, static_cast<int>(pw), t.hidden, mat(hn_, H, dt_), mat(w.q_a ? w.q_a : w.q_proj, H, dt_),
+                out(proj_, pw, dt_));
+  const void* q = proj_;  // [rows, heads, nope + rope] at leading dimension q_ld
+  int64_t q_ld = pw;
+  if (t.q_lora) {
+    RmsNormParams qn;
+    qn.dtype = dt_;
+    qn.rows = rows;
+    qn.dim = t.q_lora;
+    qn.x = qn.out = proj_;
+    qn.x_stride = qn.out_stride = pw;
+    qn.weight = w.q_a_norm;
+    qn.eps = t.latent_eps;
+    check_kernel(rms_norm(qn, stream));
+    gemm_->linear(rows, static_cast<int>(heads * qk), t.q_lora, mat(proj_, pw, dt_), mat(w.q_b, t.q_lora, dt_),
+                  out(q_, heads * qk, dt_));
+    q = q_;
+    q_ld = heads * qk;
+  }
+  MlaCacheWriteParams cw;
+  cw.dtype = dt_;
+  cw.batch = b.batch;
+  cw.tokens = b.tokens;
+  cw.kv_lora = t.kv_lora;
+  cw.rope_dim = t.rope;
+  cw.kv_a = at(proj_, qa, dt_);  // the kv_a part of the projection rows
+  cw.kv_a_stride = pw;
+  cw.norm_weight = w.kv_a_norm;
+  cw.eps = t.latent_eps;
+  cw.positions = b.positions;
+  cw.inv_freq = inv_freq_;
+  cw.attention_factor = t.rope_factor;
+  cw.interleave = t.rope_interleave;
+  cw.cache = cache.layer(layer, b.first_slot);
+  cw.row_stride = kVerifyQKDim;
+  cw.batch_stride = cache.slot_stride();
+  cw.cache_len = cache_len + b.first_slot;
+  cw.capacity = cache.capacity();
+  check_kernel(mla_cache_write(cw, stream));
+  // q_pe = RoPE(q[..., nope:]) into the 64-wide rope block of each head
+  RopeParams rp;
+  rp.dtype = dt_;
+  rp.tokens = rows;
+  rp.heads = t.heads;
+  rp.dim = t.rope;
+  rp.x = at(q, t.nope, dt_);
+  rp.x_token_stride = q_ld;
+  rp.x_head_stride = qk;
+  rp.out = q_pe_;
+  rp.out_token_stride = heads * kVerifyRopeDim;
+  rp.out_head_stride = kVerifyRopeDim;
+  rp.positions = b.positions;
+  rp.inv_freq = inv_freq_;
+  rp.attention_factor = t.rope_factor;
+  rp.interleave = t.rope_interleave;
+  check_kernel(rope(rp, stream));
+  // absorbed queries: q_lat[:, h] = q_nope[:, h] @ w_kc[h], w_kc[h] = kv_b rows h*(nope+v) .. +nope
+  const int64_t head_rows = static_cast<int64_t>(t.nope + t.v_head) * t.kv_lora;  // kv_b elements per head
+  gemm_->batched(t.heads, rows, t.kv_lora, t.nope, mat(q, q_ld, dt_), qk, mat(w.kv_b, t.kv_lora, dt_), head_rows,
+                 /*transpose_w=*/false, out(q_lat_, heads * kVerifyLatentDim, dt_), kVerifyLatentDim);
+  VerifyAttnParams a;
+  a.dtype = attn_type(dt_);
+  a.batch = b.batch;
+  a.heads = t.heads;
+  a.tree_len = b.tokens;
+  a.max_prefix = std::min(b.max_prefix, cache.capacity() - b.tokens);
+  a.prefix_len = cache_len + b.first_slot;
+  a.q_lat = q_lat_;
+  a.q_pe = q_pe_;
+  a.kv = cache.layer(layer, b.first_slot);
+  a.kv_row_stride = kVerifyQKDim;
+  a.kv_batch_stride = cache.slot_stride();
+  a.vis = b.vis;
+  a.vis_words = b.vis_words;
+  a.scale = t.softmax_scale;
+  a.out = o_lat_;
+  a.workspace = attn_workspace_;
+  a.workspace_bytes = attn_workspace_bytes_;
+  check_kernel(verify_attn(a, stream));
+  // o[:, h] = o_lat[:, h] @ w_vc[h]^T, w_vc[h] = kv_b rows h*(nope+v)+nope .. +v
+  gemm_->batched(t.heads, rows, t.v_head, t.kv_lora, mat(o_lat_, heads * kVerifyLatentDim, dt_), kVerifyLatentDim,
+                 mat(at(w.kv_b, static_cast<int64_t>(t.nope) * t.kv_lora, dt_), t.kv_lora, dt_), head_rows,
+                 /*transpose_w=*/true, out(o_, heads * t.v_head, dt_), t.v_head);
+  gemm_->linear(rows, t.hidden, static_cast<int>(heads * t.v_head), mat(o_, heads * t.v_head, dt_),
+                mat(w.o_proj, heads * t.v_head, dt_), out(attn_out_, H, dt_));
+}
+
+void TargetModel::dense_ffn(const void* gate_up, const void* down, int inter, int rows, void* dst,
+                            cudaStream_t stream) {
+  const int64_t H = dims_.hidden;
+  // gate and up are one [2I, H] matrix (weights.cpp): one GEMM, then silu(gate) * up
+  gemm_->linear(rows, 2 * inter, dims_.hidden, mat(hn_, H, dt_), mat(gate_up, H, dt_), out(gate_up_, 2 * inter, dt_));
+  SiluMulParams s;
+  s.dtype = dt_;
+  s.rows = rows;
+  s.dim = inter;
+  s.gate = gate_up_;
+  s.gate_stride = 2 * inter;
+  s.up = at(gate_up_, inter, dt_);
+  s.up_stride = 2 * inter;
+  s.out = act_;
+  s.out_stride = inter;
+  check_kernel(silu_mul(s, stream));
+  gemm_->linear(rows, dims_.hidden, inter, mat(act_, inter, dt_), mat(down, inter, dt_), out(dst, H, dt_));
+}
+
+void TargetModel::moe_ffn(const Layer& w, int rows, cudaStream_t stream) {
+  const TargetDims& t = dims_;
+  const int64_t H = t.hidden;
+  // the router runs in float32 on a float32 copy of the normalised hidden state
+  const float* h32 = static_cast<const float*>(hn_);
+  if (dt_ != ModelDType::kF32) {
+    CopyRowsParams c;
+    c.in_dtype = dt_;
+    c.out_dtype = ModelDType::kF32;
+    c.rows = rows;
+    c.cols = t.hidden;
+    c.in = hn_;
+    c.in_stride = H;
+    c.out = h32_;
+    c.out_stride = H;
+    check_kernel(copy_rows(c, stream));
+    h32 = h32_;
+  }
+  gemm_->linear(rows, t.experts, t.hidden, mat(h32, H, ModelDType::kF32), mat(w.router, H, ModelDType::kF32),
+                out(router_logits_, t.experts, ModelDType::kF32));
+  MoeRouteParams r;
+  r.tokens = rows;
+  r.experts = t.experts;
+  r.groups = t.n_group;
+  r.topk_group = t.topk_group;
+  r.topk = t.topk;
+  r.norm_topk = t.norm_topk;
+  r.scaling = t.scaling;
+  r.logits = router_logits_;
+  r.bias = w.router_bias;
+  r.topk_ids = topk_ids_;
+  r.topk_weights = topk_weights_;
+  check_kernel(moe_route(r, stream));
+  MoeGroupParams g;
+  g.tokens = rows;
+  g.experts = t.experts;
+  g.topk = t.topk;
+  g.topk_ids = topk_ids_;
+  g.offsets = expert_offsets_;
+  g.row_token = row_token_;
+  g.pair_row = pair_row_;
+  check_kernel(moe_group(g, stream));
+  const int pairs = rows * t.topk;
+  if (int4_packed()) {  // W4A16: the experts stay packed, dequantized in registers
+    MoeW4a16Params up;
+    up.experts = t.experts;
+    up.rows = pairs;
+    up.n = t.moe_inter;
+    up.k = t.hidden;
+    up.max_rows_per_expert = rows;  // an expert is picked at most once per token
+    up.x = hn_;
+    up.x_stride = H;
+    up.x_row = row_token_;
+    up.offsets = expert_offsets_;
+    up.w = static_cast<const uint32_t*>(w.experts_gate);
+    up.w_up = static_cast<const uint32_t*>(w.experts_up);
+    up.w_expert_stride = moe_w4a16_expert_words(t.moe_inter, t.hidden);
+    up.out = expert_act_;
+    up.out_stride = t.moe_inter;
+    check_kernel(moe_gemm_w4a16(up, stream));
+    MoeW4a16Params down = up;
+    down.n = t.hidden;
+    down.k = t.moe_inter;
+    down.x = expert_act_;
+    down.x_stride = t.moe_inter;
+    down.x_row = nullptr;
+    down.w = static_cast<const uint32_t*>(w.experts_down);
+    down.w_up = nullptr;
+    down.w_expert_stride = moe_w4a16_expert_words(t.hidden, t.moe_inter);
+    down.out = expert_out_;
+    down.out_stride = H;
+    check_kernel(moe_gemm_w4a16(down, stream));
+  } else {
+    MoeGemmParams up;
+    up.dtype = dt_;
+    up.experts = t.experts;
+    up.rows = pairs;
+    up.n = t.moe_inter;
+    up.k = t.hidden;
+    up.x = hn_;
+    up.x_stride = H;
+    up.x_row = row_token_;
+    up.offsets = expert_offsets_;
+    up.w = w.experts_gate;
+    up.w_up = w.experts_up;
+    up.w_expert_stride = static_cast<int64_t>(t.moe_inter) * H;
+    up.out = expert_act_;
+    up.out_stride = t.moe_inter;
+    check_kernel(moe_gemm(up, stream));
+    MoeGemmParams down;
+    down.dtype = dt_;
+    down.experts = t.experts;
+    down.rows = pairs;
+    down.n = t.hidden;
+    down.k = t.moe_inter;
+    down.x = expert_act_;
+    down.x_stride = t.moe_inter;
+    down.offsets = expert_offsets_;
+    down.w = w.experts_down;
+    down.w_expert_stride = static_cast<int64_t>(t.moe_inter) * H;
+    down.out = expert_out_;
+    down.out_stride = H;
+    check_kernel(moe_gemm(down, stream));
+  }
+  if (t.shared_experts > 0)
+    dense_ffn(w.shared_gate, w.shared_down, t.moe_inter * t.shared_experts, rows, shared_out_, stream);
+  MoeCombineParams c;
+  c.dtype = dt_;
+  c.tokens = rows;
+  c.hidden = t.hidden;
+  c.topk = t.topk;
+  c.expert_out = expert_out_;
+  c.pair_row = pair_row_;
+  c.topk_weights = topk_weights_;
+  c.shared_out = t.shared_experts > 0 ? shared_out_ : nullptr;
+  c.out = ffn_out_;
+  check_kernel(moe_combine(c, stream));
+}
+
+}  // namespace kdtree::engine

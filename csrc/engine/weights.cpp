@@ -1,0 +1,524 @@
+#include "engine/weights.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "engine/engine_error.h"
+#include "kernels/elementwise.cuh"
+#include "kernels/moe_gemm_w4a16.cuh"
+
+namespace kdtree::engine {
+namespace {
+
+// Bytes read per pread into a pinned stage; two stages per reader thread let one chunk
+// cross the bus while the next is read.
+constexpr size_t kLoadStageBytes = size_t{16} << 20;
+constexpr int kStagesPerReader = 2;
+constexpr auto kProgressPeriod = std::chrono::milliseconds(100);
+
+std::string shape_str(const int64_t* shape, int ndim) {
+  std::string s = "[";
+  for (int i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) { return shape_str(shape.data(), static_cast<int>(shape.size())); }
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+size_t stored_bytes(int32_t dtype) { return dtype == KD_BF16 ? 2 : 4; }
+constexpr int kInt4PerWord = 8;     // eight 4-bit values per int32 word (compressed-tensors pack-quantized)
+constexpr int kInt4Group = kW4GroupSize;
+constexpr int kInt4Offset = 8;      // a nibble holds q + 8
+
+ModelDType model_type(int32_t dtype) { return dtype == KD_F32 ? ModelDType::kF32 : ModelDType::kBF16; }
+
+// One tensor to read: its source entry and destination slot (INT4: also the scales' entry).
+struct LoadJob {
+  const kd_tensor_entry* entry;
+  const WeightSlot* slot;
+  const kd_tensor_entry* scale = nullptr;
+};
+
+float bf16_bits_to_float(uint16_t b) {
+  const uint32_t wide = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &wide, 4);
+  return f;
+}
+
+float round_bf16(float v) {  // round to nearest even, as __float2bfloat16_rn (weights are finite)
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+class Reader {
+ public:
+  Reader(char* device_base, ModelDType compute, std::atomic<uint64_t>* done, std::atomic<bool>* stop)
+      : base_(device_base), compute_(compute), done_(done), stop_(stop) {}
+
+  // Reads every job of one file; the first failure is returned as text (empty: ok).
+  std::string run(const std::vector<LoadJob>& jobs) {
+    try {
+      setup();
+      for (const LoadJob& job : jobs) {
+        if (stop_->load()) break;
+        if (job.slot->int4) read_int4(job);
+        else read_tensor(job);
+      }
+      KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    } catch (const std::exception& e) {
+      teardown();
+      return e.what();
+    }
+    teardown();
+    return {};
+  }
+
+ private:
+  void setup() {
+    KD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    for (int s = 0; s < kStagesPerReader; ++s) {
+      pinned_[s] = PinnedBuffer(kLoadStageBytes, "checkpoint staging");
+      scratch_[s] = DeviceBuffer(kLoadStageBytes, "checkpoint staging");
+      KD_CUDA_CHECK(cudaEventCreateWithFlags(&ready_[s], cudaEventDisableTiming));
+      used_[s] = false;
+    }
+  }
+
+  void teardown() {
+    if (stream_) (void)cudaStreamSynchronize(stream_);
+    for (int s = 0; s < kStagesPerReader; ++s) {
+      if (ready_[s]) (void)cudaEventDestroy(ready_[s]);
+      ready_[s] = nullptr;
+      pinned_[s].release();
+      scratch_[s].release();
+    }
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+    if (stream_) (void)cudaStreamDestroy(stream_);
+    stream_ = nullptr;
+  }
+
+  void open_file(const char* path) {
+    if (fd_ >= 0 && open_path_ == path) return;
+    if (fd_ >= 0) close(fd_);
+    fd_ = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) fail(KD_LOAD_ERROR, std::string("cannot open ") + path + ": " + std::strerror(errno));
+    open_path_ = path;
+  }
+
+  void read_all(const kd_tensor_entry& e, void* dst) {
+    open_file(e.file);
+    size_t got = 0;
+    while (got < e.nbytes) {
+      const ssize_t r = pread(fd_, static_cast<char*>(dst) + got, e.nbytes - got, static_cast<off_t>(e.offset + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0)
+        fail(KD_LOAD_ERROR, std::string("reading tensor '") + e.name + "' from " + e.file + ": " +
+                                (r == 0 ? "the file ends early (truncated?)" : std::strerror(errno)));
+      got += static_cast<size_t>(r);
+    }
+  }
+
+  // host bytes -> device, through the pinned stages
+  void upload(const void* host, size_t bytes, char* dst) {
+    for (size_t off = 0; off < bytes; off += kLoadStageBytes) {
+      const size_t len = std::min(kLoadStageBytes, bytes - off);
+      const int s = stage_++ % kStagesPerReader;
+      if (used_[s]) KD_CUDA_CHECK(cudaEventSynchronize(ready_[s]));
+      std::memcpy(pinned_[s].data(), static_cast<const char*>(host) + off, len);
+      KD_CUDA_CHECK(cudaMemcpyAsync(dst + off, pinned_[s].data(), len, cudaMemcpyHostToDevice, stream_));
+      KD_CUDA_CHECK(cudaEventRecord(ready_[s], stream_));
+      used_[s] = true;
+    }
+  }
+
+  void read_int4(const LoadJob& job) {
+    const WeightSlot& w = *job.slot;
+    const int n = static_cast<int>(w.n), k = static_cast<int>(w.k);
+    std::vector<int32_t> packed(static_cast<size_t>(n) * k / kInt4PerWord);
+    std::vector<uint16_t> scale(static_cast<size_t>(n) * k / kInt4Group);
+    read_all(*job.entry, packed.data());
+    read_all(*job.scale, scale.data());
+    char* dst = base_ + w.offset;
+    if (compute_ == ModelDType::kBF16) {  // kept packed: repacked into the kernel's tiles
+      std::vector<uint32_t> tiles(static_cast<size_t>(moe_w4a16_expert_words(n, k)));
+      const KernelResult r = moe_w4a16_repack(packed.data(), scale.data(), n, k, tiles.data());
+      if (!r.ok()) fail(KD_LOAD_ERROR, w.module + ": " + r.message);
+      upload(tiles.data(), tiles.size() * sizeof(uint32_t), dst);
+    } else {  // float32 mode: w = bf16(q * scale), python_engine/model/int4.py's dequantization
+      std::vector<float> full(static_cast<size_t>(n) * k);
+      for (int r = 0; r < n; ++r)
+        for (int c = 0; c < k; ++c) {
+          const uint32_t word = static_cast<uint32_t>(packed[static_cast<size_t>(r) * (k / kInt4PerWord) + c / kInt4PerWord]);
+          const int q = static_cast<int>((word >> (4 * (c % kInt4PerWord))) & 0xfu) - kInt4Offset;
+          const float sc = bf16_bits_to_float(scale[static_cast<size_t>(r) * (k / kInt4Group) + c / kInt4Group]);
+          full[static_cast<size_t>(r) * k + c] = round_bf16(static_cast<float>(q) * sc);
+        }
+      upload(full.data(), full.size() * sizeof(float), dst);
+    }
+    done_->fetch_add(job.entry->nbytes + job.scale->nbytes);
+  }
+
+  void read_tensor(const LoadJob& job) {
+    const kd_tensor_entry& e = *job.entry;
+    open_file(e.file);
+    const size_t src_el = stored_bytes(e.dtype);
+    const ModelDType dst_type = job.slot->float32 ? ModelDType::kF32 : compute_;
+    const size_t dst_el = static_cast<size_t>(model_dtype_bytes(dst_type));
+    const bool convert = model_type(e.dtype) != dst_type;
+    const size_t chunk = kLoadStageBytes / src_el * src_el;
+    for (uint64_t off = 0; off < e.nbytes; off += chunk) {
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(chunk, e.nbytes - off));
+      const int s = stage_++ % kStagesPerReader;
+      if (used_[s]) KD_CUDA_CHECK(cudaEventSynchronize(ready_[s]));  // its last copy has left
+      char* host = static_cast<char*>(pinned_[s].data());
+      size_t got = 0;
+      while (got < len) {
+        const ssize_t r = pread(fd_, host + got, len - got, static_cast<off_t>(e.offset + off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+          fail(KD_LOAD_ERROR, std::string("reading tensor '") + e.name + "' from " + e.file + " at byte " +
+                                  std::to_string(e.offset + off + got) + ": " +
+                                  (r == 0 ? "the file ends early (truncated?)" : std::strerror(errno)));
+        got += static_cast<size_t>(r);
+      }
+      char* dst = base_ + job.slot->offset + off / src_el * dst_el;
+      if (!convert) {
+        KD_CUDA_CHECK(cudaMemcpyAsync(dst, host, len, cudaMemcpyHostToDevice, stream_));
+      } else {
+        KD_CUDA_CHECK(cudaMemcpyAsync(scratch_[s].data(), host, len, cudaMemcpyHostToDevice, stream_));
+        CopyRowsParams p;
+        p.in_dtype = model_type(e.dtype);
+        p.out_dtype = dst_type;
+        p.rows = 1;
+        p.cols = static_cast<int>(len / src_el);
+        p.in = scratch_[s].data();
+        p.in_stride = p.cols;
+        p.out = dst;
+        p.out_stride = p.cols;
+        check_kernel(copy_rows(p, stream_));
+      }
+      KD_CUDA_CHECK(cudaEventRecord(ready_[s], stream_));
+      used_[s] = true;
+      done_->fetch_add(len);
+    }
+  }
+
+  char* base_;
+  ModelDType compute_;
+  std::atomic<uint64_t>* done_;
+  std::atomic<bool>* stop_;
+  cudaStream_t stream_ = nullptr;
+  PinnedBuffer pinned_[kStagesPerReader];
+  DeviceBuffer scratch_[kStagesPerReader];
+  cudaEvent_t ready_[kStagesPerReader] = {};
+  bool used_[kStagesPerReader] = {};
+  int stage_ = 0;
+  int fd_ = -1;
+  std::string open_path_;
+};
+
+// Every planned tensor's entry, checked; throws KD_LOAD_ERROR on the first problem.
+std::vector<LoadJob> match_entries(const WeightPlan& plan, const kd_tensor_entry* entries, int n) {
+  if (n < 0 || (n > 0 && !entries)) fail(KD_INVALID_ARGUMENT, "tensor table: null or negative count");
+  std::unordered_map<std::string, const kd_tensor_entry*> by_name;
+  for (int i = 0; i < n; ++i) {
+    const kd_tensor_entry& e = entries[i];
+    if (!e.name || !e.file) fail(KD_INVALID_ARGUMENT, "tensor table entry " + std::to_string(i) + " has no name or file");
+    by_name.emplace(e.name, &e);
+  }
+  std::unordered_map<std::string, uint64_t> file_size;
+  std::vector<LoadJob> jobs;
+  auto find = [&](const std::string& name, const std::string& expect) -> const kd_tensor_entry& {
+    auto it = by_name.find(name);
+    if (it == by_name.end())
+      fail(KD_LOAD_ERROR, "tensor '" + name + "' is missing from the checkpoint (expected " + expect + ")");
+    return *it->second;
+  };
+  auto check_file = [&](const kd_tensor_entry& e, const std::string& where) {
+    auto fs = file_size.find(e.file);
+    if (fs == file_size.end()) {
+      struct stat st;
+      if (stat(e.file, &st) != 0)
+        fail(KD_LOAD_ERROR, std::string("cannot read ") + e.file + " (holding " + where + "): " + std::strerror(errno));
+      if (!S_ISREG(st.st_mode)) fail(KD_LOAD_ERROR, std::string(e.file) + " is not a regular file");
+      fs = file_size.emplace(e.file, static_cast<uint64_t>(st.st_size)).first;
+    }
+    if (e.offset + e.nbytes > fs->second)
+      fail(KD_LOAD_ERROR, where + " needs bytes " + std::to_string(e.offset) + ".." + std::to_string(e.offset + e.nbytes) +
+                              " but the file has " + std::to_string(fs->second) + " bytes (truncated?)");
+  };
+  auto check_shape = [](const kd_tensor_entry& e, const std::vector<int64_t>& shape, int32_t dtype,
+                        const std::string& where, const char* type_name) {
+    if (e.dtype != dtype) fail(KD_LOAD_ERROR, where + " must be " + type_name);
+    if (e.ndim != static_cast<int>(shape.size()) || !std::equal(shape.begin(), shape.end(), e.shape))
+      fail(KD_LOAD_ERROR, where + " has shape " + shape_str(e.shape, std::clamp(e.ndim, 0, 4)) + ", expected " +
+                              shape_str(shape));
+    if (e.nbytes != static_cast<uint64_t>(numel(shape)) * stored_bytes(dtype))
+      fail(KD_LOAD_ERROR, where + " spans " + std::to_string(e.nbytes) + " bytes, its shape needs more or fewer");
+  };
+  for (const WeightSlot& slot : plan.slots()) {
+    if (slot.int4) {
+      const std::vector<int64_t> pshape{slot.n, slot.k / kInt4PerWord}, sshape{slot.n, slot.k / kInt4Group};
+      const kd_tensor_entry& p = find(slot.module + ".weight_packed", "int32 " + shape_str(pshape));
+      const kd_tensor_entry& sc = find(slot.module + ".weight_scale", "bfloat16 " + shape_str(sshape));
+      const std::string pw = "tensor '" + slot.module + ".weight_packed' in " + p.file;
+      const std::string sw = "tensor '" + slot.module + ".weight_scale' in " + sc.file;
+      check_shape(p, pshape, KD_I32, pw, "int32 (eight 4-bit values per word)");
+      check_shape(sc, sshape, KD_BF16, sw, "bfloat16 (one scale per 32 columns)");
+      check_file(p, pw);
+      check_file(sc, sw);
+      jobs.push_back({&p, &slot, &sc});
+      continue;
+    }
+    auto it = by_name.find(slot.name);
+    if (it == by_name.end())
+      fail(KD_LOAD_ERROR, "tensor '" + slot.name + "' is missing from the checkpoint (expected shape " +
+                              shape_str(slot.shape) + ")");
+    const kd_tensor_entry& e = *it->second;
+    const std::string where = "tensor '" + slot.name + "' in " + e.file;
+    if (e.dtype != KD_F32 && e.dtype != KD_BF16)
+      fail(KD_LOAD_ERROR, where + " has an unsupported element type (the engine reads float32 and bfloat16; "
+                                  "INT4 only for routed experts declared in quantization_config)");
+    if (e.ndim != static_cast<int>(slot.shape.size()) ||
+        !std::equal(slot.shape.begin(), slot.shape.end(), e.shape))
+      fail(KD_LOAD_ERROR, where + " has shape " + shape_str(e.shape, std::clamp(e.ndim, 0, 4)) + ", expected " +
+                              shape_str(slot.shape));
+    const uint64_t want = static_cast<uint64_t>(numel(slot.shape)) * stored_bytes(e.dtype);
+    if (e.nbytes != want)
+      fail(KD_LOAD_ERROR, where + " spans " + std::to_string(e.nbytes) + " bytes, its shape and type need " +
+                              std::to_string(want));
+    check_file(e, where);
+    jobs.push_back({&e, &slot});
+  }
+  return jobs;
+}
+
+}  // namespace
+
+void WeightPlan::add(const std::string& name, std::vector<int64_t> shape, bool float32) {
+  WeightSlot s;
+  s.name = name;
+  s.float32 = float32;
+  s.bytes = static_cast<size_t>(numel(shape)) * element_bytes(float32);
+  s.shape = std::move(shape);
+  s.offset = layout_.add(s.bytes);
+  slots_.push_back(std::move(s));
+}
+
+void WeightPlan::add_stack(const std::vector<std::string>& names, std::vector<int64_t> shape) {
+  const size_t one = static_cast<size_t>(numel(shape)) * element_bytes(false);
+  const size_t base = layout_.add(one * names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    WeightSlot s;
+    s.name = names[i];
+    s.shape = shape;
+    s.bytes = one;
+    s.offset = base + i * one;
+    slots_.push_back(std::move(s));
+  }
+}
+
+void WeightPlan::add_rows(const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
+  size_t total = 0;
+  for (const auto& [name, shape] : parts) total += static_cast<size_t>(numel(shape)) * element_bytes(false);
+  size_t at = layout_.add(total);
+  for (const auto& [name, shape] : parts) {
+    WeightSlot s;
+    s.name = name;
+    s.shape = shape;
+    s.bytes = static_cast<size_t>(numel(shape)) * element_bytes(false);
+    s.offset = at;
+    at += s.bytes;
+    slots_.push_back(std::move(s));
+  }
+}
+
+void WeightPlan::add_int4_stack(const std::vector<std::string>& modules, int64_t n, int64_t k) {
+  const bool packed = dtype_ == ModelDType::kBF16;
+  const size_t one = packed ? static_cast<size_t>(moe_w4a16_expert_words(static_cast<int>(n), static_cast<int>(k))) * 4
+                            : static_cast<size_t>(n * k) * sizeof(float);
+  const size_t base = layout_.add(one * modules.size());
+  for (size_t i = 0; i < modules.size(); ++i) {
+    WeightSlot s;
+    s.name = modules[i] + (packed ? ".weight_packed" : ".weight");
+    s.shape = {n, k};
+    s.bytes = one;
+    s.offset = base + i * one;
+    s.int4 = true;
+    s.module = modules[i];
+    s.n = n;
+    s.k = k;
+    slots_.push_back(std::move(s));
+  }
+}
+
+void plan_target_weights(const TargetDims& t, WeightPlan* plan) {
+  const int64_t H = t.hidden, V = t.vocab, nh = t.heads;
+  plan->add("model.embed_tokens.weight", {V, H});
+  plan->add("model.norm.weight", {H});
+  if (!t.tie_embeddings) plan->add("lm_head.weight", {V, H});
+  for (int i = 0; i < t.layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const std::string a = p + "self_attn.";
+    plan->add(p + "input_layernorm.weight", {H});
+    plan->add(p + "post_attention_layernorm.weight", {H});
+    // the projections of the normalised hidden state, one matrix: [q_a | kv_a] or [q | kv_a]
+    if (t.q_lora == 0) {
+      plan->add_rows({{a + "q_proj.weight", {nh * t.qk(), H}}, {a + "kv_a_proj_with_mqa.weight", {t.kv_lora + t.rope, H}}});
+    } else {
+      plan->add_rows({{a + "q_a_proj.weight", {t.q_lora, H}}, {a + "kv_a_proj_with_mqa.weight", {t.kv_lora + t.rope, H}}});
+      plan->add(a + "q_a_layernorm.weight", {t.q_lora});
+      plan->add(a + "q_b_proj.weight", {nh * t.qk(), t.q_lora});
+    }
+    plan->add(a + "kv_a_layernorm.weight", {t.kv_lora});
+    plan->add(a + "kv_b_proj.weight", {nh * (t.nope + t.v_head), t.kv_lora});
+    plan->add(a + "o_proj.weight", {H, nh * t.v_head});
+    const std::string m = p + "mlp.";
+    if (!t.moe_layer(i)) {  // gate and up as one [2I, H] matrix
+      plan->add_rows({{m + "gate_proj.weight", {t.dense_inter, H}}, {m + "up_proj.weight", {t.dense_inter, H}}});
+      plan->add(m + "down_proj.weight", {H, t.dense_inter});
+      continue;
+    }
+    plan->add(m + "gate.weight", {t.experts, H}, /*float32=*/true);
+    plan->add(m + "gate.e_score_correction_bias", {t.experts}, /*float32=*/true);
+    for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+      const bool down = std::strcmp(proj, "down_proj") == 0;
+      const int64_t n = down ? H : t.moe_inter, k = down ? t.moe_inter : H;
+      std::vector<std::string> modules;
+      for (int e = 0; e < t.experts; ++e) modules.push_back(m + "experts." + std::to_string(e) + "." + proj);
+      if (t.experts_int4) {
+        plan->add_int4_stack(modules, n, k);
+      } else {
+        for (std::string& name : modules) name += ".weight";
+        plan->add_stack(modules, {n, k});
+      }
+    }
+    if (t.shared_experts > 0) {
+      const int64_t I = static_cast<int64_t>(t.moe_inter) * t.shared_experts;
+      plan->add_rows({{m + "shared_experts.gate_proj.weight", {I, H}}, {m + "shared_experts.up_proj.weight", {I, H}}});
+      plan->add(m + "shared_experts.down_proj.weight", {H, I});
+    }
+  }
+}
+
+void plan_drafter_weights(const DrafterDims& d, WeightPlan* plan) {
+  const int64_t H = d.hidden, q = static_cast<int64_t>(d.heads) * d.head_dim;
+  const int64_t kv = static_cast<int64_t>(d.kv_heads) * d.head_dim;
+  plan->add("drafter.fc.weight", {H, d.features()});
+  plan->add("drafter.hidden_norm.weight", {H});
+  plan->add("drafter.norm.weight", {H});
+  for (int i = 0; i < d.layers; ++i) {
+    const std::string p = "drafter.layers." + std::to_string(i) + ".";
+    plan->add(p + "input_layernorm.weight", {H});
+    plan->add(p + "post_attention_layernorm.weight", {H});
+    // [q | k | v] as one matrix: the block's projections in one GEMM, the context's (k, v) in one
+    plan->add_rows({{p + "self_attn.q_proj.weight", {q, H}}, {p + "self_attn.k_proj.weight", {kv, H}},
+                    {p + "self_attn.v_proj.weight", {kv, H}}});
+    plan->add(p + "self_attn.o_proj.weight", {H, q});
+    plan->add(p + "self_attn.q_norm.weight", {d.head_dim});
+    plan->add(p + "self_attn.k_norm.weight", {d.head_dim});
+    plan->add_rows({{p + "mlp.gate_proj.weight", {d.inter, H}}, {p + "mlp.up_proj.weight", {d.inter, H}}});
+    plan->add(p + "mlp.down_proj.weight", {H, d.inter});
+  }
+}
+
+const void* DeviceWeights::find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+const void* DeviceWeights::get(const std::string& name) const {
+  const void* p = find(name);
+  if (!p) fail(KD_INTERNAL, "weight '" + name + "' was not planned");
+  return p;
+}
+
+DeviceWeights DeviceWeights::load(const WeightPlan& plan, const kd_tensor_entry* entries, int n_entries,
+                                  const LoadOptions& options) {
+  std::vector<LoadJob> jobs = match_entries(plan, entries, n_entries);
+  DeviceWeights w;
+  w.memory_ = DeviceBuffer(plan.total_bytes(), "the model weights");
+  for (const WeightSlot& s : plan.slots()) w.by_name_[s.name] = w.memory_.bytes_ptr(s.offset);
+
+  // one reader per file at a time, files dealt round-robin, each file's tensors in offset order
+  std::sort(jobs.begin(), jobs.end(), [](const LoadJob& a, const LoadJob& b) {
+    const int c = std::strcmp(a.entry->file, b.entry->file);
+    return c != 0 ? c < 0 : a.entry->offset < b.entry->offset;
+  });
+  std::vector<std::vector<LoadJob>> per_file;
+  for (const LoadJob& j : jobs) {
+    if (per_file.empty() || std::strcmp(per_file.back().back().entry->file, j.entry->file) != 0) per_file.emplace_back();
+    per_file.back().push_back(j);
+  }
+  uint64_t total = 0;
+  for (const LoadJob& j : jobs) total += j.entry->nbytes + (j.scale ? j.scale->nbytes : 0);
+#if defined(KD_SIMT_EMULATION)
+  const int threads = 1;  // the CPU emulator runs one kernel at a time
+#else
+  const int threads = std::max(1, std::min<int>(options.threads, static_cast<int>(per_file.size())));
+#endif
+  std::atomic<uint64_t> done{0};
+  std::atomic<bool> stop{false};
+  std::atomic<size_t> next_file{0};
+  std::mutex error_mutex;
+  std::string first_error;
+  int device = 0;
+  KD_CUDA_CHECK(cudaGetDevice(&device));
+  auto work = [&]() {
+    (void)cudaSetDevice(device);  // a new thread starts on device 0
+    Reader reader(w.memory_.bytes_ptr(), plan.dtype(), &done, &stop);
+    for (size_t f = next_file++; f < per_file.size() && !stop.load(); f = next_file++) {
+      const std::string err = reader.run(per_file[f]);
+      if (!err.empty()) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (first_error.empty()) first_error = err;
+        stop = true;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  std::mutex running_mutex;
+  std::condition_variable finished;
+  int running = threads;
+  for (int i = 0; i < threads; ++i)
+    pool.emplace_back([&]() {
+      work();
+      std::lock_guard<std::mutex> lock(running_mutex);
+      --running;
+      finished.notify_all();
+    });
+  {
+    std::unique_lock<std::mutex> lock(running_mutex);
+    while (running > 0) {
+      if (options.progress) options.progress(options.progress_user, done.load(), total);
+      finished.wait_for(lock, kProgressPeriod, [&] { return running == 0; });
+    }
+  }
+  for (auto& t : pool) t.join();
+  if (!first_error.empty()) fail(KD_LOAD_ERROR, first_error);  // w (and its memory) goes with the throw
+  if (options.progress) options.progress(options.progress_user, total, total);
+  return w;
+}
+
+}  // namespace kdtree::engine

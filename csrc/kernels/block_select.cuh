@@ -1,0 +1,102 @@
+// Block-wide selection: the k-th largest of n distinct 64-bit values held in shared memory
+// as two 32-bit halves, v(i) = hi[i] << 32 | lo[i]. Radix select from the top with an
+// adaptive digit: each round finds the highest bit where the remaining candidates differ
+// (their min and max) and histograms the 8 bits below it, so clustered values (candidate
+// logits share their top bits) cost as few rounds as spread ones (usually 2-3 rounds of
+// 4 barriers). Every thread of the block calls it.
+#pragma once
+
+#include "block_scan.cuh"
+#include "device_compat.cuh"
+
+namespace kdtree::kern {
+
+constexpr int kSelectBins = 256;  // 8-bit digits
+
+struct SelectScratch {
+  uint32_t hist[kSelectBins];
+  uint64_t warp_min[kWarpSize], warp_max[kWarpSize];
+  int bin, above;  // the chosen bin and the candidates in the bins above it
+};
+
+KD_DEVICE uint64_t select_value(const uint32_t* hi, const uint32_t* lo, int i) {
+  return (static_cast<uint64_t>(hi[i]) << 32) | lo[i];
+}
+
+// k in 1..n; the values must be distinct (make the low half unique, e.g. ~index).
+KD_DEVICE uint64_t block_select_kth_largest(const uint32_t* hi, const uint32_t* lo, int n, int k, SelectScratch& s) {
+  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  const int lane = tid % kWarpSize, warp = tid / kWarpSize, warps = threads / kWarpSize;
+  uint64_t known_mask = 0, known = 0;  // the bits fixed so far (a prefix from the top)
+  int need = k;
+  while (true) {
+    // the remaining candidates' min and max
+    uint64_t mn = ~uint64_t{0}, mx = 0;
+    for (int i = tid; i < n; i += threads) {
+      const uint64_t v = select_value(hi, lo, i);
+      if ((v & known_mask) == known) {
+        mn = v < mn ? v : mn;
+        mx = v > mx ? v : mx;
+      }
+    }
+#pragma unroll
+    for (int d = kWarpSize / 2; d > 0; d >>= 1) {
+      const uint64_t omn = __shfl_xor_sync(kFullMask, mn, d), omx = __shfl_xor_sync(kFullMask, mx, d);
+      mn = omn < mn ? omn : mn;
+      mx = omx > mx ? omx : mx;
+    }
+    if (lane == 0) {
+      s.warp_min[warp] = mn;
+      s.warp_max[warp] = mx;
+    }
+    for (int b = tid; b < kSelectBins; b += threads) s.hist[b] = 0;
+    __syncthreads();
+    for (int w = 0; w < warps; ++w) {
+      mn = s.warp_min[w] < mn ? s.warp_min[w] : mn;
+      mx = s.warp_max[w] > mx ? s.warp_max[w] : mx;
+    }
+    if (mn == mx) {  // one candidate left: it is the answer (need == 1)
+      __syncthreads();  // s is reused by the next call
+      return mn;
+    }
+    const int top = 63 - clz64(mn ^ mx);  // highest bit where candidates differ
+    const int shift = top >= 7 ? top - 7 : 0;
+    // bits above `top` are common to every candidate (those of mn)
+    const uint64_t common_mask = top == 63 ? 0 : ~((uint64_t{2} << top) - 1);
+    for (int i = tid; i < n; i += threads) {
+      const uint64_t v = select_value(hi, lo, i);
+      if ((v & known_mask) == known && (v & common_mask) == (mn & common_mask))
+        atomicAdd(&s.hist[(v >> shift) & (kSelectBins - 1)], 1u);
+    }
+    __syncthreads();
+    if (warp == 0) {
+      // bins from the top: lane l sums bins 255-8l .. 248-8l
+      constexpr int kPer = kSelectBins / kWarpSize;
+      int sum = 0;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) sum += static_cast<int>(s.hist[kSelectBins - 1 - (lane * kPer + j)]);
+      const int incl = warp_inclusive_sum(sum);
+      int acc = incl - sum;
+      if (acc < need && need <= incl) {
+        for (int j = 0; j < kPer; ++j) {
+          const int b = kSelectBins - 1 - (lane * kPer + j);
+          const int h = static_cast<int>(s.hist[b]);
+          if (acc + h >= need) {
+            s.bin = b;
+            s.above = acc;
+            break;
+          }
+          acc += h;
+        }
+      }
+    }
+    __syncthreads();
+    need -= s.above;
+    const uint64_t digit_mask = static_cast<uint64_t>(kSelectBins - 1) << shift;
+    known_mask = common_mask | digit_mask | known_mask;
+    known = (mn & common_mask) | (static_cast<uint64_t>(s.bin) << shift);
+    __syncthreads();  // s.bin / s.above are rewritten by the next round
+  }
+}
+
+}  // namespace kdtree::kern

@@ -1,0 +1,129 @@
+// Where tree_build's time goes, counted on the SIMT emulator: barriers per request by phase
+// (the kernel's KD_PHASE marks), and how often the one-sweep search hands over to the
+// bisection, on bench_kernels' input kinds. A barrier is the unit here: between two of them
+// the block's warps run a short dependent chain (a binary search, a scan), so on the GPU a
+// launch costs roughly barriers x a fraction of a microsecond. Every tree is also checked
+// against the reference heap (csrc/bench/tree_heap.h). A tool for NOTES.md; its output is
+// checked by tests/kernels/test_emulated_kernels.py.
+//
+//   emu_tree_build_profile [REQUESTS]     (built like the emulated tests, -DKD_SIMT_EMULATION)
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace profile {
+inline const char* phase = "start";
+inline std::map<std::string, long> barriers;  // phase -> barriers (thread 0's count)
+inline std::map<std::string, long> entered;   // phase -> requests that reached it
+inline void mark(const char* name, unsigned tid) {
+  if (tid != 0) return;
+  phase = name;
+  ++entered[name];
+}
+}  // namespace profile
+
+#define KD_PHASE(name) ::profile::mark(name, threadIdx.x)
+#include "kernels/device_compat.cuh"
+#define __syncthreads() ((threadIdx.x == 0 ? (void)++::profile::barriers[::profile::phase] : (void)0), ::kdemu::syncthreads())
+#include "bench/tree_heap.h"
+#include "kernels/tree_build_plan.h"
+
+using namespace kdtree;
+
+namespace {
+
+// Sorted log-probability rows [D, K]: "flat" as bench_kernels draws them (exponential gaps),
+// "logits": the top K of log_softmax(normal(0, sigma) over 4096 tokens).
+std::vector<float> rows(const std::string& kind, int D, int K, std::mt19937_64& rng) {
+  std::vector<float> out(static_cast<size_t>(D) * K);
+  for (int d = 0; d < D; ++d) {
+    float* row = out.data() + static_cast<size_t>(d) * K;
+    if (kind == "flat") {
+      std::exponential_distribution<float> ed(1.0f);
+      float acc = -0.05f;
+      for (int k = 0; k < K; ++k) row[k] = acc -= ed(rng) * 0.08f;
+    } else {
+      const float sigma = kind == "logits" ? 2.5f : 6.0f;
+      std::normal_distribution<double> nd(0.0, sigma);
+      std::vector<double> x(4096);
+      double m = -1e300, sum = 0.0;
+      for (double& v : x) m = std::max(m, v = nd(rng));
+      for (double v : x) sum += std::exp(v - m);
+      std::partial_sort(x.begin(), x.begin() + K, x.end(), std::greater<double>());
+      for (int k = 0; k < K; ++k) row[k] = static_cast<float>(x[k] - m - std::log(sum));
+    }
+  }
+  return out;
+}
+
+void profile_case(const std::string& kind, int requests, int N, int D) {
+  std::mt19937_64 rng(11);
+  const int K = N, R = N + 1, W = (R + 31) / 32;
+  std::vector<float> logp;
+  for (int b = 0; b < requests; ++b) {
+    const std::vector<float> r = rows(kind, D, K, rng);
+    logp.insert(logp.end(), r.begin(), r.end());
+  }
+  std::vector<int32_t> tok(logp.size()), budget(requests, N), n(requests), tokens(static_cast<size_t>(requests) * R),
+      depth(tokens.size()), parent(tokens.size()), positions(tokens.size());
+  for (size_t i = 0; i < tok.size(); ++i) tok[i] = static_cast<int32_t>(i % K);
+  std::vector<float> score(tokens.size());
+  std::vector<uint32_t> vis(tokens.size() * W);
+  TreeBuildParams p;
+  p.batch = requests;
+  p.depth = D;
+  p.topk = K;
+  p.max_budget = N;
+  p.logp = logp.data();
+  p.tok = tok.data();
+  p.budget = budget.data();
+  p.max_nodes = N;
+  p.vis_words = W;
+  p.n_out = n.data();
+  p.tokens = tokens.data();
+  p.depth_out = depth.data();
+  p.parent = parent.data();
+  p.positions = positions.data();
+  p.score = score.data();
+  p.vis = vis.data();
+  TreeBuildPlan plan;
+  if (!make_tree_build_plan(p, 232448, &plan).ok()) std::abort();
+  profile::barriers.clear();
+  profile::entered.clear();
+  ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel, p, plan.staged);
+  int max_depth = 0, differ = 0;
+  for (int32_t d : depth) max_depth = std::max(max_depth, static_cast<int>(d));
+  bench::TreeHeap heap;
+  bench::HeapTree want;
+  for (int b = 0; b < requests; ++b) {
+    const size_t o = static_cast<size_t>(b) * D * K, r0 = static_cast<size_t>(b) * R;
+    heap.build(logp.data() + o, tok.data() + o, D, K, N, -1, &want);
+    bool same = n[b] == want.n;
+    for (int i = 0; same && i <= want.n; ++i) same = tokens[r0 + i] == want.tokens[i] && parent[r0 + i] == want.parent[i];
+    differ += same ? 0 : 1;
+  }
+  long total = 0;
+  for (const auto& [ph, c] : profile::barriers) total += c;
+  std::printf("%-7s N=%-5d D=%-3d depth %2d | barriers/request %6.1f |", kind.c_str(), N, D, max_depth,
+              static_cast<double>(total) / requests);
+  for (const char* ph : {"start", "sweep", "bisection", "ties", "order", "emit"})
+    if (profile::barriers.count(ph)) std::printf(" %s %.1f", ph, static_cast<double>(profile::barriers[ph]) / requests);
+  std::printf(" | bisection in %ld of %d | trees differing from the heap: %d\n", profile::entered["bisection"], requests,
+              differ);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int requests = argc > 1 ? std::atoi(argv[1]) : 8;
+  for (const char* kind : {"flat", "logits", "peaky"})
+    for (int N : {16, 64, 256, 512, 1024})
+      for (int D : {15})
+        profile_case(kind, requests, N, D);
+  return 0;
+}

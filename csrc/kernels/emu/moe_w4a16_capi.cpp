@@ -1,0 +1,53 @@
+// C entry points to the W4A16 expert GEMM and its repack, built with the SIMT emulator into
+// a small shared library (with emu/runtime/cuda_runtime.cpp for the runtime calls) so that
+// tests/kernels/test_moe_w4a16_emulated.py drives the kernel's own source from Python on
+// host arrays and compares it with the torch reference of the dequantized experts
+// (python_engine/model/int4.py). Not part of any shipped library.
+#include <cstdio>
+
+#include "kernels/moe_gemm_w4a16.cuh"
+
+namespace {
+
+int report(const kdtree::KernelResult& r, char* err, int err_len) {
+  if (err && err_len > 0) std::snprintf(err, static_cast<size_t>(err_len), "%s", r.message.c_str());
+  return static_cast<int>(r.status);
+}
+
+}  // namespace
+
+extern "C" {
+
+int64_t kd_w4a16_expert_words(int n, int k) { return kdtree::moe_w4a16_expert_words(n, k); }
+
+int kd_w4a16_repack(const int32_t* weight_packed, const uint16_t* weight_scale, int n, int k, uint32_t* dst,
+                    char* err, int err_len) {
+  return report(kdtree::moe_w4a16_repack(weight_packed, weight_scale, n, k, dst), err, err_len);
+}
+
+// Arguments as the fields of MoeW4a16Params (row_tile: 0 auto, 8, 16, 32); returns the
+// KernelStatus (0 = ok), the message in err.
+int kd_w4a16_gemm(int experts, int rows, int n, int k, int max_rows_per_expert, int row_tile, const void* x,
+                  int64_t x_stride, const int32_t* x_row, const int32_t* offsets, const uint32_t* w,
+                  const uint32_t* w_up, int64_t w_expert_stride, void* out, int64_t out_stride, char* err,
+                  int err_len) {
+  kdtree::MoeW4a16Params p;
+  p.experts = experts;
+  p.rows = rows;
+  p.n = n;
+  p.k = k;
+  p.max_rows_per_expert = max_rows_per_expert;
+  p.row_tile = static_cast<kdtree::W4RowTile>(row_tile);
+  p.x = x;
+  p.x_stride = x_stride;
+  p.x_row = x_row;
+  p.offsets = offsets;
+  p.w = w;
+  p.w_up = w_up;
+  p.w_expert_stride = w_expert_stride;
+  p.out = out;
+  p.out_stride = out_stride;
+  return report(kdtree::moe_gemm_w4a16(p, nullptr), err, err_len);
+}
+
+}  // extern "C"

@@ -1,0 +1,70 @@
+// Launch helpers shared by every kernel family (API: launch_support.h).
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "launch_support.h"
+
+namespace kdtree {
+namespace {
+
+// One lock for both caches: they are touched once per device (and kernel) in steady state.
+std::mutex& cache_lock() {
+  static std::mutex m;
+  return m;
+}
+
+KernelResult cuda_failure(const std::string& what, cudaError_t err) {
+  return KernelResult::cuda(what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+}
+
+}  // namespace
+
+KernelResult current_device_limits(DeviceLimits* out) {
+  static std::unordered_map<int, DeviceLimits> cache;
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return cuda_failure("reading the current device", err);
+  {
+    std::lock_guard<std::mutex> hold(cache_lock());
+    if (auto it = cache.find(dev); it != cache.end()) {
+      *out = it->second;
+      return KernelResult::success();
+    }
+  }
+  DeviceLimits d;
+  err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+  if (err != cudaSuccess) return cuda_failure("reading the properties of device " + std::to_string(dev), err);
+  std::lock_guard<std::mutex> hold(cache_lock());
+  cache[dev] = d;
+  *out = d;
+  return KernelResult::success();
+}
+
+KernelResult allow_dynamic_smem(const void* kernel, size_t bytes, const char* what) {
+  // (device, kernel) -> bytes already allowed
+  static std::unordered_map<const void*, std::unordered_map<int, size_t>> allowed;
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return cuda_failure(std::string(what) + ": reading the current device", err);
+  std::lock_guard<std::mutex> hold(cache_lock());
+  size_t& have = allowed[kernel][dev];
+  if (have >= bytes) return KernelResult::success();
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // not a sticky error: do not let the next launch check report it
+    return cuda_failure(std::string(what) + ": allowing " + std::to_string(bytes) + " bytes of shared memory", err);
+  }
+  have = bytes;
+  return KernelResult::success();
+}
+
+KernelResult launch_status(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return KernelResult::success();
+  return cuda_failure(what, err);
+}
+
+}  // namespace kdtree

@@ -1,0 +1,32 @@
+// What every kernel launcher needs besides its kernel: the device's limits (asked once per
+// device, not per launch: launch overhead is part of what a round pays), the opt-in to more
+// than 48 KB of dynamic shared memory (set once per device and kernel), and the launch's
+// status as a KernelResult. Host code only.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "kernel_status.h"
+
+namespace kdtree {
+
+struct DeviceLimits {
+  int sms = 0;            // streaming multiprocessors
+  int smem_optin = 0;     // largest dynamic shared memory one block may opt in to (bytes)
+  int smem_per_sm = 0;    // shared memory of one SM (bytes)
+};
+
+// The current device's limits (cached per device id after the first call).
+KernelResult current_device_limits(DeviceLimits* out);
+
+// Let `kernel` launch with `bytes` of dynamic shared memory on the current device
+// (cudaFuncSetAttribute, skipped when this device and kernel already allow that much).
+// `what` names the kernel in the error.
+KernelResult allow_dynamic_smem(const void* kernel, size_t bytes, const char* what);
+
+// cudaGetLastError after a launch, as a KernelResult naming `what`.
+KernelResult launch_status(const char* what);
+
+}  // namespace kdtree

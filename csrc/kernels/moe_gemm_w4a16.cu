@@ -1,0 +1,326 @@
+// W4A16 grouped expert GEMM (API and weight layout: moe_gemm_w4a16.cuh).
+//
+// CTA: 8 warps = kWarpsN row tiles of 16 output features x kWarpsK slices of the input
+// columns (chunk c goes to slice c % kWarpsK), for one expert; grid = (row tiles / kWarpsN,
+// expert slots). Slot y runs the y-th expert that owns rows, so decode launches (8 active
+// experts of 384) spend nothing on idle experts. Each warp streams its 576-byte weight blocks
+// global -> shared with cp.async, kStages blocks in flight, and reads its own bytes back (one
+// 16-byte word per lane per block; the scale words cross lanes, hence the __syncwarp);
+// dequantizes four bf16 pairs per word in registers, bf16(q * scale) exactly as the reference;
+// and runs mma.sync m16n8k16 with the weights as A and 8 grouped rows of x as B (x straight
+// from global memory: 16-byte loads, L1/L2 hits across the CTA's warps and CTAs). The row
+// tile (8, 16 or 32 grouped rows per pass over the weights) is a template parameter; passes
+// repeat for experts with more rows. The slices' partial sums meet in shared memory, added
+// in slice order, so a row's result depends on neither the tile nor the other rows.
+//
+// Bytes: the decode case is memory-bound; each weight byte is read once per pass (once per
+// forward when an expert owns <= 32 rows), and the x rows of an expert once per CTA.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "moe_gemm_w4a16.cuh"
+#include "model_dtype.cuh"
+#include "moe_route.cuh"
+#include "ptx_mma.cuh"
+
+namespace kdtree {
+namespace kern {
+
+constexpr int kW4Warps = 8;
+constexpr int kW4Threads = kW4Warps * kWarpSize;
+// CTAs per SM that __launch_bounds__ asks registers for: three at one 8-row fragment (<= 80
+// registers: 24 warps stream weights), two otherwise (<= 128: the wider accumulators)
+constexpr int w4_min_blocks(int frags) { return frags == 1 ? 3 : 2; }
+// Row tiles per CTA: 2 x 16 output features share each x row read (L1), 4 column slices
+// give a decode launch (8 experts x 2048 / 32 = 512 CTAs) ~30 warps per SM.
+constexpr int kW4WarpsN = 2;
+constexpr int kW4MaxExpertWords = kMoeMaxExperts / kWarpSize;
+constexpr size_t kW4StaticSmemLimit = 48 * 1024;  // above this a launch must opt in
+// bf16 bit patterns: 0x4300 | n is the bf16 128 + n for a nibble n (128's ulp is 1), so
+// (0x4300 | n) - 136 = n - 8 = q, exactly
+constexpr uint32_t kNibbleMask2 = 0x000f000fu;
+constexpr uint32_t kBf16x2Magic128 = 0x43004300u;
+constexpr uint32_t kBf16x2Minus136 = 0x43084308u;
+
+template <bool kSwiglu, int kWarpsN, int kFrags>
+struct W4Tile {
+  static constexpr int kMats = kSwiglu ? 2 : 1;
+  static constexpr int kWarpsK = kW4Warps / kWarpsN;
+  // blocks in flight per warp: ~4.6 KB of weights per warp either way, ~37 KB per CTA, so
+  // two or more CTAs per SM keep > 70 KB per SM in flight; the estimate of what an H200
+  // needs (Little's law: ~20 B/clk/SM of DRAM bandwidth x ~1.5 K clk of loaded latency) is ~30 KB
+  static constexpr int kStages = kSwiglu ? 4 : 8;
+  static constexpr int kPassRows = 8 * kFrags;
+  static constexpr int kRingWords = kW4Warps * kStages * kMats * kW4BlockWords;
+  // partial sums: [slice][row tile][matrix][frag][lane][4] floats
+  static constexpr int kRedFloats = kWarpsK * kWarpsN * kMats * kFrags * kWarpSize * 4;
+  static constexpr size_t kSmemBytes = 4 * static_cast<size_t>(kRingWords > kRedFloats ? kRingWords : kRedFloats);
+  static_assert(kSmemBytes <= kW4StaticSmemLimit, "W4A16 tile needs more than 48 KB of shared memory");
+  static_assert(kW4Warps % kWarpsN == 0, "row tiles must divide the warps");
+};
+
+// The bf16 pair (lo, hi) as one register.
+KD_DEVICE __nv_bfloat162 as_bf162(uint32_t u) {
+  __nv_bfloat162 v;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+KD_DEVICE uint32_t as_u32(__nv_bfloat162 v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
+
+// The four A-fragment registers of one mma step from one word of eight nibbles: pair i from
+// nibble positions (i, i + 4), times the scale of row g (i even) or g + 8 (i odd), each
+// product rounded once to bf16.
+KD_DEVICE void dequant_word(uint32_t (&a)[4], uint32_t word, __nv_bfloat162 scale_g, __nv_bfloat162 scale_g8) {
+  const __nv_bfloat162 minus = as_bf162(kBf16x2Minus136);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t biased = ((word >> (4 * i)) & kNibbleMask2) | kBf16x2Magic128;
+    const __nv_bfloat162 q = __hsub2_rn(as_bf162(biased), minus);
+    a[i] = as_u32(__hmul2_rn(q, (i & 1) ? scale_g8 : scale_g));
+  }
+}
+
+// 16-byte read-only load (x rows, written by an earlier kernel).
+KD_DEVICE uint4 load16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+
+template <bool kSwiglu, int kWarpsN, int kFrags>
+__global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_kernel(const MoeW4a16Params p) {
+  using Tile = W4Tile<kSwiglu, kWarpsN, kFrags>;
+  constexpr int kMats = Tile::kMats, kWarpsK = Tile::kWarpsK, kStages = Tile::kStages;
+  KD_DYNAMIC_SMEM(uint32_t, smem);
+  __shared__ unsigned owns_rows[kW4MaxExpertWords];  // bit e % 32 of word e / 32: expert e has rows
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / kWarpSize, lane = tid % kWarpSize;
+
+  // which expert: the blockIdx.y-th one that owns rows (one pass over offsets, all warps)
+  const int expert_words = ceil_div(p.experts, kWarpSize);
+  for (int i = warp; i < expert_words; i += kW4Warps) {
+    const int e = i * kWarpSize + lane;
+    const bool has = e < p.experts && p.offsets[e + 1] > p.offsets[e];
+    const unsigned bits = __ballot_sync(kFullMask, has);
+    if (lane == 0) owns_rows[i] = bits;
+  }
+  __syncthreads();
+  int e = -1;
+  for (int i = 0, slot = static_cast<int>(blockIdx.y); i < expert_words; ++i) {
+    unsigned bits = owns_rows[i];
+    const int count = __popc(bits);
+    if (slot < count) {
+      for (int j = 0; j < slot; ++j) bits &= bits - 1;  // drop the lowest `slot` experts
+      e = i * kWarpSize + __ffs(static_cast<int>(bits)) - 1;
+      break;
+    }
+    slot -= count;
+  }
+  if (e < 0) return;  // fewer experts own rows than there are slots (uniform over the CTA)
+
+  const int row_begin = p.offsets[e], row_end = p.offsets[e + 1];
+  const int wn = warp % kWarpsN, wk = warp / kWarpsN;
+  const int g = lane / 4, quad = lane % 4;
+  const int tiles = ceil_div(p.n, kW4TileRows), chunks = ceil_div(p.k, kW4TileCols);
+  const int tile = static_cast<int>(blockIdx.x) * kWarpsN + wn;
+  // chunks of this warp's slice (0 for a warp past the last row tile: it still meets the barriers)
+  const int my_chunks = tile < tiles && wk < chunks ? ceil_div(chunks - wk, kWarpsK) : 0;
+  const uint32_t* wsrc[kMats];
+  wsrc[0] = p.w + e * p.w_expert_stride + static_cast<int64_t>(tile) * chunks * kW4BlockWords;
+  if constexpr (kSwiglu) wsrc[kMats - 1] = p.w_up + e * p.w_expert_stride + static_cast<int64_t>(tile) * chunks * kW4BlockWords;
+  uint32_t* ring = smem + warp * kStages * kMats * kW4BlockWords;
+  const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(p.x);
+
+  // block j of the slice (chunk wk + j * kWarpsK) -> ring slot j % kStages
+  auto issue = [&](int j) {
+    const int64_t c = wk + static_cast<int64_t>(j) * kWarpsK;
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      const uint32_t* src = wsrc[m] + c * kW4BlockWords;
+      uint32_t* dst = ring + ((j % kStages) * kMats + m) * kW4BlockWords;
+      cp_async_16(dst + 4 * lane, src + 4 * lane, true);
+      if (lane < kW4ScaleWords / 4) cp_async_16(dst + kW4WeightWords + 4 * lane, src + kW4WeightWords + 4 * lane, true);
+    }
+  };
+
+  for (int r0 = row_begin; r0 < row_end; r0 += Tile::kPassRows) {
+    const int pass_rows = min(Tile::kPassRows, row_end - r0);
+    const int frags = ceil_div(pass_rows, 8);
+    // B operand rows: lane (g, quad) reads grouped row r0 + 8f + g (the last row stands in
+    // past the end: its results are not stored), columns 16 quad .. 16 quad + 15 of a chunk
+    const __nv_bfloat16* xrow[kFrags];
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f) {
+      const int r = min(r0 + 8 * f + g, row_end - 1);
+      const int src = p.x_row ? p.x_row[r] : r;
+      xrow[f] = x + src * p.x_stride + 16 * quad;
+    }
+    float acc[kMats][kFrags][4] = {};
+
+#pragma unroll
+    for (int j = 0; j < kStages - 1; ++j) {
+      if (j < my_chunks) issue(j);
+      cp_async_commit();  // empty groups too: the wait below counts groups
+    }
+    for (int j = 0; j < my_chunks; ++j) {
+      if (j + kStages - 1 < my_chunks) issue(j + kStages - 1);
+      cp_async_commit();
+      const int k0 = (wk + j * kWarpsK) * kW4TileCols;
+      const bool k_in = k0 + 16 * quad < p.k;  // the 32 padding columns of a k % 64 == 32 tail
+      uint4 xv[kFrags][2];
+#pragma unroll
+      for (int f = 0; f < kFrags; ++f) {
+        if (f < frags && k_in) {
+          xv[f][0] = load16(xrow[f] + k0);
+          xv[f][1] = load16(xrow[f] + k0 + 8);
+        } else {
+          xv[f][0] = xv[f][1] = make_uint4(0, 0, 0, 0);
+        }
+      }
+      cp_async_wait<kStages - 1>();
+      __syncwarp();  // the scale words were copied by lanes 0..3
+      uint4 wv[kMats];
+      uint32_t sv[kMats];
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) {
+        const uint32_t* blk = ring + ((j % kStages) * kMats + m) * kW4BlockWords;
+        wv[m] = *reinterpret_cast<const uint4*>(blk + 4 * lane);
+        sv[m] = blk[kW4WeightWords + (quad / 2) * 8 + g];
+      }
+      __syncwarp();  // everyone has read the slot before the next issue overwrites it
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+#pragma unroll
+        for (int m = 0; m < kMats; ++m) {
+          const uint32_t word = s == 0 ? wv[m].x : s == 1 ? wv[m].y : s == 2 ? wv[m].z : wv[m].w;
+          const uint32_t lo = sv[m] & 0xffffu, hi = sv[m] >> 16;
+          uint32_t a[4];
+          dequant_word(a, word, as_bf162(lo | (lo << 16)), as_bf162(hi | (hi << 16)));
+#pragma unroll
+          for (int f = 0; f < kFrags; ++f) {
+            if (f > 0 && f >= frags) continue;  // frags >= 1: fragment 0 always runs
+            const uint4& v = xv[f][s / 2];
+            const uint32_t b0 = (s % 2) ? v.z : v.x, b1 = (s % 2) ? v.w : v.y;
+            mma_bf16_16816(acc[m][f], a, b0, b1);
+          }
+        }
+      }
+    }
+    cp_async_wait<0>();
+
+    // partial sums of the slices -> shared memory (the ring is free once everyone is here)
+    __syncthreads();
+    float* red = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for (int m = 0; m < kMats; ++m)
+#pragma unroll
+      for (int f = 0; f < kFrags; ++f) {
+        float* d = red + ((((wk * kWarpsN + wn) * kMats + m) * kFrags + f) * kWarpSize + lane) * 4;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) d[i] = acc[m][f][i];
+      }
+    __syncthreads();
+    // element (row tile, frag, lane, i) of the mma D fragment: output feature 16 tile + g + 8 (i / 2),
+    // grouped row r0 + 8 frag + 2 quad + i % 2
+    constexpr int kOutputs = kWarpsN * kFrags * kWarpSize * 4;
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out);
+    for (int idx = tid; idx < kOutputs; idx += kW4Threads) {
+      const int i = idx % 4, l = (idx / 4) % kWarpSize, f = (idx / (4 * kWarpSize)) % kFrags;
+      const int tn = idx / (4 * kWarpSize * kFrags);
+      const int col = (static_cast<int>(blockIdx.x) * kWarpsN + tn) * kW4TileRows + l / 4 + 8 * (i / 2);
+      const int r = r0 + 8 * f + 2 * (l % 4) + i % 2;
+      if (f >= frags || col >= p.n || r >= row_end) continue;
+      float sum[kMats];
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) {
+        sum[m] = 0.0f;
+        for (int s = 0; s < kWarpsK; ++s)
+          sum[m] += red[((((s * kWarpsN + tn) * kMats + m) * kFrags + f) * kWarpSize + l) * 4 + i];
+      }
+      float v = sum[0];
+      if (kSwiglu) {
+        const float gate = round_to<__nv_bfloat16>(sum[0]);
+        v = round_to<__nv_bfloat16>(gate / (1.0f + expf(-gate))) * round_to<__nv_bfloat16>(sum[kMats - 1]);
+      }
+      out[static_cast<int64_t>(r) * p.out_stride + col] = __float2bfloat16_rn(v);
+    }
+    __syncthreads();  // the next pass reuses the shared memory
+  }
+}
+
+template <bool kSwiglu, int kFrags>
+void launch_moe_w4a16(const MoeW4a16Params& p, int slots, cudaStream_t stream) {
+  constexpr int kWarpsN = kW4WarpsN;
+  using Tile = W4Tile<kSwiglu, kWarpsN, kFrags>;
+  const dim3 grid(ceil_div(ceil_div(p.n, kW4TileRows), kWarpsN), slots);
+  auto* kernel = moe_w4a16_kernel<kSwiglu, kWarpsN, kFrags>;
+  KD_LAUNCH(kernel, grid, kW4Threads, Tile::kSmemBytes, stream, p);
+}
+
+template <bool kSwiglu>
+void launch_moe_w4a16_rows(const MoeW4a16Params& p, int pass_rows, int slots, cudaStream_t stream) {
+  if (pass_rows <= 8) launch_moe_w4a16<kSwiglu, 1>(p, slots, stream);
+  else if (pass_rows <= 16) launch_moe_w4a16<kSwiglu, 2>(p, slots, stream);
+  else launch_moe_w4a16<kSwiglu, 4>(p, slots, stream);
+}
+
+}  // namespace kern
+
+KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
+  if (KernelResult r = check_moe_w4a16_params(p); !r.ok()) return r;
+  if (p.rows == 0) return KernelResult::success();
+  if (p.experts > kMoeMaxExperts)
+    return KernelResult::over_limit("moe_gemm_w4a16: " + std::to_string(p.experts) + " experts, more than " +
+                                    std::to_string(kMoeMaxExperts));
+  // an expert owns at most `most` rows: a row tile that covers them reads the weights once
+  const int most = p.max_rows_per_expert > 0 ? std::min(p.max_rows_per_expert, p.rows) : p.rows;
+  const int pass_rows = p.row_tile != W4RowTile::kAuto ? static_cast<int>(p.row_tile) : most;
+  const int slots = std::min(p.experts, p.rows);  // experts that can own rows
+  if (p.w_up) kern::launch_moe_w4a16_rows<true>(p, pass_rows, slots, stream);
+  else kern::launch_moe_w4a16_rows<false>(p, pass_rows, slots, stream);
+  return launch_status("moe_w4a16_kernel launch");
+}
+
+KernelResult moe_w4a16_repack(const int32_t* weight_packed, const uint16_t* weight_scale, int n, int k,
+                              uint32_t* dst) {
+  if (n < 1 || k < 1 || k % kW4GroupSize)
+    return KernelResult::invalid("moe_w4a16_repack: n " + std::to_string(n) + " must be >= 1 and k " +
+                                 std::to_string(k) + " a positive multiple of " + std::to_string(kW4GroupSize));
+  if (!weight_packed || !weight_scale || !dst) return KernelResult::invalid("moe_w4a16_repack: null pointer");
+  constexpr uint32_t kZeroNibble = 8;  // q = 0 in padding
+  const int64_t words_per_row = k / 8, scales_per_row = k / kW4GroupSize;
+  const int tiles = kern::ceil_div(n, kW4TileRows), chunks = kern::ceil_div(k, kW4TileCols);
+  auto nibble = [&](int row, int col) -> uint32_t {
+    if (row >= n || col >= k) return kZeroNibble;
+    const uint32_t word = static_cast<uint32_t>(weight_packed[row * words_per_row + col / 8]);
+    return (word >> (4 * (col % 8))) & 0xfu;
+  };
+  auto scale = [&](int row, int group) -> uint32_t {
+    return row < n && group < scales_per_row ? weight_scale[row * scales_per_row + group] : 0u;
+  };
+  for (int t = 0; t < tiles; ++t)
+    for (int c = 0; c < chunks; ++c) {
+      uint32_t* blk = dst + (static_cast<int64_t>(t) * chunks + c) * kW4BlockWords;
+      for (int lane = 0; lane < kern::kWarpSize; ++lane) {
+        const int g = lane / 4, quad = lane % 4;
+        for (int s = 0; s < 4; ++s) {
+          uint32_t word = 0;
+          for (int pos = 0; pos < 8; ++pos) {
+            const int i = pos % 4, half = pos / 4;
+            const int row = t * kW4TileRows + g + 8 * (i % 2);
+            const int col = c * kW4TileCols + 16 * quad + 4 * s + 2 * (i / 2) + half;
+            word |= nibble(row, col) << (4 * pos);
+          }
+          blk[4 * lane + s] = word;
+        }
+      }
+      for (int h = 0; h < 2; ++h)
+        for (int g = 0; g < 8; ++g) {
+          const int row = t * kW4TileRows + g, group = 2 * c + h;
+          blk[kW4WeightWords + 8 * h + g] = scale(row, group) | (scale(row + 8, group) << 16);
+        }
+    }
+  return KernelResult::success();
+}
+
+}  // namespace kdtree

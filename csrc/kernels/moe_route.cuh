@@ -1,0 +1,76 @@
+// The DeepSeek-V3 router (noaux_tc) and the token <-> expert bookkeeping of the MoE block
+// (python_engine/model/moe.py::route / moe_forward):
+//   moe_route:   s = sigmoid(logits); pick within the best topk_group groups (group score =
+//                sum of its top two s + bias) the top_k experts by s + bias; weights = s of
+//                those, normalised when norm_topk, times the scaling factor. Ties: lower id.
+//   moe_group:   the (token, j) pairs sorted by expert: per-expert offsets, the token of each
+//                grouped row and the grouped row of each pair (for the grouped GEMMs).
+//   moe_combine: out[t] = sum_j w[t, j] * y[row(t, j)] in float32, rounded, plus the shared
+//                experts' output (rounded again, as the reference adds in the model dtype).
+// Host API; kernels in moe_route.cu.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernel_status.h"
+#include "model_dtype.cuh"
+
+namespace kdtree {
+
+constexpr int kMoeMaxExperts = 1024;  // experts per layer (Kimi K2.6: 384); one warp scans them
+constexpr int kMoeMaxGroups = 32;     // n_group: one lane per group
+constexpr int kMoeMaxTopk = 32;       // num_experts_per_tok
+
+struct MoeRouteParams {
+  int tokens = 0, experts = 0, groups = 1, topk_group = 1, topk = 1;
+  bool norm_topk = true;
+  float scaling = 1.0f;            // routed_scaling_factor
+  const float* logits = nullptr;   // [tokens, experts] router logits, float32
+  const float* bias = nullptr;     // [experts] e_score_correction_bias
+  int32_t* topk_ids = nullptr;     // [tokens, topk] out, by descending s + bias
+  float* topk_weights = nullptr;   // [tokens, topk] out
+};
+
+struct MoeGroupParams {
+  int tokens = 0, experts = 0, topk = 0;
+  const int32_t* topk_ids = nullptr;  // [tokens, topk]
+  int32_t* offsets = nullptr;         // [experts + 1] out: expert e's rows are offsets[e] .. offsets[e+1]-1
+  int32_t* row_token = nullptr;       // [tokens * topk] out: the token of each grouped row
+  int32_t* pair_row = nullptr;        // [tokens * topk] out: the grouped row of pair (t, j)
+};
+
+struct MoeCombineParams {
+  ModelDType dtype = ModelDType::kF32;
+  int tokens = 0, hidden = 0, topk = 0;
+  const void* expert_out = nullptr;   // [tokens * topk, hidden] grouped rows (down projections)
+  const int32_t* pair_row = nullptr;  // [tokens * topk]
+  const float* topk_weights = nullptr;
+  const void* shared_out = nullptr;   // [tokens, hidden] shared experts' output, or null
+  void* out = nullptr;                // [tokens, hidden]
+};
+
+KernelResult moe_route(const MoeRouteParams& p, cudaStream_t stream);
+KernelResult moe_group(const MoeGroupParams& p, cudaStream_t stream);
+KernelResult moe_combine(const MoeCombineParams& p, cudaStream_t stream);
+
+inline KernelResult check_moe_route_params(const MoeRouteParams& p) {
+  auto s = [](long long v) { return std::to_string(v); };
+  if (p.tokens < 0) return KernelResult::invalid("moe_route: tokens must be >= 0");
+  if (p.experts < 2 || p.experts > kMoeMaxExperts)
+    return KernelResult::over_limit("moe_route: experts " + s(p.experts) + " outside 2.." + s(kMoeMaxExperts));
+  if (p.groups < 1 || p.groups > kMoeMaxGroups || p.experts % p.groups)
+    return KernelResult::invalid("moe_route: n_group " + s(p.groups) + " must divide the experts and be <= " +
+                                 s(kMoeMaxGroups));
+  if (p.topk_group < 1 || p.topk_group > p.groups)
+    return KernelResult::invalid("moe_route: topk_group " + s(p.topk_group) + " outside 1..n_group");
+  if (p.topk < 1 || p.topk > kMoeMaxTopk || p.topk > p.topk_group * (p.experts / p.groups))
+    return KernelResult::invalid("moe_route: top_k " + s(p.topk) + " is more than the experts of topk_group groups");
+  if (p.tokens > 0 && (!p.logits || !p.bias || !p.topk_ids || !p.topk_weights))
+    return KernelResult::invalid("moe_route: logits, bias, topk_ids and topk_weights must be non-null");
+  return KernelResult::success();
+}
+
+}  // namespace kdtree

@@ -1,0 +1,60 @@
+// How tree_build and topk_logprobs launch: block size, dynamic shared memory, kernel variant.
+// Pure functions of the arguments and the device's shared-memory limit, called by the
+// launchers (tree_build.cu) and by the CPU-emulated tests (emu/emu_runners.h), so both run
+// the kernels exactly the same way.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "topk_logprobs_kernels.cuh"
+#include "tree_build.cuh"
+#include "tree_build_kernels.cuh"
+
+namespace kdtree {
+
+struct TreeBuildPlan {
+  int blocks = 0;          // one per request
+  int threads = 0;
+  size_t smem_bytes = 0;   // dynamic shared memory per block
+  bool staged = false;     // the logp rows are copied into shared memory beside the node pool
+};
+
+struct TopkLogprobsPlan {
+  int blocks = 0;          // one per row
+  int threads = 0;
+  size_t smem_bytes = 0;   // the candidate buffer
+  bool vec4 = false;       // 16-byte loads: V % 4 == 0 and 16-byte aligned logits
+};
+
+// smem_optin: the largest dynamic shared memory one block may use on the device.
+inline KernelResult make_tree_build_plan(const TreeBuildParams& p, size_t smem_optin, TreeBuildPlan* plan) {
+  if (KernelResult r = check_tree_build_params(p); !r.ok()) return r;
+  TreeBuildPlan pl;
+  pl.blocks = p.batch;
+  pl.threads = kern::kTreeBuildThreads;
+  pl.smem_bytes = kern::tree_build_smem_size(p.depth, p.topk, p.max_budget, smem_optin);
+  if (pl.smem_bytes > smem_optin)
+    return KernelResult::over_limit("tree_build: needs " + std::to_string(pl.smem_bytes) +
+                                    " bytes of shared memory per block, the device allows " + std::to_string(smem_optin));
+  pl.staged = pl.smem_bytes > kern::tree_build_base_smem();
+  *plan = pl;
+  return KernelResult::success();
+}
+
+inline KernelResult make_topk_logprobs_plan(const TopkLogprobsParams& p, size_t smem_optin, TopkLogprobsPlan* plan) {
+  if (KernelResult r = check_topk_logprobs_params(p); !r.ok()) return r;
+  TopkLogprobsPlan pl;
+  pl.blocks = p.rows;
+  pl.threads = kern::kTopkThreads;
+  pl.smem_bytes = kern::topk_smem_bytes(p.k);
+  if (pl.smem_bytes > smem_optin)
+    return KernelResult::over_limit("topk_logprobs: k " + std::to_string(p.k) + " needs " + std::to_string(pl.smem_bytes) +
+                                    " bytes of shared memory per block, the device allows " + std::to_string(smem_optin));
+  pl.vec4 = p.vocab % 4 == 0 && reinterpret_cast<uintptr_t>(p.logits) % 16 == 0;
+  *plan = pl;
+  return KernelResult::success();
+}
+
+}  // namespace kdtree

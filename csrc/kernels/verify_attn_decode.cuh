@@ -1,0 +1,287 @@
+// The bf16 verify_attn kernel for decode-like shapes: at most 32 query rows (T * H, e.g. a
+// tree of 1-3 nodes over 8 heads), where the cache bytes, not the MMAs, set the time. The
+// plan splits the prefix over every SM (verify_attn_plan.h) so each byte of the cache is
+// read once, by one CTA; partial results are merged by verify_merge_kernel.
+//
+// A CTA: 32 query rows (two m16 row groups) x one key split, 8 warps. Per key tile (cp.async,
+// XOR-swizzled, double-buffered where shared memory allows):
+//   S = Q K^T      warp w < kSWarps: all 32 rows x 8 keys (one n8 tile), 36 k-steps of 16
+//   mask, scale, row maxima across the S warps through shared memory
+//   P (bf16) -> smem; O += P V   every warp: all 32 rows x 64 of the 512 output columns
+// Every warp tracks the row maxima itself (from the same shared values), so the rescaling
+// of O needs no extra barrier: three barriers per key tile.
+#pragma once
+
+#include "ptx_mma.cuh"
+#include "verify_attn_bf16.cuh"
+#include "verify_attn_common.cuh"
+#include "verify_attn_plan.h"
+
+namespace kdtree::kern {
+
+template <int TileKeys, int Stages>
+struct Bf16DecodeConfig {
+  static constexpr int kRowGroups = 2;  // m16 row groups: 32 query rows
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * kWarpSize;
+  static constexpr int kTileRows = 16 * kRowGroups;
+  static constexpr int kTileKeys = TileKeys;
+  static constexpr int kStages = Stages;
+  static constexpr int kSWarps = TileKeys / 8;                 // warps computing S, 8 keys each
+  static constexpr int kColsPerWarp = kVerifyLatentDim / kWarps;  // O columns of one warp
+  static constexpr int kOTiles = kColsPerWarp / 8;
+  static constexpr int kChunks = kVerifyQKDim / 8;             // 72 16-byte chunks per row
+  static constexpr int kPChunks = TileKeys / 8;                // chunks per P row
+  static_assert(kSWarps >= 1 && kSWarps <= kWarps, "one n8 key tile per S warp");
+  static_assert(kOTiles % 2 == 0, "O tiles come in pairs");
+  static_assert(TileKeys % 16 == 0 && 64 % TileKeys == 0, "key tiles divide the 64-key mask tiles");
+  static_assert(kPChunks == 4 || kPChunks % 8 == 0, "P rows swizzle in groups of 4 or 8 chunks");
+
+  static constexpr size_t kRowBytes = kVerifyQKDim * 2;
+  static constexpr size_t kQOff = 0;
+  static constexpr size_t kKOff = kQOff + kTileRows * kRowBytes;
+  static constexpr size_t kKBytes = static_cast<size_t>(TileKeys) * kRowBytes;
+  static constexpr size_t kPOff = kKOff + kStages * kKBytes;
+  static constexpr size_t kMaxOff = kPOff + static_cast<size_t>(kTileRows) * TileKeys * 2;  // float [kSWarps][rows]
+  static constexpr size_t kSumOff = kMaxOff + sizeof(float) * kSWarps * kTileRows;
+  static constexpr size_t kMaskOff = kSumOff + sizeof(float) * kSWarps * kTileRows;
+  static constexpr size_t kSmemBytes = kMaskOff + 16;
+};
+
+using Bf16DecodeSm90 = Bf16DecodeConfig<64, 2>;   // ~186 KB: H100/H200
+using Bf16DecodeSmall = Bf16DecodeConfig<32, 1>;  // ~75 KB: sm_120, sm_89
+static_assert(Bf16DecodeSm90::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Decode].smem_bytes &&
+                  Bf16DecodeSm90::kTileRows == kVerifyConfigShapes[kVerifyBf16Decode].tile_rows &&
+                  Bf16DecodeSm90::kTileKeys == kVerifyConfigShapes[kVerifyBf16Decode].tile_keys,
+              "verify_attn_plan.h must describe Bf16DecodeSm90");
+static_assert(Bf16DecodeSmall::kSmemBytes == kVerifyConfigShapes[kVerifyBf16DecodeSmall].smem_bytes &&
+                  Bf16DecodeSmall::kTileRows == kVerifyConfigShapes[kVerifyBf16DecodeSmall].tile_rows &&
+                  Bf16DecodeSmall::kTileKeys == kVerifyConfigShapes[kVerifyBf16DecodeSmall].tile_keys,
+              "verify_attn_plan.h must describe Bf16DecodeSmall");
+
+template <class Cfg, class OutT>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(const VerifyKernelParams k) {
+  constexpr int RG = Cfg::kRowGroups;
+  KD_DYNAMIC_SMEM(uint8_t, smem);
+  uint8_t* q_s = smem + Cfg::kQOff;
+  uint8_t* p_s = smem + Cfg::kPOff;
+  float* red_max = reinterpret_cast<float*>(smem + Cfg::kMaxOff);  // [kSWarps][rows]
+  float* red_sum = reinterpret_cast<float*>(smem + Cfg::kSumOff);  // [kSWarps][rows]
+  uint32_t* mask_s = reinterpret_cast<uint32_t*>(smem + Cfg::kMaskOff);
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const int g = lane / 4, tig = lane % 4;  // fragment row / column pair
+  const bool s_warp = warp < Cfg::kSWarps;  // warp-uniform
+  const SplitWork w = split_work(k, Cfg::kTileRows);
+  const uint32_t tail_mask = w.tail ? active_tail_tiles(k, w, Cfg::kTileRows, mask_s) : 0u;
+  const int n_tiles = schedule_length(w, tail_mask, Cfg::kTileKeys);
+  const int prefix_tiles = (w.key_end - w.key_begin + Cfg::kTileKeys - 1) / Cfg::kTileKeys;
+  const int H = k.p.heads, T = k.p.tree_len;
+
+  // this thread's fragment rows: row group r, half h -> tile row 16 r + g + 8 h
+  int vis_row[RG][2];  // word offset of each row's visibility row (rows past M: the last row's)
+#pragma unroll
+  for (int r = 0; r < RG; ++r)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = min(w.row0 + 16 * r + g + 8 * h, k.rows - 1);
+      vis_row[r][h] = (w.b * T + m / H) * k.p.vis_words;
+    }
+
+  if (n_tiles == 0) {  // an empty prefix split (a shorter request): nothing visible
+    if (tid < Cfg::kTileRows && w.row0 + tid < k.rows)
+      k.part_lse[(static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows + w.row0 + tid] = -INFINITY;
+    return;
+  }
+
+  const __nv_bfloat16* kv = static_cast<const __nv_bfloat16*>(k.p.kv) + static_cast<int64_t>(w.b) * k.p.kv_batch_stride;
+  float o[RG][Cfg::kOTiles][4];
+#pragma unroll
+  for (int r = 0; r < RG; ++r)
+#pragma unroll
+    for (int j = 0; j < Cfg::kOTiles; ++j) o[r][j][0] = o[r][j][1] = o[r][j][2] = o[r][j][3] = 0.0f;
+  float m_run[RG][2], l_run[RG][2];  // base-2 running max (every warp); partial sums (S warps)
+#pragma unroll
+  for (int r = 0; r < RG; ++r) m_run[r][0] = m_run[r][1] = -INFINITY, l_run[r][0] = l_run[r][1] = 0.0f;
+
+  load_query_tile<Cfg>(q_s, k, w.b, w.row0);
+  {
+    const KeyTile t0 = key_tile_at(w, prefix_tiles, tail_mask, 0, Cfg::kTileKeys, T);
+    load_key_tile<Cfg>(smem + Cfg::kKOff, kv, k.p.kv_row_stride, t0.key0, t0.valid);
+  }
+  cp_async_commit();
+
+  const int key_base = 8 * warp;  // an S warp's keys within the tile
+  for (int it = 0; it < n_tiles; ++it) {
+    const int buf = Cfg::kStages == 2 ? (it & 1) : 0;
+    uint8_t* k_s = smem + Cfg::kKOff + buf * Cfg::kKBytes;
+    const KeyTile tile = key_tile_at(w, prefix_tiles, tail_mask, it, Cfg::kTileKeys, T);
+    cp_async_wait<0>();
+    __syncthreads();  // tile `it` (and Q) landed; everyone is done with tile it-1
+    if (Cfg::kStages == 2 && it + 1 < n_tiles) {
+      const KeyTile nx = key_tile_at(w, prefix_tiles, tail_mask, it + 1, Cfg::kTileKeys, T);
+      load_key_tile<Cfg>(smem + Cfg::kKOff + ((it + 1) & 1) * Cfg::kKBytes, kv, k.p.kv_row_stride, nx.key0, nx.valid);
+      cp_async_commit();
+    }
+
+    // S = Q K^T: this warp's 8 keys for all rows; masked, scaled, row maxima of its keys
+    float s[RG][4];
+    if (s_warp) {
+#pragma unroll
+      for (int r = 0; r < RG; ++r) s[r][0] = s[r][1] = s[r][2] = s[r][3] = 0.0f;
+#pragma unroll 4
+      for (int kk = 0; kk < kVerifyQKDim / 16; ++kk) {
+        uint32_t bq[4];
+        ldmatrix_x4(bq, k_s + qk_offset(key_base + lane % 8, 2 * kk + (lane / 8) % 2));  // lanes 16..31 repeat
+#pragma unroll
+        for (int r = 0; r < RG; ++r) {
+          uint32_t a[4];
+          ldmatrix_x4(a, q_s + qk_offset(16 * r + lane % 16, 2 * kk + lane / 16));
+          mma_bf16_16816(s[r], a, bq[0], bq[1]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < RG; ++r) {
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key_base + 2 * tig + (e & 1);
+          bool ok = key < tile.valid;
+          if (tile.tail_tile >= 0 && ok) {
+            const int tk = tile.tail_tile * Cfg::kTileKeys + key;
+            ok = (k.p.vis[vis_row[r][e >> 1] + (tk >> 5)] >> (tk & 31)) & 1u;
+          }
+          s[r][e] = ok ? s[r][e] * k.scale_log2 : -INFINITY;
+          mx[e >> 1] = fmaxf(mx[e >> 1], s[r][e]);
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFullMask, mx[h], 1));
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFullMask, mx[h], 2));
+          if (tig == 0) red_max[warp * Cfg::kTileRows + 16 * r + g + 8 * h] = mx[h];
+        }
+      }
+    }
+    __syncthreads();  // every S warp's maxima are in
+
+    // new row maxima (every warp, from the same values); P of the S warps; O rescaled
+    float alpha[RG][2], m_use[RG][2];
+#pragma unroll
+    for (int r = 0; r < RG; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = 16 * r + g + 8 * h;
+        float m_tile = red_max[row];
+#pragma unroll
+        for (int c = 1; c < Cfg::kSWarps; ++c) m_tile = fmaxf(m_tile, red_max[c * Cfg::kTileRows + row]);
+        const float m_new = fmaxf(m_run[r][h], m_tile);
+        alpha[r][h] = m_run[r][h] == -INFINITY ? 0.0f : exp2f(m_run[r][h] - m_new);
+        m_use[r][h] = m_new == -INFINITY ? 0.0f : m_new;  // all masked so far: p = 0, no NaN
+        m_run[r][h] = m_new;
+      }
+    if (s_warp) {
+#pragma unroll
+      for (int r = 0; r < RG; ++r) {
+        float rowsum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[r][e] = exp2f(s[r][e] - m_use[r][e >> 1]);
+          rowsum[e >> 1] += s[r][e];
+        }
+        const int key = key_base + 2 * tig;
+        *reinterpret_cast<uint32_t*>(p_s + p_offset<Cfg::kPChunks>(16 * r + g, key / 8) + (key % 8) * 2) =
+            pack_bf16x2(s[r][0], s[r][1]);
+        *reinterpret_cast<uint32_t*>(p_s + p_offset<Cfg::kPChunks>(16 * r + g + 8, key / 8) + (key % 8) * 2) =
+            pack_bf16x2(s[r][2], s[r][3]);
+        l_run[r][0] = l_run[r][0] * alpha[r][0] + rowsum[0];
+        l_run[r][1] = l_run[r][1] * alpha[r][1] + rowsum[1];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < RG; ++r)
+#pragma unroll
+      for (int j = 0; j < Cfg::kOTiles; ++j) {
+        o[r][j][0] *= alpha[r][0];
+        o[r][j][1] *= alpha[r][0];
+        o[r][j][2] *= alpha[r][1];
+        o[r][j][3] *= alpha[r][1];
+      }
+    __syncthreads();  // P complete
+
+    // O += P V: all rows x this warp's 64 columns
+    const int col_base = warp * Cfg::kColsPerWarp;
+#pragma unroll
+    for (int ks = 0; ks < Cfg::kTileKeys / 16; ++ks) {
+      uint32_t a[RG][4];
+#pragma unroll
+      for (int r = 0; r < RG; ++r) ldmatrix_x4(a[r], p_s + p_offset<Cfg::kPChunks>(16 * r + lane % 16, 2 * ks + lane / 16));
+#pragma unroll
+      for (int np = 0; np < Cfg::kOTiles / 2; ++np) {
+        uint32_t bv[4];
+        ldmatrix_x4_trans(bv, k_s + qk_offset(16 * ks + lane % 8 + 8 * ((lane / 8) % 2), (col_base + 16 * np) / 8 + lane / 16));
+#pragma unroll
+        for (int r = 0; r < RG; ++r) {
+          mma_bf16_16816(o[r][2 * np], a[r], bv[0], bv[1]);
+          mma_bf16_16816(o[r][2 * np + 1], a[r], bv[2], bv[3]);
+        }
+      }
+    }
+    if (Cfg::kStages == 1 && it + 1 < n_tiles) {
+      __syncthreads();  // everyone is done with the single K buffer
+      const KeyTile nx = key_tile_at(w, prefix_tiles, tail_mask, it + 1, Cfg::kTileKeys, T);
+      load_key_tile<Cfg>(smem + Cfg::kKOff, kv, k.p.kv_row_stride, nx.key0, nx.valid);
+      cp_async_commit();
+    }
+  }
+
+  // row sums: the S warps' partial sums, across their quads and then through shared memory
+  if (s_warp) {
+#pragma unroll
+    for (int r = 0; r < RG; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float l = l_run[r][h];
+        l += __shfl_xor_sync(kFullMask, l, 1);
+        l += __shfl_xor_sync(kFullMask, l, 2);
+        if (tig == 0) red_sum[warp * Cfg::kTileRows + 16 * r + g + 8 * h] = l;
+      }
+  }
+  __syncthreads();
+  const int col_base = warp * Cfg::kColsPerWarp;
+#pragma unroll
+  for (int r = 0; r < RG; ++r)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = 16 * r + g + 8 * h, m = w.row0 + row;
+      if (m >= k.rows) continue;
+      float l = 0.0f;
+#pragma unroll
+      for (int c = 0; c < Cfg::kSWarps; ++c) l += red_sum[c * Cfg::kTileRows + row];
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const float lse2 = l > 0.0f ? m_run[r][h] + log2f(l) : -INFINITY;
+      if (k.splits == 1) {
+        OutT* out = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(w.b) * k.rows + m) * kVerifyLatentDim + col_base + 2 * tig;
+#pragma unroll
+        for (int j = 0; j < Cfg::kOTiles; ++j) {
+          const float x0 = o[r][j][2 * h] * inv, x1 = o[r][j][2 * h + 1] * inv;
+          if constexpr (sizeof(OutT) == 4) {
+            *reinterpret_cast<float2*>(out + 8 * j) = make_float2(x0, x1);
+          } else {
+            *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) = __floats2bfloat162_rn(x0, x1);
+          }
+        }
+        if (warp == 0 && tig == 0 && k.p.lse)
+          k.p.lse[static_cast<int64_t>(w.b) * k.rows + m] = lse2 == -INFINITY ? -INFINITY : lse2 / kLog2e;
+      } else {
+        const int64_t base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows;
+        float* out = k.part_o + (base + m) * kVerifyLatentDim + col_base + 2 * tig;
+#pragma unroll
+        for (int j = 0; j < Cfg::kOTiles; ++j)
+          *reinterpret_cast<float2*>(out + 8 * j) = make_float2(o[r][j][2 * h] * inv, o[r][j][2 * h + 1] * inv);
+        if (warp == 0 && tig == 0) k.part_lse[base + m] = lse2;
+      }
+    }
+}
+
+}  // namespace kdtree::kern

@@ -1,0 +1,107 @@
+"""`kdtree bench kernels` as a plain function: the native cases through bench_kernels, the
+baselines in this process, then rows, goals and the written report."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from python_engine.project import PROJECT_ROOT
+
+from . import baselines, report
+from .gpu import device_facts, nvml_clocks, require_gpu
+from .native import build_bench, record_key, run_native
+from .suites import AttnCase, Case, CompactCase, AcceptCase, CopyCase, GemmCase, TopkCase, TreeCase, sweep
+
+DEFAULT_RESULTS = PROJECT_ROOT / "results"
+NATIVE_TIMEOUT_S = 300.0  # the whole native sweep (~1-2 minutes on an H200); a hung kernel must not hang the bench
+
+
+def default_out_dir(facts: dict) -> Path:
+    return DEFAULT_RESULTS / facts["device_slug"] / "bench"
+
+
+def _baseline_reps(case: Case, quick: bool) -> int:
+    if isinstance(case, AttnCase):
+        heavy = case.prefix * (case.n + 1) * case.heads >= 32768 * 65 * 64
+        return 3 if quick or heavy else 10
+    return 5 if quick else 20
+
+
+def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None, arch: str | None,
+                     console: Console, log_dir: Path | None = None) -> tuple[report.BenchResult, list[Path]]:
+    """Measure, compare, write. Returns the result and the files written."""
+    require_gpu("kdtree bench kernels")
+    facts = device_facts(PROJECT_ROOT)
+    console.print(f"[bold]bench[/] on {facts['device']} ({facts['sms']} SMs), commit {facts['commit']}", highlight=False)
+    program = build_bench(arch, console)
+    cases = sweep(suites, quick)
+    console.print(f"[dim]native: {len(cases)} cases through {program.name}[/]", highlight=False)
+    t0 = time.perf_counter()
+    records = run_native(program, cases, quick, NATIVE_TIMEOUT_S,
+                         log=(log_dir / "bench_kernels.log") if log_dir else None)
+    console.print(f"[dim]native done in {time.perf_counter() - t0:.0f} s[/]", highlight=False)
+    by_key = {}
+    for case in cases:
+        for rec in records:
+            if record_key(rec, case) == case.key():
+                by_key[case.key()] = rec
+    res = report.BenchResult(facts=facts)
+    for case in cases:
+        rec = by_key.get(case.key())
+        if rec is None or not rec.get("ok"):
+            res.errors.append({"case": case.native_line(),
+                               "error": (rec or {}).get("error", "no result (the program stopped before it)")})
+    ok = {k: r for k, r in by_key.items() if r.get("ok")}
+
+    # ceilings
+    for case in cases:
+        rec = ok.get(case.key())
+        if rec and isinstance(case, GemmCase):
+            if (case.m, case.n, case.k) == (8192, 8192, 8192):
+                res.ceilings["peak_tflops"] = rec["tflops"]
+            else:
+                res.ceilings["verify_gemm_tflops"] = rec["tflops"]
+        if rec and isinstance(case, CopyCase):
+            res.ceilings["copy_gbps"] = rec["gbps"]
+
+    # baselines, case by case
+    python_cache: dict[tuple, float] = {}
+    for case in cases:
+        rec = ok.get(case.key())
+        if rec is None:
+            continue
+        try:
+            if isinstance(case, AttnCase):
+                base = baselines.torch_attention(case, _baseline_reps(case, quick))
+                row = report.attn_row(case, rec, base, res.ceilings)
+                res.rows.setdefault("attn", []).append(row)
+                console.print(f"  attn H={case.heads:<3} n={case.n:<4} prefix={case.prefix:<7} kdtree "
+                              f"{report._us(row['kdtree_ms']):>10}  torch {report._us(row['torch_ms']):>10}  "
+                              f"{report._x(row['vs_torch'])}", highlight=False)
+            elif isinstance(case, TopkCase):
+                base = baselines.torch_topk(case, _baseline_reps(case, quick))
+                row = report.topk_row(case, rec, base, res.ceilings)
+                res.rows.setdefault("topk", []).append(row)
+                console.print(f"  topk {case.rows}x{case.vocab} K={case.k}: kdtree {report._us(row['kdtree_ms'])}, "
+                              f"torch f32 {report._us(row['torch_f32_ms'])} ({report._x(row['vs_torch_f32'])})",
+                              highlight=False)
+            elif isinstance(case, TreeCase):
+                key = (case.budget, case.depth, case.input)
+                if key not in python_cache:
+                    python_cache[key] = baselines.python_tree_ms_per_tree(case)
+                row = report.tree_row(case, rec, {"python_ms_per_tree": python_cache[key]})
+                res.rows.setdefault("tree", []).append(row)
+                console.print(f"  tree {case.input:6} B={case.batch:<3} N={case.budget:<4} kdtree "
+                              f"{report._us(row['kdtree_ms']):>9} (graph {report._us(row['graph_ms'])})  heap "
+                              f"{report._us(row['heap_ms'])}  {report._x(row['vs_heap'])}", highlight=False)
+            elif isinstance(case, (AcceptCase, CompactCase)):
+                res.rows.setdefault("accept", []).append(report.small_row(case, rec))
+        except Exception as exc:  # a baseline that fails (memory, a torch error) is reported, not fatal
+            res.errors.append({"case": case.native_line(), "error": f"baseline: {type(exc).__name__}: {exc}"})
+    res.facts["clocks_end"] = nvml_clocks(0)
+    out_dir = out_dir or default_out_dir(facts)
+    written = report.write(res, out_dir)
+    return res, written

@@ -1,0 +1,154 @@
+"""`kdtree bench`: kernel timings next to baselines measured in the same run (the work is in
+kdtree_cli/bench/). Needs a CUDA GPU; says so and exits 1 without one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+bench_app = typer.Typer(
+    name="bench",
+    help="Time the kdtree kernels on this GPU next to what a user would write instead (torch, the "
+    "reference heap on one CPU core) and the device's ceilings (cuBLAS GEMM rate, copy bandwidth), "
+    "all measured in the same run. Results: results/<device>/bench/ (JSON, Markdown, PNG plots).",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+
+ARCH_HELP = "CUDA targets for the build, as for kdtree build \\[default: the visible GPU]."
+HOST_HELP = "Run it on this host from kdtree.toml (its deployed release), streaming the output back; the files stay in the release's results/ (kdtree deploy fetches them)."
+
+
+def _remote(host: str, args: list[str]) -> None:
+    from remote.exec import run_kdtree
+
+    status = run_kdtree(host, ["bench", *args])
+    if status != 0:
+        raise typer.Exit(status)
+
+
+@bench_app.command("kernels", help="Kernel timings with their baselines and ceilings: verify_attn (heads 8/64, "
+                   "n 1-256, prefix 1k-128k), topk_logprobs, tree_build (B 1-256, N 16-1024), tree_accept and "
+                   "cache_compact.")
+def kernels(
+    suite: Annotated[Optional[str], typer.Option(
+        "--suite", "-s", help="Comma-separated suites: ceilings, attn, topk, tree, accept \\[default: all].",
+        show_default=False)] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="A few cases per suite and fewer repetitions (~1 minute).")] = False,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="Output folder \\[default: results/<device>/bench].", file_okay=False, show_default=False)] = None,
+    arch: Annotated[Optional[str], typer.Option("--arch", help=ARCH_HELP, show_default=False)] = None,
+    host: Annotated[Optional[str], typer.Option("--host", help=HOST_HELP, show_default=False)] = None,
+) -> None:
+    if host:
+        _remote(host, ["kernels"] + (["--suite", suite] if suite else []) + (["--quick"] if quick else [])
+                + (["--arch", arch] if arch else []))
+        return
+    from rich.console import Console
+
+    from kdtree_cli.bench import report
+    from kdtree_cli.bench.kernels import run_kernel_bench
+    from kdtree_cli.bench.suites import parse_suites
+
+    err = Console(stderr=True, soft_wrap=True)
+    res, written = run_kernel_bench(parse_suites(suite), quick, out, arch, err)
+    out_console = Console(soft_wrap=True)
+    for g in res.goals():
+        if g["value"] is None:
+            continue
+        shown = report._x(g["value"]) if g["column"].startswith("vs_") else report._us(g["value"])
+        mark = "[green]met[/]" if g["met"] else "[red]missed[/]"
+        out_console.print(f"{g['goal']:<58} {shown:>10}  {mark}", highlight=False)
+    for path in written:
+        out_console.print(f"wrote {path}", highlight=False)
+    if res.errors:
+        err.print(f"[red]{len(res.errors)} case(s) failed[/]; see bench.md", highlight=False)
+        raise typer.Exit(1)
+
+
+@bench_app.command("all", help="Everything a GPU run of the kernels checks, with one summary: build, native "
+                   "tests on fresh large cases, compute-sanitizer (memcheck, racecheck, initcheck), then the kernel "
+                   "bench.")
+def all_(
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="Output folder \\[default: results/<device>/bench].", file_okay=False, show_default=False)] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the generated test cases (default: fresh, "
+                                                "printed).", show_default=False)] = None,
+    budget_s: Annotated[float, typer.Option("--budget-s", help="Seconds the whole run may take: steps that no "
+                                            "longer fit are skipped (the bench goes quick first).")] = 480.0,
+    arch: Annotated[Optional[str], typer.Option("--arch", help=ARCH_HELP, show_default=False)] = None,
+    host: Annotated[Optional[str], typer.Option("--host", help=HOST_HELP, show_default=False)] = None,
+) -> None:
+    if host:
+        _remote(host, ["all", "--budget-s", str(budget_s)] + (["--seed", str(seed)] if seed is not None else [])
+                + (["--arch", arch] if arch else []))
+        return
+    from rich.console import Console
+
+    from kdtree_cli.bench.gpu import device_facts, require_gpu
+    from kdtree_cli.bench.gpu_check import run_gpu_check
+    from kdtree_cli.bench.kernels import default_out_dir
+    from python_engine.project import PROJECT_ROOT
+
+    require_gpu("kdtree bench all")
+    out = out or default_out_dir(device_facts(PROJECT_ROOT))
+    status = run_gpu_check(out, seed, budget_s, arch, Console(stderr=True, soft_wrap=True))
+    if status != 0:
+        raise typer.Exit(status)
+
+
+@bench_app.command("engine", help="Decoding throughput on the demo pair, every engine and mode in one run: torch "
+                   "AR and DDTree, native AR and DDTree (each budget), 32 requests at once; stage times, the "
+                   "machinery share of a round, and DDTree == AR per check. Writes engine.json and engine.md.")
+def engine(
+    dtype: Annotated[str, typer.Option(help="float32 or bfloat16 (both engines).")] = "float32",
+    prompts: Annotated[int, typer.Option(help="Prompts (lines of this repository's Python source).", min=1)] = 8,
+    max_tokens: Annotated[int, typer.Option(help="Tokens per request.", min=1)] = 128,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="Output folder \\[default: results/<device>/].", file_okay=False, show_default=False)] = None,
+) -> None:
+    from kdtree_cli.bench.engine import EngineBench, run_engine_bench
+    from kdtree_cli.bench.gpu import device_facts, require_gpu
+    from kdtree_cli.bench.kernels import default_out_dir
+    from python_engine.project import PROJECT_ROOT
+
+    require_gpu("kdtree bench engine")
+    out = out or default_out_dir(device_facts(PROJECT_ROOT)).parent
+    r = run_engine_bench(EngineBench(dtype=dtype, prompts=prompts, max_tokens=max_tokens, out_dir=out))
+    typer.echo((out / "engine.md").read_text())
+    if not all(r["identical_to_ar"].values()) and dtype == "float32":
+        raise typer.Exit(1)
+
+
+@bench_app.command("load", help="Load a random Kimi K2-shaped checkpoint slice (>= 10 GB, written by this command) "
+                   "with the native engine and with safetensors into torch, in GB/s; GPU memory used against "
+                   "the engine's report; two engines freed leave nothing behind. Writes load.json.")
+def load(
+    scratch: Annotated[Path, typer.Option(help="Where the checkpoint is written (removed afterwards).",
+                                          file_okay=False)] = Path("/tmp/kdtree-kimi-slice"),
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="Output folder \\[default: results/<device>/].", file_okay=False, show_default=False)] = None,
+) -> None:
+    import json
+
+    from kdtree_cli.bench.gpu import device_facts, require_gpu
+    from kdtree_cli.bench.kernels import default_out_dir
+    from kdtree_cli.bench.load import run_load_bench
+    from python_engine.project import PROJECT_ROOT
+
+    require_gpu("kdtree bench load")
+    out = out or default_out_dir(device_facts(PROJECT_ROOT)).parent
+    r = run_load_bench(scratch)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "load.json").write_text(json.dumps(r, indent=2) + "\n")
+    typer.echo(f"native {r['native_gb_per_s']:.2f} GB/s, safetensors+torch {r['torch_gb_per_s']:.2f} GB/s; "
+               f"memory used {r['memory']['ratio']:.3f}x the report; left behind {r['memory']['left_behind']} bytes")
+
+
+def register(app: typer.Typer) -> None:
+    from kdtree_cli.bench import moe_cli
+
+    moe_cli.register(bench_app)
+    app.add_typer(bench_app, name="bench")

@@ -1,0 +1,40 @@
+"""`kdtree engine-check`: the native engine's smoke check on this machine's GPU (DDTree ==
+AR on the demo pair, python_engine/native/smoke.py). `kdtree deploy` runs it on GPU hosts
+after the tests; the report goes to $KDTREE_RESULTS_DIR (the deploy's results) when set."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def engine_check(
+    requests: Annotated[int, typer.Option(help="Requests decoded together.", min=1)] = 4,
+    tokens: Annotated[int, typer.Option(help="Tokens per request.", min=1)] = 32,
+    budget: Annotated[int, typer.Option(help="DDTree node budget.", min=0)] = 32,
+    dtype: Annotated[str, typer.Option(help="float32 (exact: DDTree must equal AR) or bfloat16.")] = "float32",
+) -> None:
+    """Run the native engine on the demo pair: DDTree and AR on a few prompts, every DDTree
+    output equal to its AR output. Exit status 1 otherwise (or without a built engine or GPU)."""
+    from python_engine.native.smoke import smoke
+
+    t0 = time.time()
+    passed, failed = smoke(requests, tokens, "gpu", dtype, budget)
+    typer.echo(f"engine-check: {passed} passed, {failed} failed")
+    out = os.environ.get("KDTREE_RESULTS_DIR")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "engine-check.json").write_text(json.dumps(
+            {"passed": passed, "failed": failed, "requests": requests, "tokens": tokens, "budget": budget,
+             "dtype": dtype, "seconds": round(time.time() - t0, 3)}, indent=2) + "\n")
+    if failed:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("engine-check")(engine_check)

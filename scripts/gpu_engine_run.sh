@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# One lease of the GPU machine for the native engine (issues 11, 12): build, the smoke
+# check, the parity and decoding tests at full size, the engine and load benchmarks,
+# compute-sanitizer memcheck, the native kernel tests. Every step is bounded and logged
+# under $OUT; a short table comes last. Usage (repository root, on the GPU machine):
+#   OUT=/tmp/o scripts/gpu_engine_run.sh [steps...]     steps default to all, in order:
+#   build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 KDTREE_NATIVE_VARIANT=gpu KDTREE_NATIVE_RESULTS="$OUT/native-results.jsonl"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+STEPS=("$@"); [ ${#STEPS[@]} -eq 0 ] && STEPS=(build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe)
+declare -a rows=()
+step() {  # name, timeout seconds, command...
+  local name=$1 limit=$2; shift 2
+  local t0=$(date +%s.%N)
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$? t1=$(date +%s.%N)
+  local secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
+  local last=$(grep -v '^\s*$' "$OUT/$name.log" | tail -1 | cut -c1-90)
+  rows+=("$(printf '%-10s %-6s %7s s  %s' "$name" "$([ $rc -eq 0 ] && echo ok || echo rc=$rc)" "$secs" "$last")")
+  [ $rc -ne 0 ] && tail -25 "$OUT/$name.log"
+  return 0
+}
+{ date -u +%FT%TZ; echo "commit ${KDTREE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"; nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader;
+  nvcc --version | tail -1; "$PY" -c 'import torch; print("torch", torch.__version__)'; } >"$OUT/env.txt" 2>&1
+for s in "${STEPS[@]}"; do
+  case $s in
+    build) step build 300 "$PY" -m kdtree_cli build -j 16 ;;
+    smoke) step smoke 120 "$PY" -m python_engine.native.smoke --requests 4 --tokens 32 ;;
+    parity) step parity 300 "$PY" -m pytest -q -x -s -p no:cacheprovider tests/native/test_native_forward.py ;;
+    decode) step decode 400 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_decode.py ;;
+    soak) step soak 300 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_soak.py ;;
+    sankernels) step sankernels 240 "$PY" -m kdtree_cli test --native --sanitize memcheck,racecheck ;;
+    capture) printf 'def fibonacci(n):\n{"prompt": "import os\\nimport sys\\n"}\nclass Stack:\n    def push(self, item):\n{"prompt": "for i in range(10):\\n"}\n' > /tmp/prompts.txt
+           step capture 120 "$PY" -m kdtree_cli run --engine native --model refs/models/demo-target \
+           --drafter refs/models/demo-drafter --prompts /tmp/prompts.txt --max-tokens 400 --budget 32 --metrics "$OUT/native-run.jsonl" ;;
+    demo) step demo 180 "$PY" -m kdtree_cli demo ;;
+    w4a16) step w4a16 240 bash -c "build/release/bin/test_moe_w4a16 && KDTREE_SANITIZE_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 9 build/release/bin/test_moe_w4a16 | tail -3" ;;
+    moe) step moe 300 "$PY" -m kdtree_cli bench moe --no-build --out-dir "$OUT" ;;
+    bench|bench16) dt=float32; [ $s = bench16 ] && dt=bfloat16
+           step $s 300 "$PY" -c "from pathlib import Path; from kdtree_cli.bench.engine import EngineBench, run_engine_bench; \
+           import json; r = run_engine_bench(EngineBench(dtype='$dt', out_dir=Path('$OUT/$dt'))); \
+           print(json.dumps({k: round(v) for k, v in r['tokens_per_s'].items()}), r['graph_share'])" ;;
+    profile) step profile 240 ncu --profile-from-start off --metrics gpu__time_duration.sum --csv \
+           --log-file "$OUT/ncu.csv" "$PY" -m kdtree_cli.bench.kernel_profile --dtype float32 --tokens 12
+           "$PY" -m kdtree_cli.bench.kernel_profile --summarize "$OUT/ncu.csv" >"$OUT/profile.txt" 2>&1 ;;
+    sanitize) step sanitize 300 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
+           "$PY" -m python_engine.native.smoke --requests 4 --tokens 32 ;;
+    load) step load 400 "$PY" -c "from pathlib import Path; from kdtree_cli.bench.load import run_load_bench; import json; \
+           r = run_load_bench(Path('/tmp/kimi-slice')); open('$OUT/load.json','w').write(json.dumps(r, indent=2)); \
+           print('native', round(r['native_gb_per_s'],2), 'GB/s; torch', round(r['torch_gb_per_s'],2), 'GB/s; mem ratio', round(r['memory']['ratio'],3), 'left', r['memory']['left_behind'])" ;;
+    native) step native 300 "$PY" -m kdtree_cli test --native ;;
+    *) echo "unknown step $s" ;;
+  esac
+done
+# everything in one archive; beside it only the few files read first (the device tool returns 8)
+cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz ./* 2>/dev/null
+find . -type f ! -name logs.tgz ! -name env.txt ! -name native-results.jsonl ! -name native-run.jsonl \
+  ! -name load.json ! -name engine.json ! -name moe.json -delete
+printf '%s\n' "${rows[@]}"

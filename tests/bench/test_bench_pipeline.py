@@ -1,0 +1,118 @@
+"""`kdtree bench kernels` end to end without a GPU: bench_kernels replaced by a program that
+answers its case file with plausible records, the torch baselines by fixed numbers. Checks
+the joining of native records with baselines, the ratios and ceilings, the goals, the
+failed-case report and the files written; and that a machine without a GPU gets a clear
+error and exit status 1."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from kdtree_cli.app import app
+from kdtree_cli.bench import baselines, gpu, kernels, native
+from kdtree_cli.bench.suites import AttnCase, sweep
+
+FAKE_BENCH = r'''
+import json, sys
+cases = [l.split() for l in open(sys.argv[sys.argv.index("--cases") + 1]) if l.strip()]
+for suite, *kv in cases:
+    rec = dict(p.split("=", 1) for p in kv)
+    rec.update(suite=suite, ok=True, case=" ".join([suite] + kv))
+    if suite == "gemm":
+        rec.update(ms=1.4, tflops=780.0 if rec["m"] == "8192" else 620.0)
+    elif suite == "copy":
+        rec.update(ms=0.5, gbps=4300.0)
+    elif suite == "verify_attn":
+        # 0.4 ms at 64 heads, n=64, 32k; scaled by work
+        work = int(rec["heads"]) * (int(rec["n"]) + 1) * int(rec["prefix"]) / (64 * 65 * 32768)
+        rec.update(ms=max(0.012, 0.4 * work), tflops=500.0, cache_gbps=3000.0, splits=2, split_keys=512, config=0)
+    elif suite == "topk":
+        if rec["k"] == "1024":
+            rec.update(ok=False, error="topk_logprobs: launch failed (simulated)")
+        rec.update(ms=0.12, logits_gbps=2400.0)
+    elif suite == "tree_build":
+        rec.update(ms=0.015 if rec["batch"] == "64" else 0.007, graph_ms=0.006, heap_ms=0.04 * int(rec["batch"]),
+                   heap_ms_per_tree=0.04, trees_differing_from_heap=0, max_tree_depth=6)
+    else:
+        rec.update(ms=0.01, graph_ms=0.005, gbps=1000.0)
+    print(json.dumps(rec))
+'''
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch, tmp_path):
+    prog = tmp_path / "bench_kernels"
+    prog.write_text(f"#!{sys.executable}\n{FAKE_BENCH}")
+    prog.chmod(prog.stat().st_mode | stat.S_IEXEC)
+    facts = {"device": "Fake GPU", "device_slug": "fake", "sms": 132, "commit": "abc", "date": "now",
+             "torch": "x", "torch_cuda": "13.0", "clocks_start": {"sm_clock_mhz": 1980}}
+    monkeypatch.setattr(kernels, "require_gpu", lambda what: None)
+    monkeypatch.setattr(kernels, "device_facts", lambda root: dict(facts))
+    monkeypatch.setattr(kernels, "nvml_clocks", lambda i: {"sm_clock_mhz": 1970})
+    monkeypatch.setattr(kernels, "build_bench", lambda arch, console: prog)
+    # torch two-GEMM 4x slower than the fake kernel, cuBLAS GEMMs 2x
+    monkeypatch.setattr(baselines, "torch_attention", lambda case, reps: {"torch_ms": 4.0 * _work(case),
+                                                                           "cublas_ms": 2.0 * _work(case)})
+    monkeypatch.setattr(baselines, "torch_topk", lambda case, reps: {"torch_f32_ms": 1.28, "torch_f64_ms": 2.9})
+    return prog
+
+
+def _work(case: AttnCase) -> float:  # the fake program's verify_attn time
+    return max(0.012, 0.4 * case.heads * (case.n + 1) * case.prefix / (64 * 65 * 32768))
+
+
+def test_rows_ratios_goals_and_files(fake_gpu, tmp_path):
+    out = tmp_path / "out"
+    res, written = kernels.run_kernel_bench(("ceilings", "attn", "topk", "tree", "accept"), False, out, None,
+                                            Console(file=open("/dev/null", "w")))
+    assert {p.name for p in written} == {"bench.json", "bench.md", "attention.png", "tree_topk.png"}
+    assert res.ceilings == {"peak_tflops": 780.0, "verify_gemm_tflops": 620.0, "copy_gbps": 4300.0}
+    assert len(res.rows["attn"]) == 32 and len(res.rows["tree"]) == 32 and len(res.rows["accept"]) == 4
+    big = next(r for r in res.rows["attn"] if (r["heads"], r["n"], r["prefix"]) == (64, 64, 32768))
+    assert big["vs_torch"] == pytest.approx(4.0) and big["floor_bound"] == "compute"
+    assert big["floor_ms"] == pytest.approx(AttnCase(64, 64, 32768).flops / 780e9)
+    # 16 query rows read 38 MB of cache: memory-bound (64 heads x 2 tokens is past the ridge)
+    decode = next(r for r in res.rows["attn"] if (r["heads"], r["n"], r["prefix"]) == (8, 1, 32768))
+    assert decode["floor_bound"] == "memory"
+    assert decode["floor_ms"] == pytest.approx(32768 * 576 * 2 / 4300e6)
+    # the failed top-K case is reported, not joined
+    assert [e["case"] for e in res.errors] == ["topk rows=448 vocab=163840 k=1024"]
+    assert len(res.rows["topk"]) == 3
+    tree = next(r for r in res.rows["tree"] if (r["batch"], r["budget"], r["input"]) == (64, 256, "flat"))
+    assert tree["vs_heap"] == pytest.approx(64 * 0.04 / 0.015)
+    assert tree["python_ms"] > 0
+    goals = {g["goal"]: g for g in res.goals()}
+    assert goals["verify_attn bf16 H=64 n=64 prefix=32k: <= 0.55 ms"]["met"] is True
+    assert goals["tree_build B=1 N=256 D=15 (flat): <= 8 us"]["met"] is True
+    assert goals["  ... and >= 6x torch top-K + log-softmax (f32)"]["met"] is True  # 1.28 / 0.12
+    saved = json.loads((out / "bench.json").read_text())
+    assert saved["facts"]["clocks_end"] == {"sm_clock_mhz": 1970}
+    assert len(saved["goals"]) == len(res.goals())
+    md = (out / "bench.md").read_text()
+    assert "| 64 | 64 | 32768 | 400.0 us |" in md and "Cases that failed" in md
+
+
+def test_a_missing_native_record_is_an_error(fake_gpu, tmp_path, monkeypatch):
+    monkeypatch.setattr(native, "parse_records", lambda text: [])
+    monkeypatch.setattr(kernels, "run_native", lambda *a, **k: [])
+    res, _ = kernels.run_kernel_bench(("accept",), True, tmp_path, None, Console(file=open("/dev/null", "w")))
+    assert len(res.errors) == len(sweep(("accept",), True))
+    assert "no result" in res.errors[0]["error"]
+
+
+def test_no_gpu_is_a_clear_error(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for args in (["bench", "kernels"], ["bench", "all"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code != 0
+        assert isinstance(result.exception, gpu.NoGpuError)
+        assert "needs a CUDA GPU" in str(result.exception)
