@@ -5,7 +5,8 @@ safetensors shards written by this command. In one run:
   - the native engine's load (its own reader: pinned staging, files in parallel) in GB/s,
     next to the same files read by `safetensors` into torch on the same GPU;
   - GPU memory used after create vs the engine's report (weights + caches + workspace);
-  - two engines on the same checkpoint in one process, both freed: the memory comes back.
+  - two engines on the same checkpoint in one process, both freed, twice: the second cycle
+    ends with exactly the free memory of the first (nothing left behind per load).
 """
 
 from __future__ import annotations
@@ -121,22 +122,28 @@ def run_load_bench(folder: Path, keep: bool = False, repeats: int = 2) -> dict:
         result["torch"].append({"load_s": secs, "gb_per_s": total / GB / secs})
         del tensors
         torch.cuda.empty_cache()
-    # memory: used after create vs the report; two engines freed give everything back
+    # memory: used after create vs the report; then two engines created and freed, twice: the
+    # second cycle must end where the first did (the first may leave the CUDA context or
+    # cuBLAS a one-time allocation; a leak would repeat every cycle)
     torch.cuda.empty_cache()
     free0, _ = device_memory(0)
     e1 = NativeEngine(folder, None, opts, variant="gpu")
     free1, _ = device_memory(0)
     report = e1.memory()
-    e2 = NativeEngine(folder, None, opts, variant="gpu")
-    e1.close()
-    e2.close()
-    free_after, _ = device_memory(0)
+    cycle_ends = []
+    for cycle in range(2):
+        e2 = NativeEngine(folder, None, opts, variant="gpu")
+        e1.close()
+        e2.close()
+        cycle_ends.append(device_memory(0)[0])
+        if cycle == 0:
+            e1 = NativeEngine(folder, None, opts, variant="gpu")
     used = free0 - free1
     result["memory"] = {"used_after_create": used, "reported_total": report["total"],
                         "ratio": used / report["total"], "weights": report["weights"],
                         "target_cache": report["target_cache"], "workspace": report["workspace"],
-                        "free_before": free0, "free_after_two_freed": free_after,
-                        "left_behind": free0 - free_after}
+                        "free_before": free0, "free_after_cycle1": cycle_ends[0], "free_after_cycle2": cycle_ends[1],
+                        "first_cycle_growth": free0 - cycle_ends[0], "left_behind": cycle_ends[0] - cycle_ends[1]}
     result["native_gb_per_s"] = max(r["gb_per_s"] for r in result["native"])
     result["torch_gb_per_s"] = max(r["gb_per_s"] for r in result["torch"])
     if not keep:

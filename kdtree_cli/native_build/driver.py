@@ -160,7 +160,8 @@ def resolve_targets(layout: SourceLayout, names: Sequence[str]) -> list[str]:
     if layout.has_engine:
         from .layout import ENGINE_EMU_LIB, ENGINE_LIB
 
-        known |= {"engine", "engine_emu", ENGINE_LIB, ENGINE_EMU_LIB}
+        known |= {"engine", "engine_emu", "emu_tests", ENGINE_LIB, ENGINE_EMU_LIB}
+        known |= {f"bin/emu/{p.stem}" for p in layout.emu_programs}
     for prog in layout.programs:
         known |= {prog.name, prog.output}
     for lib in list(layout.libraries) + list(layout.support.values()):

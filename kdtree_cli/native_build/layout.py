@@ -14,6 +14,8 @@ The native engine, when csrc/engine/ exists, is also linked as two shared librar
   lib/libkdtree_engine_emu.so   the same sources built by the host compiler against the SIMT
                                 emulator, with csrc/kernels/emu/runtime/*.cpp standing in for
                                 the CUDA runtime and cuBLAS: the engine on a CPU, for tests
+  csrc/kernels/emu/emu_*.cpp    -> bin/emu/emu_*: kernel tests and tools on the emulator (the
+                                kernels from their headers, common/ and the stand-in runtime)
 Headers (.h, .cuh) are not listed: nvcc/g++ depfiles tell ninja who includes what.
 """
 
@@ -34,6 +36,8 @@ PROGRAM_DIRS = {"tests": "test_", "bench": "bench_"}
 ENGINE_LIB = "lib/libkdtree_engine.so"
 ENGINE_EMU_LIB = "lib/libkdtree_engine_emu.so"
 EMU_RUNTIME_DIR = Path("kernels") / "emu" / "runtime"
+EMU_PROGRAM_DIR = Path("kernels") / "emu"  # emu_*.cpp: kernel tests and tools on the emulator -> bin/emu/
+EMU_PROGRAM_PREFIX = "emu_"
 ENGINE_EXPORTS = Path("engine") / "exports.map"
 
 
@@ -66,6 +70,7 @@ class SourceLayout:
     programs: tuple[Program, ...]
     unknown_dirs: tuple[str, ...]  # csrc/<dir> holding sources that no rule covers
     emu_runtime: tuple[Path, ...] = ()  # relative to the csrc root
+    emu_programs: tuple[Path, ...] = ()  # csrc/kernels/emu/emu_*.cpp, relative to the csrc root
 
     @property
     def has_engine(self) -> bool:
@@ -75,7 +80,7 @@ class SourceLayout:
         out = [s for lib in self.libraries for s in lib.sources]
         out += [s for lib in self.support.values() for s in lib.sources]
         out += [p.source for p in self.programs]
-        out += list(self.emu_runtime)
+        out += list(self.emu_runtime) + list(self.emu_programs)
         return out
 
 
@@ -108,7 +113,9 @@ def discover(csrc: Path) -> SourceLayout:
     ) if csrc.is_dir() else []
     _check_unique_program_names(programs)
     emu_runtime = tuple(p.relative_to(csrc) for p in _sources_in(csrc / EMU_RUNTIME_DIR, recursive=False, suffixes=(".cpp",)))
-    return SourceLayout(csrc, tuple(libraries), support, tuple(programs), tuple(unknown), emu_runtime)
+    emu_programs = tuple(p.relative_to(csrc) for p in _sources_in(csrc / EMU_PROGRAM_DIR, recursive=False, suffixes=(".cpp",))
+                         if p.stem.startswith(EMU_PROGRAM_PREFIX))
+    return SourceLayout(csrc, tuple(libraries), support, tuple(programs), tuple(unknown), emu_runtime, emu_programs)
 
 
 def _check_unique_program_names(programs: list[Program]) -> None:

@@ -199,8 +199,20 @@ def _engine_libraries(w, cfg: BuildConfig, layout: SourceLayout, path, static_li
     w.build(ENGINE_EMU_LIB, "shlib", emu_objs, implicit=[exports],
             variables={"libs": "-lpthread", "exports": exports})
     w.build("engine_emu", "phony", ENGINE_EMU_LIB)
+    # emulator programs: their kernels come from the headers they include; they link the host
+    # pieces (common/, the launch helpers, the stand-in runtime) from the objects above
+    support = [o for o in emu_objs if o.startswith("obj-emu/common/") or "/emu/runtime/" in o
+               or o.endswith("launch_support.cu.o")]
+    emu_bins = []
+    for rel in layout.emu_programs:
+        obj = f"obj-emu/{rel.as_posix()}.o"
+        w.build(obj, "emucxx", path(layout.csrc / rel), variables={"src": f"csrc/{rel.as_posix()}"})
+        exe = f"bin/emu/{rel.stem}"
+        w.build(exe, "link", [obj] + support, variables={"libs": "", "ldflags": "-lpthread"})
+        emu_bins.append(exe)
+    w.build("emu_tests", "phony", emu_bins)
     w.newline()
-    return [ENGINE_LIB, ENGINE_EMU_LIB]
+    return [ENGINE_LIB, ENGINE_EMU_LIB] + emu_bins
 
 
 def write_if_changed(path: Path, text: str) -> bool:

@@ -242,23 +242,40 @@ def find_cxx(env: Mapping[str, str] | None = None) -> str:
     )
 
 
-def find_ninja() -> str:
-    looked = []
+def _ninja_candidates() -> list[Path]:
+    """Where a ninja binary may be, best first: the `ninja` package's BIN_DIR (PyPI wheels),
+    its data folder, the bin/ of the environment that holds the package (a venv seen through
+    another venv: the per-release environments of `kdtree deploy` on a host whose Python is
+    itself a venv), the bin/ of this interpreter's environment, then PATH."""
+    out: list[Path] = []
     try:
-        import ninja  # the PyPI package ships the binary in its BIN_DIR
+        import ninja
 
-        candidate = Path(ninja.BIN_DIR) / "ninja"
-        if candidate.is_file():
-            return str(candidate)
-        looked.append(str(candidate))
+        bin_dir = getattr(ninja, "BIN_DIR", "")
+        if bin_dir:
+            out.append(Path(bin_dir) / "ninja")
+        pkg = Path(getattr(ninja, "__file__", "") or ".").parent
+        out.append(pkg / "data" / "bin" / "ninja")
+        # site-packages/ninja -> <env>/lib/pythonX.Y/site-packages -> <env>/bin/ninja
+        out.append(pkg.parent.parent.parent.parent / "bin" / "ninja")
     except ImportError:
-        looked.append("the `ninja` Python package (not installed)")
+        pass
+    out += [Path(sys.executable).parent / "ninja", Path(sys.prefix) / "bin" / "ninja",
+            Path(sys.base_prefix) / "bin" / "ninja"]
     on_path = shutil.which("ninja")
     if on_path:
-        return on_path
-    looked.append("PATH")
+        out.append(Path(on_path))
+    return out
+
+
+def find_ninja() -> str:
+    looked = []
+    for candidate in _ninja_candidates():
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+        looked.append(str(candidate))
     raise KdtreeError(
-        f"ninja not found (looked at: {', '.join(looked)}). "
+        f"ninja not found (looked at: {', '.join(dict.fromkeys(looked)) or 'nothing'}; and PATH). "
         f"Fix: `{sys.executable} -m pip install ninja`."
     )
 

@@ -93,8 +93,10 @@ def run_native_command(req, events: EventWriter, stdout: IO[str], stderr: IO[str
         out.print(f"[bold]request {i}[/] ({len(r.tokens)} tokens, tau {r.tau:.2f}):")
         out.print(text if text is not None else " ".join(map(str, r.tokens)), markup=False)
     decode_s = sum(r.decode_s for r in summary.results)
+    # rounds as the contract counts them: one per request per target forward (the round events)
     events.emit("run_end", tokens=summary.tokens, decode_s=round(summary.wall_s, 6),
-                tokens_per_s=round(summary.tokens_per_s, 3), tau=round(summary.tau, 4), rounds=summary.rounds,
+                tokens_per_s=round(summary.tokens_per_s, 3), tau=round(summary.tau, 4),
+                rounds=sum(r.rounds for r in summary.results), batched_steps=summary.rounds,
                 ttft_s=round(sum(r.prefill_s for r in summary.results) / len(summary.results), 6))
     mode = "AR" if req.ar else f"DDTree budget {req.budget}"
     out.print(f"[bold]summary[/] native {mode}, cuda:{device}, {dtype}: {summary.tokens} tokens in "

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -38,22 +37,15 @@ def _toolchain():
 
 
 @pytest.fixture(scope="module")
-def emulated(tmp_path_factory) -> dict[str, Path]:
-    cuda, cxx = _toolchain()
-    out = tmp_path_factory.mktemp("emu")
-    includes = [f"-I{CSRC}"] + [f"-I{d}" for d in cuda.include_dirs]
-    libs = [f"-L{d}" for d in cuda.lib_dirs] + ["-lcudart_static", "-ldl", "-lrt", "-lpthread"]
+def emulated() -> dict[str, Path]:
+    """The emulator programs, built by `kdtree build emu_tests` (bin/emu/ of the release build)."""
+    _toolchain()
+    from rich.console import Console
 
-    def compile_one(name: str) -> Path:
-        exe = out / name
-        cmd = [cxx, "-std=c++20", "-O1", "-U_FORTIFY_SOURCE", "-DKD_SIMT_EMULATION", *includes,
-               str(CSRC / "kernels" / "emu" / f"{name}.cpp"), str(CSRC / "common" / "kdtr.cpp"), *libs, "-o", str(exe)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr[-4000:]}"
-        return exe
+    from kdtree_cli.native_build.driver import BuildRequest, build
 
-    with ThreadPoolExecutor(max_workers=min(3, os.cpu_count() or 1)) as pool:
-        return dict(zip(PROGRAMS, pool.map(compile_one, PROGRAMS)))
+    outcome = build(BuildRequest(targets=("emu_tests",)), console=Console(stderr=True, quiet=True))
+    return {name: outcome.configured.build_dir / "bin" / "emu" / name for name in PROGRAMS}
 
 
 def _run(exe: Path, *args: str, env: dict[str, str] | None = None) -> str:

@@ -30,7 +30,7 @@ BUDGET = 32
 PAIRS = {"demo": (DEMO_TARGET, DEMO_DRAFTER), "agree": (AGREE_TARGET, AGREE_DRAFTER)}
 TAU_MIN = 2.0 if GPU else 1.5  # the few short CI prompts vary more
 NEAR_TIE = 1e-4
-BF16_NEAR_TIE = 2e-2  # bf16 rounds to 8 bits: a verify and an AR step may split a gap this small
+BF16_NEAR_TIE = 5e-2  # of max|logit|, as tests/decode/test_cuda.py: batch shapes change bf16 rounding
 
 
 def run_all(eng: NativeEngine, prompts, max_new: int, **kw) -> tuple[list[list[int]], list]:

@@ -7,8 +7,8 @@ the W4A16 kernel in bf16).
 
 float32: relative error (over the whole output) <= 1e-4 against the float32 reference.
 bf16: both engines round differently, so the reference is float32 and the bound is
-relative: the native bf16 output must be within 2e-2 of it, or no further from it than
-twice the torch bf16 reference is. Two bf16 implementations that round at different points
+relative: the native bf16 output must be within 2e-2 of it, or no further from it than twice
+the largest difference the torch bf16 reference itself shows on this input (its bf16 noise). Two bf16 implementations that round at different points
 land a few percent apart on the residual stream (the torch bf16 reference itself is 1-10%
 from float32 on these models; see the numbers each run prints), so a fixed bound alone
 would fail on noise, while a real bug is off by O(1). One output of the eight may exceed its
@@ -128,7 +128,9 @@ def test_native_matches_torch_reference(pair, dtype, pairs, native_variant, torc
     else:
         ref16 = torch_run(tdir, ddir, torch.bfloat16, torch_device, case)
         torch_err = {k: rel(ref16[k], ref32[k]) for k in ref32}
-        limit = {k: max(BF16_TOL, BF16_SLACK * torch_err[k]) for k in err}
+        # the scale of bf16 noise on this input: the largest difference torch's own bf16 run shows
+        noise = max(v for v in torch_err.values() if v != float("inf"))
+        limit = {k: max(BF16_TOL, BF16_SLACK * noise) for k in err}
         print(f"{pair}/bf16, torch bf16 vs float32: " + ", ".join(f"{k} {v:.2e}" for k, v in torch_err.items()))
         record(test="forward_parity_torch_bf16", pair=pair, **torch_err)
     record(test="forward_parity", pair=pair, dtype=dtype, variant=native_variant, prefill=len(case["prompt"]),

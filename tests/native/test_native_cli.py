@@ -1,0 +1,103 @@
+"""The native engine behind the CLI, on the CPU through the emulated build: `kdtree run
+--engine native` with a prompts file (several requests decoded together) writes the same
+metrics contract as the torch engine (run_start, round events with trees, run_end whose
+rounds equal the round events), and its tokens equal the torch engine's AR tokens; the
+Prometheus endpoint serves the metrics the events imply while a run goes on."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import urllib.request
+
+import pytest
+from native_cases import DEMO_DRAFTER, DEMO_TARGET
+
+from python_engine.events import EventWriter, iter_events
+from python_engine.metrics_exporter import PrometheusExporter
+from python_engine.native import library as L
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_cli(args: list[str], monkeypatch, capsys) -> str:
+    from typer.testing import CliRunner
+
+    from kdtree_cli.app import app
+
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_run_engine_native_writes_the_contract(native_variant, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(L.ENV_LIBRARY, str(L.library_path(native_variant)))
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text('def add(a, b):\n{"prompt": "import os\\n"}\n{"ids": [5, 6, 7, 8]}\n')
+    metrics = tmp_path / "m.jsonl"
+    out = run_cli(["run", "--engine", "native", "--model", str(DEMO_TARGET), "--drafter", str(DEMO_DRAFTER),
+                   "--prompts", str(prompts), "--max-tokens", "12", "--dtype", "float32", "--metrics", str(metrics),
+                   "--ignore-eos"], monkeypatch, capsys)
+    assert "summary native DDTree" in out and "request 2" in out
+    events = [p.event for p in iter_events(metrics.read_text().splitlines())]
+    assert all(e is not None for e in events), "a malformed metrics line"
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "run_start" and kinds[-1] == "run_end" and events[0]["engine"] == "native"
+    rounds = [e for e in events if e["event"] == "round"]
+    assert len(rounds) == events[-1]["rounds"], "run_end.rounds must count the round events"
+    assert {e["request"] for e in rounds} == {0, 1, 2}
+    assert any("tree" in e for e in rounds), "no round carried a tree sample"
+    for e in rounds:
+        if "tree" in e:
+            t = e["tree"]
+            assert len(t["parent"]) == e["tree_size"] + 1 and t["parent"][0] == -1
+            assert len(t["accepted"]) == e["accept_len"]
+    assert events[-1]["tokens"] == 3 * 12
+
+
+def scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def test_prometheus_endpoint_follows_the_events():
+    port = free_port()
+    exporter = PrometheusExporter(port, addr="127.0.0.1")
+    try:
+        w = EventWriter(None, listeners=[exporter.observe])
+        times = {"draft": 100.0, "tree_build": 10.0, "verify": 300.0, "commit": 5.0}
+        rounds = [(0, 3, 4, 3), (0, 1, 2, 4), (1, 5, 5, 5), (1, 2, 3, 7)]  # request, accept_len, depth, tokens
+        for req, acc, depth, tokens in rounds:
+            w.emit("round", request=req, round=0, accept_len=acc, tree_size=8, tree_depth=depth, times_us=times,
+                   tokens=tokens, done=tokens == 7)
+        m = scrape(port)
+    finally:
+        exporter.close()
+    assert m["kdtree_spec_decode_num_drafts_total"] == 4
+    assert m["kdtree_spec_decode_num_accepted_tokens_total"] == (3 - 1) + (1 - 1) + (5 - 1) + (2 - 1)
+    # depth 1 reached by all 4 rounds, accepted in 3 (accept_len - 1 >= 1)
+    assert m['kdtree_spec_decode_num_drafted_per_pos_total{position="1"}'] == 4
+    assert m['kdtree_spec_decode_num_accepted_tokens_per_pos_total{position="1"}'] == 3
+    assert m['kdtree_spec_decode_num_accepted_tokens_per_pos_total{position="4"}'] == 1
+    assert m["kdtree_spec_accept_length_count"] == 4 and m["kdtree_spec_accept_length_sum"] == 11
+    # tokens: first round of a request counts its accept_len; later ones the growth
+    assert m["kdtree_generation_tokens_total"] == 3 + 1 + 5 + 2
+    assert m["kdtree_requests_finished_total"] == 1
+    assert m['kdtree_round_stage_seconds_count{stage="verify"}'] == 4
+
+
+def test_prometheus_refuses_a_bad_port():
+    from python_engine.errors import KdtreeError
+
+    with pytest.raises(KdtreeError, match="1..65535"):
+        PrometheusExporter(70000)
