@@ -3,12 +3,16 @@
 The format is specified in docs/kdtr.md; this module is its Python writer and reader.
 Tensors are numpy arrays (bfloat16 travels as torch tensors, or as uint16 bit patterns in
 numpy, which has no bfloat16). The reader validates every field against the file's real
-size before it trusts it, and raises KdtrError, naming the file, on any malformed input.
+size before it trusts it, and raises KdtrError, naming the file, on any malformed input:
+it reads at most the size the header claims (plus one byte, to notice more), so a device
+or a pipe (/dev/zero) cannot make it read without bound, and running out of memory is a
+KdtrError too.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import zlib
 from dataclasses import dataclass
@@ -28,6 +32,7 @@ MAX_NAME = NAME_FIELD - 1
 MAX_NDIM = 8
 MAX_ENTRIES = 65536  # far above any bundle; bounds the table before it is read
 ALIGN = 64  # data alignment: a cache line, and enough for any dtype when memory-mapped
+READ_CHUNK = 1 << 24  # what a read of a file that is not a regular one asks for at a time
 U64_MAX = (1 << 64) - 1
 I64_MAX = (1 << 63) - 1  # dims are int64 in the C++ reader
 
@@ -83,14 +88,22 @@ class Tensor:
     data: bytes
 
     def numpy(self) -> np.ndarray:
-        """The data as a numpy array (bfloat16 as uint16 bit patterns)."""
+        """The data as a numpy array (bfloat16 as uint16 bit patterns). A tensor with no
+        elements whose other dims are huge (legal in KDTR and torch) has no numpy form:
+        KdtrError then (.torch() and .shape still work)."""
         arr = np.frombuffer(self.data, dtype=BY_NAME[self.dtype].numpy)
-        return arr.reshape(self.shape).copy()
+        try:
+            return arr.reshape(self.shape).copy()
+        except ValueError:
+            raise KdtrError(f"shape {self.shape} has no elements but is too large for a numpy array; "
+                            "read it with .torch() or use its .shape") from None
 
     def torch(self):
         """The data as a torch tensor, bfloat16 included."""
         import torch
 
+        if 0 in self.shape:  # no data to convert, whatever the other dims
+            return torch.empty(self.shape, dtype=getattr(torch, self.dtype))
         arr = self.numpy()
         if self.dtype == "bfloat16":
             return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
@@ -241,15 +254,63 @@ def decode(blob: bytes, source: str = "<bytes>") -> dict[str, Tensor]:
     return out
 
 
+def _read_bounded(f, limit: int) -> bytes:
+    """Up to `limit` bytes of f, in chunks: memory grows with what arrives, never with a
+    size read from the file."""
+    parts, have = [], 0
+    while have < limit:
+        chunk = f.read(min(READ_CHUNK, limit - have))
+        if not chunk:
+            break
+        parts.append(chunk)
+        have += len(chunk)
+    return b"".join(parts)
+
+
+def _read_blob(path: str | os.PathLike) -> bytes:
+    """The file's bytes, read no further than its header's file_size + 1."""
+    where = str(path)
+    try:
+        with open(path, "rb") as f:
+            info = os.fstat(f.fileno())
+            head = _read_bounded(f, HEADER_SIZE)
+            if len(head) < HEADER_SIZE or head[:8] != MAGIC:
+                return head  # decode() says what is wrong with it
+            claimed = _HEADER.unpack_from(head, 0)[3]
+            regular = stat.S_ISREG(info.st_mode)
+            if regular and info.st_size != claimed:  # decode()'s message, without reading it all
+                raise KdtrError(f"{where}: header says {claimed} bytes but the file has {info.st_size} "
+                                "(truncated or padded)")
+            blob = head + _read_bounded(f, max(0, claimed - HEADER_SIZE) + 1)
+    except IsADirectoryError:
+        raise KdtrError(f"{where}: is a directory, not a KDTR file") from None
+    except MemoryError:
+        raise KdtrError(f"{where}: not enough memory to read it") from None
+    except OSError as exc:
+        raise KdtrError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    if len(blob) > claimed:
+        raise KdtrError(f"{where}: more data than the {claimed} bytes its header claims "
+                        f"({'padded' if regular else 'not a regular file'}); reading stopped there")
+    return blob
+
+
 def read_tensors(path: str | os.PathLike) -> dict[str, Tensor]:
     """Read and validate a bundle; KdtrError on malformed content or an unreadable file."""
+    blob = _read_blob(path)
     try:
-        blob = Path(path).read_bytes()
-    except OSError as exc:
-        raise KdtrError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return decode(blob, str(path))
+        return decode(blob, str(path))
+    except MemoryError:
+        raise KdtrError(f"{path}: not enough memory to hold its {len(blob)} bytes of tensors") from None
 
 
 def read_kdtr(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Read a bundle as numpy arrays (bfloat16 as uint16 bit patterns)."""
-    return {name: t.numpy() for name, t in read_tensors(path).items()}
+    out = {}
+    for name, t in read_tensors(path).items():
+        try:
+            out[name] = t.numpy()
+        except KdtrError as exc:
+            raise KdtrError(f"{path}: tensor {name!r}: {exc}") from None
+        except MemoryError:
+            raise KdtrError(f"{path}: tensor {name!r}: not enough memory for a numpy copy") from None
+    return out

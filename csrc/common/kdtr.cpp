@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <new>
@@ -136,6 +137,14 @@ int64_t KdtrTensor::numel() const {
 
 KdtrFile::KdtrFile(const std::string& path) : path_(path) {
   auto fail = [&](const std::string& what) -> void { throw KdtrError(path_ + ": " + what); };
+
+  // A directory opens as a stream of unknown size here, a device or a pipe as an empty or
+  // endless one: say what it is instead.
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::is_directory(st)) fail("is a directory, not a KDTR file");
+  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    fail("is not a regular file (a device, a pipe or a socket?), not a KDTR file");
 
   // Read the whole file; its real size bounds every later allocation.
   std::ifstream in(path, std::ios::binary | std::ios::ate);

@@ -206,6 +206,12 @@ KD_TEST(wrong_type_or_name_names_file_and_tensor) {
   KD_EXPECT_THROWS(KdtrFile(kdtree::test::repo_path("refs/does_not_exist.kdtr")), KdtrError, "cannot open");
 }
 
+KD_TEST(a_directory_or_a_device_gets_a_plain_message) {
+  const std::string refs = kdtree::test::repo_path("refs");
+  KD_EXPECT_THROWS(KdtrFile(refs), KdtrError, refs + ": is a directory, not a KDTR file");
+  KD_EXPECT_THROWS(KdtrFile("/dev/zero"), KdtrError, "/dev/zero: is not a regular file");
+}
+
 KD_TEST(every_committed_bundle_loads) {
   const fs::path refs = kdtree::test::repo_path("refs");
   int bundles = 0;

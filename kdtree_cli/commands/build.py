@@ -57,14 +57,28 @@ def build(
                   highlight=False)
         return
     if list_targets:
-        _print_targets(out, *driver.plan(request))
+        config, choice = driver.plan(request)
+        _warn_passed_over(err, config.toolchain)
+        _print_targets(out, config, choice)
         return
     if dry_run:
-        commands = driver.dry_run(request)
+        commands, configured = driver.dry_run(request)
+        _warn_passed_over(err, configured.config.toolchain)
         out.print(commands or "# nothing to do: everything is up to date", highlight=False, markup=False)
         return
     outcome = driver.build(request, console=err)
     _print_summary(err, outcome, verbose)
+
+
+def _warn_passed_over(err, toolchain) -> None:
+    """A toolkit the user named ($CUDA_HOME, $CUDA_PATH) that was not usable, said without
+    -v: a build with another toolkit than the one asked for must not go unnoticed."""
+    from rich.markup import escape
+
+    for note in toolchain.cuda.skipped:
+        if "($CUDA_HOME)" in note or "($CUDA_PATH)" in note:
+            err.print(f"[yellow]warning:[/] {escape(note)}; using {escape(str(toolchain.cuda.home))} "
+                      f"({escape(toolchain.cuda.found_by)}) instead", highlight=False)
 
 
 def _print_targets(out, config, choice) -> None:
@@ -86,6 +100,7 @@ def _print_summary(err, outcome, verbose: bool) -> None:
     else:
         err.print(f"[green]built[/] {outcome.steps_run} step(s) in {outcome.seconds:.1f} s -> {where}",
                   highlight=False)
+    _warn_passed_over(err, tc)
     choice = outcome.configured.arch_choice
     err.print(f"[dim]{cfg.profile.name}; targets {', '.join(a.sm for a in choice.archs)} ({choice.source}); "
               f"CUDA {tc.cuda.version_str} ({tc.cuda.found_by}); cuBLAS: {tc.cublas.found_by}[/]",

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kdtree_cli.threads import DEFAULT_THREADS, Threads, use_threads
 from python_engine.errors import KdtreeError
 
 
@@ -24,7 +25,8 @@ def run(
     model: Annotated[Path, Opt(help="Target checkpoint dir (config.json + safetensors).")],
     drafter: Annotated[Optional[Path], Opt(help="DFlash drafter dir (z-lab format); not needed with --ar.")] = None,
     prompt: Annotated[Optional[list[str]], Opt(
-        "--prompt", help="Prompt text (needs tokenizer.json in the model dir); repeat for several requests.")] = None,
+        "--prompt", help="Prompt text (needs tokenizer.json in the model dir), encoded as `kdtree demo` "
+        "encodes it: the model's BOS, then the text's tokens; repeat for several requests.")] = None,
     prompt_ids: Annotated[Optional[list[str]], Opt(
         "--prompt-ids", help="Prompt as comma-separated token ids, e.g. 1,2,3; repeatable.")] = None,
     prompts_file: Annotated[Optional[Path], Opt(
@@ -44,6 +46,7 @@ def run(
     metrics: Annotated[Optional[str], Opt(help="Write metrics events (JSON lines) to FILE, or - for stdout.")] = None,
     ar: Annotated[bool, Opt("--ar", help="Plain autoregressive decoding (no drafter).")] = False,
     ignore_eos: Annotated[bool, Opt("--ignore-eos", help="Do not stop at the model's EOS tokens.")] = False,
+    threads: Threads = DEFAULT_THREADS,
     prometheus: Annotated[Optional[int], Opt(
         "--prometheus", help="Serve Prometheus metrics (acceptance length, per-depth rates, tokens/s, stage "
         "times) on this port for the run's duration.", show_default=False)] = None,
@@ -62,6 +65,7 @@ def run(
         _delegate(forwarded_args(ctx, drop=("tui", "host")), tui=tui, host=host)
         return
 
+    use_threads(threads)
     request = RunRequest(
         model=model, drafter=drafter, prompts=prompt or [], prompt_ids=prompt_ids or [],
         budget=budget, block_size=block_size, temperature=temperature, max_tokens=max_tokens,

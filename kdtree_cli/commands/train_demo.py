@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kdtree_cli.threads import DEFAULT_THREADS, Threads, use_threads
 from python_engine.project import PROJECT_ROOT
 
 DEFAULT_DATA = PROJECT_ROOT / ".demo-data"
@@ -44,11 +45,13 @@ def train_demo(
     experts: Annotated[str, typer.Option(help="transformers experts implementation for training: eager or "
                                          "grouped_mm.")] = "eager",
     force: Annotated[bool, typer.Option("--force", help="Redo stages that already finished.")] = False,
+    threads: Threads = DEFAULT_THREADS,
 ) -> None:
     """Train the demo target (DeepSeek-V3 architecture) and its DFlash drafter, evaluate them."""
     from python_engine.train.recipe import get_recipe
     from python_engine.train.stages import DemoPaths, run_stages
 
+    use_threads(threads)
     chosen = get_recipe(recipe).with_steps(steps, drafter_steps)
     shipped = recipe == "demo"
     paths = DemoPaths(

@@ -120,8 +120,13 @@ def configure(request: BuildRequest, console: Console | None = None) -> Configur
 def build_lock(build_dir: Path, console: Console) -> Iterator[None]:
     """One build at a time per build directory: two ninjas in one directory corrupt its logs
     (several people and `kdtree test --native` share a checkout)."""
-    build_dir.mkdir(parents=True, exist_ok=True)
-    with open(build_dir / ".kdtree.lock", "w") as lock:
+    try:
+        build_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(build_dir / ".kdtree.lock", "w")
+    except OSError as exc:
+        raise KdtreeError(f"build directory {build_dir} cannot be created or written "
+                          f"({exc.strerror or exc}): pass --build-dir DIR where you can write") from None
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -167,8 +172,9 @@ def resolve_targets(layout: SourceLayout, names: Sequence[str]) -> list[str]:
     return list(names)
 
 
-def dry_run(request: BuildRequest) -> str:
-    """The commands a build would run now, one per line (ninja -n -v), nothing built."""
+def dry_run(request: BuildRequest) -> tuple[str, Configured]:
+    """The commands a build would run now, one per line (ninja -n -v), nothing built; and
+    the configuration they come from."""
     configured = configure(request)
     out = subprocess.run(
         [configured.config.toolchain.ninja, "-C", str(configured.build_dir), "-n", "-v", *request.targets],
@@ -177,7 +183,7 @@ def dry_run(request: BuildRequest) -> str:
     if out.returncode != 0:
         raise KdtreeError(f"ninja -n failed: {out.stdout.strip()} {out.stderr.strip()}")
     lines = [l for l in out.stdout.splitlines() if l and not l.startswith("ninja: ")]
-    return "\n".join(lines)
+    return "\n".join(lines), configured
 
 
 def clean(request: BuildRequest) -> Path | None:
@@ -187,5 +193,8 @@ def clean(request: BuildRequest) -> Path | None:
         return None
     if not (build_dir / "build.ninja").exists() and any(build_dir.iterdir()):
         raise KdtreeError(f"{build_dir} has no build.ninja: not removing a directory kdtree did not make")
-    shutil.rmtree(build_dir)
+    try:
+        shutil.rmtree(build_dir)
+    except OSError as exc:
+        raise KdtreeError(f"cannot remove {build_dir}: {exc.strerror or exc}") from None
     return build_dir

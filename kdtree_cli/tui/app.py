@@ -13,7 +13,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer
 
-from kdtree_cli.tui.messages import SourceBatch, SourceNote, SourceState, SourceStatus
+from kdtree_cli.tui.messages import SourceBatch, SourceNote, SourceRestart, SourceState, SourceStatus
 from kdtree_cli.tui.screens.help import HelpScreen
 from kdtree_cli.tui.snapshot import save_snapshot
 from kdtree_cli.tui.sources.base import EventSource
@@ -29,6 +29,7 @@ from kdtree_cli.tui.widgets.stage_times import StageTimesPanel
 from kdtree_cli.tui.widgets.status_bar import StatusBar
 from kdtree_cli.tui.widgets.throughput import ThroughputPanel
 from kdtree_cli.tui.widgets.tree_view import TreePanel
+from python_engine.errors import KdtreeError
 
 # 12.5 redraws/s nominal, so that a loaded machine still paints >= 10 frames/s.
 REDRAW_INTERVAL_S = 0.08
@@ -89,6 +90,14 @@ class MonitorApp(App[None]):
         self._ingest_s = 0.0  # time spent ingesting since the last painted frame
         self._last_frame = time.monotonic()
         self._dirty = True
+        self.crash: BaseException | None = None  # what ended the app, if anything did
+
+    def _handle_exception(self, error: Exception) -> None:
+        # textual's hook for an unhandled exception (it then exits with return code 1 and
+        # prints the traceback): keep the error, so the command can say what ended it
+        if self.crash is None:
+            self.crash = error
+        super()._handle_exception(error)
 
     @property
     def source_label(self) -> str:
@@ -162,6 +171,10 @@ class MonitorApp(App[None]):
         if message.state in (SourceState.ENDED, SourceState.DROPPED, SourceState.FAILED):
             self.redraw(force=True)  # the last figures, every panel, now
 
+    def on_source_restart(self, message: SourceRestart) -> None:
+        self.stats.new_stream(message.detail)
+        self._dirty = True
+
     def on_source_note(self, message: SourceNote) -> None:
         self.stats.add_log(message.level, message.text)
         self._dirty = True
@@ -234,10 +247,16 @@ class MonitorApp(App[None]):
             "source_state": self.source_state.value if self.source_state else None,
             **self.stats.summary(),
         }
-        svg_path, json_path = save_snapshot(
-            self.export_screenshot(title=f"kdtree tui · {self.source_label}"),
-            summary, self.save_dir, self.clock(),
-        )
+        try:
+            svg_path, json_path = save_snapshot(
+                self.export_screenshot(title=f"kdtree tui · {self.source_label}"),
+                summary, self.save_dir, self.clock(),
+            )
+        except KdtreeError as exc:
+            self.stats.add_log("error", f"snapshot not saved: {exc}")
+            self._dirty = True
+            self.notify(str(exc), title="snapshot not saved", severity="error", markup=False)
+            return
         self.stats.add_log("info", f"saved {svg_path} and {json_path.name}")
         self._dirty = True
         self.notify(f"saved {svg_path.name} and {json_path.name}", title="snapshot")

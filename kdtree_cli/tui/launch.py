@@ -4,8 +4,9 @@ its figures. Kept apart from the typer command so `kdtree run --tui` can call it
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
-from typing import Sequence
+from typing import IO, Sequence
 
 from kdtree_cli.tui.sources.base import EventSource
 from python_engine.errors import KdtreeError
@@ -56,6 +57,27 @@ def build_source(
     return HostSource(host, args)
 
 
+def require_terminal(stdin: IO | None = None, stdout: IO | None = None) -> None:
+    """The monitor paints a screen and reads keys: without a terminal on both ends it would
+    write escape codes into a file and wait for a `q` that cannot come."""
+    streams = (("output", stdout or sys.stdout), ("input", stdin or sys.stdin))
+    missing = [what for what, stream in streams if not _is_terminal(stream)]
+    if missing:
+        raise KdtreeError(
+            f"kdtree tui needs a terminal, but its {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not one (piped or redirected). Run it in a "
+            "terminal; to keep a run's events for later, write them with `kdtree run --metrics "
+            "FILE` and watch them with `kdtree tui --replay FILE`."
+        )
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
 def run_monitor(
     source: EventSource,
     *,
@@ -65,9 +87,12 @@ def run_monitor(
     no_color: bool = False,
     save_dir: Path = Path("."),
 ):
-    """Run the app until the user quits; returns its stats model (for a closing line)."""
+    """Run the app until the user quits; returns its stats model (for a closing line).
+    KdtreeError when there is no terminal, and when the app ended on an error (textual has
+    printed its traceback then), so the command exits non-zero without a closing line."""
     if (interval is not None and interval <= 0) or window < 1 or (bucket_s is not None and bucket_s <= 0):
         raise KdtreeError("--interval and --bucket must be > 0 and --window >= 1")
+    require_terminal()
     try:
         import textual  # noqa: F401
     except ImportError:
@@ -79,6 +104,11 @@ def run_monitor(
     app = make_app(source, interval=interval or REDRAW_INTERVAL_S, window=window, bucket_s=bucket_s,
                    save_dir=save_dir)
     app.run()
+    if app.crash is not None or app.return_code:
+        why = f"{type(app.crash).__name__}: {app.crash}" if app.crash is not None else \
+            f"return code {app.return_code}"
+        raise KdtreeError(f"the monitor stopped on an internal error ({why}): a bug, please "
+                          "report it with the traceback above")
     return app.stats
 
 

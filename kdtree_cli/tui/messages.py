@@ -53,3 +53,13 @@ class SourceNote(Message):
         self.source = source
         self.level = level
         self.text = text
+
+
+class SourceRestart(Message):
+    """The stream starts over from its beginning (a followed file was rewritten or
+    replaced): what follows is a new stream, with fresh figures and line numbers."""
+
+    def __init__(self, source: EventSource, detail: str) -> None:
+        super().__init__()
+        self.source = source
+        self.detail = detail

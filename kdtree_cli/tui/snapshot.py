@@ -22,7 +22,10 @@ def save_snapshot(svg: str, summary: dict, directory: Path, now: float) -> tuple
         n += 1
         name = f"{stem}-{n}"
     svg_path, json_path = directory / f"{name}.svg", directory / f"{name}.json"
-    svg_path.write_text(svg, encoding="utf-8")
     summary = {"saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(now)), **summary}
-    json_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    try:
+        svg_path.write_text(svg, encoding="utf-8")
+        json_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise KdtreeError(f"cannot write the snapshot in {directory}: {exc.strerror or exc}") from None
     return svg_path, json_path

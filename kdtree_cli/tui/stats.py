@@ -19,6 +19,13 @@ Definitions (docs/events.md says the same for users):
   complete buckets are plotted; min and max skip buckets with no round (gaps between
   requests are prefill, not slow decoding).
 - avg tokens/s: decode tokens / summed round times (the stages' microseconds).
+
+Events come in through the one parser (python_engine.events), which has checked every
+field by type and range; what stays here is bounded whatever the stream holds: depths and
+acceptance lengths beyond DEPTH_CAP share one bin, at most REQUESTS_KEPT request counters
+and GPUS_MAX GPUs are kept, rolling sums are re-added now and then so a huge value leaves
+no trace once it leaves the window, and buckets follow the EventClock, so a corrupt `t`
+cannot freeze tokens/s.
 """
 
 from __future__ import annotations
@@ -26,9 +33,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
-from python_engine.events import STAGES, EventError, ParsedLine, parse_line
+from python_engine.events import GPUS_MAX, STAGES, EventClock, ParsedLine, iter_events
 
 # Fields of run_start shown as run facts, in display order.
 FACT_FIELDS = (
@@ -39,6 +46,11 @@ LOG_CAPACITY = 500  # entries kept; older ones scroll away (the counts stay exac
 HISTORY_CAPACITY = 7200  # tokens/s buckets kept for the sparkline (an hour at 0.5 s)
 AUTO_BUCKETS_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 AUTO_ROUNDS = 8  # rounds seen before the automatic bucket width is chosen
+# A DDTree's depth is at most its block size - 1 (tens): deeper trees and longer accepted
+# paths are counted (every rate up to this depth stays exact) but share one bin.
+DEPTH_CAP = 256
+ACCEPT_CAP = DEPTH_CAP + 1  # the histogram's last bin holds accept_len >= this
+REQUESTS_KEPT = 4096  # per-request token counters kept (the least recently seen go first)
 
 
 def auto_bucket_s(round_times: list[float]) -> float:
@@ -99,63 +111,40 @@ class GpuFigure:
     power_w: float | None = None
 
 
-def parse_tree(ev: dict) -> tuple[TreeSnapshot, str | None]:
-    """The round's tree snapshot, plus a warning when its optional `tree` field is unusable
-    (the snapshot then keeps only the sizes)."""
-    snap = TreeSnapshot(
-        request=ev.get("request"), round=ev.get("round"),
-        tree_size=_int(ev.get("tree_size")), tree_depth=_int(ev.get("tree_depth")),
-        accept_len=ev["accept_len"],
-    )
+def tree_snapshot(ev: dict) -> TreeSnapshot:
+    """The round's tree (its `tree` field was checked by the parser), or its sizes only."""
+    snap = TreeSnapshot(request=ev["request"], round=ev["round"], tree_size=ev["tree_size"],
+                        tree_depth=ev["tree_depth"], accept_len=ev["accept_len"])
     tree = ev.get("tree")
-    if tree is None:
-        return snap, None
-    try:
-        parent = [int(p) for p in tree["parent"]]
-        tokens = [int(x) for x in tree["tokens"]]
-        accepted = [int(a) for a in tree["accepted"]]
-        text = tree.get("text")
-        n = len(parent)
-        if len(tokens) != n or n == 0:
-            raise ValueError("parent and tokens must have the same length >= 1")
-        if parent[0] != -1 or any(not 0 <= parent[i] < i for i in range(1, n)):
-            raise ValueError("parent[0] must be -1 and 0 <= parent[i] < i")
-        if not accepted or accepted[0] != 0 or any(
-            not 0 < b < n or parent[b] != a for a, b in zip(accepted, accepted[1:])
-        ):
-            raise ValueError("accepted must be a root-to-node path starting at 0")
-        if text is not None and (len(text) != n or not all(isinstance(s, str) for s in text)):
-            text = None
-    except (KeyError, TypeError, ValueError) as exc:
-        return snap, f"round {snap.round}: ignoring its tree field ({exc})"
-    snap.parent, snap.tokens, snap.accepted, snap.text = parent, tokens, accepted, text
-    return snap, None
-
-
-def _int(x: Any) -> int:
-    return int(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else 0
-
-
-def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+    if tree is not None:
+        snap.parent, snap.tokens, snap.accepted, snap.text = (
+            tree["parent"], tree["tokens"], tree["accepted"], tree["text"])
+    return snap
 
 
 class Rolling:
-    """Mean of the last `window` values, kept in O(1) per push."""
+    """Mean of the last `window` values, kept in O(1) per push (amortised): the running
+    total is re-added exactly once per `window` pushes, so the rounding left by a huge value
+    that has left the window is gone within one window."""
 
     def __init__(self, window: int):
         self.values: deque[float] = deque(maxlen=window)
         self.total = 0.0
+        self._since_sum = 0
 
     def push(self, x: float) -> None:
         if len(self.values) == self.values.maxlen:
             self.total -= self.values[0]
         self.values.append(x)
-        self.total += x
+        self._since_sum += 1
+        if self._since_sum >= len(self.values):
+            self.total = math.fsum(self.values)
+            self._since_sum = 0
+        else:
+            self.total += x
 
     @property
     def mean(self) -> float:
-        # re-summed now and then would avoid drift; at float64 over 1e7 pushes it is < 1e-9
         return self.total / len(self.values) if self.values else math.nan
 
 
@@ -174,6 +163,7 @@ class RunStats:
         self.facts: dict | None = None  # the run_start event
         self.log: deque[LogEntry] = deque(maxlen=LOG_CAPACITY)
         self._log_seq = 0
+        self.clock = EventClock()  # the stream's event time (not reset with the figures)
         self.reset()
 
     # ----------------------------------------------------------------------------- state
@@ -189,7 +179,8 @@ class RunStats:
         # acceptance length
         self.accept_sum = 0
         self.accept_rolling = Rolling(self.window)
-        self.hist: dict[int, int] = {}
+        self.hist: dict[int, int] = {}  # accept_len -> rounds; ACCEPT_CAP holds the longer ones
+        self.too_deep = 0  # rounds whose tree was deeper than DEPTH_CAP (no row of their own)
         # per depth, O(1) per round; rates are suffix sums taken when drawn (depth_rates)
         self._by_depth: list[int] = []  # rounds by tree depth reached
         self._by_accepted: list[int] = []  # rounds by accepted depth (a - 1, <= tree depth)
@@ -203,7 +194,7 @@ class RunStats:
         self.history: deque[float] = deque(maxlen=HISTORY_CAPACITY)  # tokens/s per bucket
         self.tps_min = math.inf
         self.tps_max = -math.inf
-        self._req_tokens: dict[Any, int] = {}
+        self._req_tokens: dict[Any, int] = {}  # request -> its tokens counter, oldest first
         self.tokens = 0  # decode tokens counted from rounds
         self.round_us = 0.0  # summed stage times
         # stage times
@@ -213,6 +204,7 @@ class RunStats:
         self._tree_ev: dict | None = None  # newest round that carried a `tree` field
         self._tree_cache: tuple[dict, TreeSnapshot] | None = None
         self.gpus: dict[Any, GpuFigure] = {}
+        self.gpus_dropped = 0  # figures of GPUs beyond the first GPUS_MAX ids, not kept
 
     def add_log(self, level: str, text: str, t: float | None = None) -> LogEntry:
         self._log_seq += 1
@@ -224,44 +216,53 @@ class RunStats:
     def ingest(self, line: ParsedLine) -> None:
         if line.event is None:
             self.add_malformed(line.warning or f"line {line.lineno}")
-        else:
+            return
+        for note in line.notes:
+            self.add_log("warning", note, line.event["t"])
+        try:
             self.ingest_event(line.event)
+        except Exception as exc:  # a monitor bug must not end the monitor: show it, go on
+            self.malformed += 1
+            self.add_log("error", f"line {line.lineno}: not counted, the monitor failed on it "
+                         f"({type(exc).__name__}: {str(exc)[:200]}); please report this")
 
-    def ingest_lines(self, lines: list[str], first_lineno: int = 1) -> None:
+    def ingest_lines(self, lines: Iterable[str], first_lineno: int = 1) -> None:
         """Parse and absorb raw lines (line numbers for the warnings start at first_lineno);
         blank lines are skipped, malformed ones counted (the contract's reader rules)."""
-        lineno = first_lineno
-        for line in lines:
-            if line and not line.isspace():
-                try:
-                    ev = parse_line(line)
-                except EventError as exc:
-                    self.add_malformed(f"line {lineno}: {exc}")
-                else:
-                    self.ingest_event(ev)
-            lineno += 1
+        for parsed in iter_events(lines, first_lineno):
+            self.ingest(parsed)
 
     def add_malformed(self, warning: str) -> None:
         self.malformed += 1
         self.add_log("warning", f"skipped {warning}")
 
+    def new_stream(self, why: str) -> None:
+        """The source started over (a followed file rewritten or replaced): fresh figures,
+        as for a new run; the stream's counts carry on."""
+        self._fresh_figures()
+        self.add_log("info", f"{why}: figures reset")
+
+    def _fresh_figures(self) -> None:
+        stream_counts = (self.events, self.malformed, self.unknown_kinds, self.errors, self.last_t)
+        self.reset()
+        self.events, self.malformed, self.unknown_kinds, self.errors, self.last_t = stream_counts
+
     def ingest_event(self, ev: dict) -> None:
+        """Absorb one event as the parser hands it on (python_engine.events.parse)."""
         self.events += 1
         kind = ev["event"]
-        t = float(ev["t"])
+        t = ev["t"]
         self.last_t = t
+        now = self.clock.advance(t)
         if kind == "round":
-            self._round(ev, t)
+            self._round(ev, now)
         elif kind == "run_start":
             if self.rounds or self.run_end is not None:
                 # a new run in the same stream: fresh figures; the stream's counts carry on
-                stream_counts = (self.events, self.malformed, self.unknown_kinds, self.errors)
-                self.reset()
-                self.events, self.malformed, self.unknown_kinds, self.errors = stream_counts
-                self.last_t = t
+                self._fresh_figures()
                 self.add_log("info", "new run started: figures reset", t)
             self.facts = ev
-            self._t0 = t
+            self._t0 = now
         elif kind == "run_end":
             if self._undecided:  # a run shorter than AUTO_ROUNDS: decide on what there is
                 self._decide_bucket()
@@ -269,9 +270,9 @@ class RunStats:
             self.add_log("info", f"run ended: {ev['tokens']} tokens, {ev['rounds']} rounds", t)
         elif kind == "error":
             self.errors += 1
-            self.add_log("error", str(ev["message"]), t)
-        elif kind == "warning" and "message" in ev:  # optional kind (docs/events.md)
-            self.add_log("warning", str(ev["message"]), t)
+            self.add_log("error", ev["message"], t)
+        elif kind == "warning":  # optional kind (docs/events.md)
+            self.add_log("warning", ev["message"], t)
         else:
             self.unknown_kinds += 1  # newer writers may add kinds: ignore, but count
         gpus = ev.get("gpus")
@@ -280,11 +281,14 @@ class RunStats:
 
     def _round(self, ev: dict, t: float) -> None:
         a = ev["accept_len"]
-        depth = max(0, _int(ev.get("tree_depth")))
+        depth = min(ev["tree_depth"], DEPTH_CAP)
         self.rounds += 1
         self.accept_sum += a
         self.accept_rolling.push(a)
-        self.hist[a] = self.hist.get(a, 0) + 1
+        a_bin = min(a, ACCEPT_CAP)
+        self.hist[a_bin] = self.hist.get(a_bin, 0) + 1
+        if ev["tree_depth"] > DEPTH_CAP:
+            self.too_deep += 1
         # per depth; an accepted path cannot be deeper than the tree (clamp bad data)
         acc = min(a - 1, depth)
         while len(self._by_depth) <= depth:
@@ -296,24 +300,26 @@ class RunStats:
         if acc == depth:
             self._by_full[depth] += 1
         # tokens of this round: growth of the request's counter
-        req = ev.get("request")
-        tokens_now = _int(ev.get("tokens"))
-        before = self._req_tokens.get(req)
+        req = ev["request"]
+        tokens_now = ev["tokens"]
+        before = self._req_tokens.pop(req, None)
         grown = tokens_now - before if before is not None else a
         if grown < 0:  # the request restarted its counter: trust accept_len
             grown = a
-        self._req_tokens[req] = tokens_now
+        self._req_tokens[req] = tokens_now  # now the most recent
+        if len(self._req_tokens) > REQUESTS_KEPT:
+            del self._req_tokens[next(iter(self._req_tokens))]
         self.tokens += grown
         # stages
         times = ev["times_us"]
         for s in STAGES:
-            us = float(times[s])
+            us = times[s]
             self.stage_rolling[s].push(us)
             self.round_us += us
         self._bucket_add(t, grown)
         self.last_round = ev
         if "tree" in ev:
-            self._tree_ev = ev  # parsed lazily: only the trees that get drawn cost anything
+            self._tree_ev = ev  # the snapshot is made when drawn
 
     def _bucket_add(self, t: float, tokens: int) -> None:
         if self._t0 is None:
@@ -332,6 +338,8 @@ class RunStats:
             self._bucket_into(t, tokens)
 
     def _bucket_into(self, t: float, tokens: int) -> None:
+        # t is the EventClock's, which never goes back, so idx never falls below the open
+        # bucket (the clock absorbs a `t` that jumps back, or far ahead)
         idx = max(0, math.floor((t - self._t0) / self.bucket_s))
         if self._bucket is None:
             self._bucket = idx
@@ -341,7 +349,6 @@ class RunStats:
             for _ in range(min(idx - self._bucket - 1, HISTORY_CAPACITY)):
                 self.history.append(0.0)
             self._bucket = idx
-        # idx < current (t went backwards): count it in the current bucket
         self._bucket_tokens += tokens
         self._bucket_rounds += 1
 
@@ -354,15 +361,13 @@ class RunStats:
         self._bucket_tokens = 0
         self._bucket_rounds = 0
 
-    def _gpus(self, gpus: Any, t: float) -> None:
-        if not isinstance(gpus, list):
-            return
+    def _gpus(self, gpus: list[dict], t: float) -> None:
         for g in gpus:
-            if isinstance(g, dict) and "id" in g:
-                self.gpus[g["id"]] = GpuFigure(
-                    g["id"], _num(g.get("util")), _num(g.get("mem_gb")),
-                    _num(g.get("mem_total_gb")), _num(g.get("power_w")),
-                )
+            if g["id"] not in self.gpus and len(self.gpus) >= GPUS_MAX:
+                self.gpus_dropped += 1
+                continue
+            self.gpus[g["id"]] = GpuFigure(g["id"], g["util"], g["mem_gb"], g["mem_total_gb"],
+                                           g["power_w"])
 
     # ----------------------------------------------------------------------------- views
     @property
@@ -381,10 +386,7 @@ class RunStats:
         if ev is None:
             return None
         if self._tree_cache is None or self._tree_cache[0] is not ev:
-            snap, warning = parse_tree(ev)
-            if warning:
-                self.add_log("warning", warning, ev.get("t"))
-            self._tree_cache = (ev, snap)
+            self._tree_cache = (ev, tree_snapshot(ev))
         return self._tree_cache[1]
 
     @property
@@ -438,7 +440,9 @@ class RunStats:
             "tau": num(self.tau),
             "tau_rolling": num(self.tau_rolling),
             "window_rounds": self.window,
-            "accept_len_histogram": {str(k): v for k, v in sorted(self.hist.items())},
+            "accept_len_histogram": {(f"{k}+" if k == ACCEPT_CAP else str(k)): v
+                                     for k, v in sorted(self.hist.items())},
+            "rounds_deeper_than_shown": self.too_deep,
             "depth_rates": [
                 {"depth": r.depth, "reached": r.reached, "accepted": r.accepted,
                  "rate": num(r.rate), "step_rate": num(r.step_rate)}
@@ -455,5 +459,6 @@ class RunStats:
             "stage_us_mean": {s: num(v) for s, v in means.items()},
             "stage_share": {s: num(v / total) if total else None for s, v in means.items()},
             "gpus": [vars(g) for g in self.gpus.values()],
+            "gpus_not_shown": self.gpus_dropped,
             "run_end": self.run_end,
         }

@@ -1,5 +1,6 @@
-"""Turning the user's prompts into token ids (and tokens back into text) for `kdtree run`:
---prompt-ids lists, or text through the model directory's tokenizer.json."""
+"""Turning the user's prompts into token ids (and tokens back into text) for `kdtree run`
+and `kdtree demo`: --prompt-ids lists, taken as they are, or text, through the one rule
+in TextCodec.encode."""
 
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ def parse_ids(text: str, vocab_size: int) -> list[int]:
 
 
 class TextCodec:
-    """The model directory's tokenizer.json, if any."""
+    """The model directory's tokenizer.json, if any, and the rule for text prompts."""
 
     def __init__(self, model_dir: str | Path):
-        path = Path(model_dir) / "tokenizer.json"
+        self.model_dir = Path(model_dir)
+        path = self.model_dir / "tokenizer.json"
         self.tokenizer = None
         if path.exists():
             from tokenizers import Tokenizer
@@ -38,12 +40,32 @@ class TextCodec:
         self.path = path
 
     def encode(self, text: str) -> list[int]:
+        """A text prompt's ids, the same for `kdtree run --prompt` and `kdtree demo --prompt`:
+        the model's BOS (config.json `bos_token_id`), then tokenizer.json's ids for the
+        text. No BOS when config.json has none or tokenizer_config.json says
+        `"add_bos_token": false`, and never a second one when the tokenizer's own template
+        already put it first. (DeepSeek-V3 starts every sequence with its BOS; the demo
+        pair was trained with one before every file.)"""
         if self.tokenizer is None:
             raise KdtreeError(f"--prompt needs {self.path} (not found); pass token ids with --prompt-ids")
         ids = self.tokenizer.encode(text).ids
         if not ids:
             raise KdtreeError(f"--prompt {text!r} encodes to no tokens")
-        return ids
+        bos = self.bos_id()
+        return ids if bos is None or ids[0] == bos else [bos, *ids]
+
+    def bos_id(self) -> int | None:
+        """The BOS a text prompt starts with, or None."""
+        from python_engine.model.config import load_target_config, read_json
+
+        settings = self.model_dir / "tokenizer_config.json"
+        if settings.exists():
+            add = read_json(settings, "tokenizer config").get("add_bos_token", True)
+            if not isinstance(add, bool):
+                raise KdtreeError(f"{settings}: add_bos_token must be true or false, got {add!r}")
+            if not add:
+                return None
+        return load_target_config(self.model_dir).bos_token_id
 
     def decode(self, ids: list[int]) -> str | None:
         return None if self.tokenizer is None else self.tokenizer.decode(ids)

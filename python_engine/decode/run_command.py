@@ -7,13 +7,12 @@ stdout (--metrics -), the results go to stderr so stdout stays pure JSON lines.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from python_engine.errors import KdtreeError
-from python_engine.events import EventWriter
+from python_engine.events import EventWriter, open_metrics
 
 
 @dataclass
@@ -38,21 +37,6 @@ class RunRequest:
     max_slots: int | None = None  # native: requests decoded at once (default: all, up to 64)
 
 
-@contextlib.contextmanager
-def _metrics_stream(target: str | None, stdout: IO[str]):
-    if target is None:
-        yield None
-    elif target == "-":
-        yield stdout
-    else:
-        try:
-            f = open(target, "w", encoding="utf-8")
-        except OSError as exc:
-            raise KdtreeError(f"--metrics {target}: cannot open for writing: {exc.strerror or exc}") from None
-        with f:
-            yield f
-
-
 def run_command(req: RunRequest, stdout: IO[str], stderr: IO[str]) -> list:
     if req.engine not in ("torch", "native", "auto"):
         raise KdtreeError(f"--engine {req.engine!r}: choose torch, native or auto")
@@ -63,7 +47,7 @@ def run_command(req: RunRequest, stdout: IO[str], stderr: IO[str]) -> list:
         exporter = PrometheusExporter(req.prometheus)
         print(f"prometheus metrics on :{req.prometheus}/metrics", file=stderr)
     try:
-        with _metrics_stream(req.metrics, stdout) as stream:
+        with open_metrics(req.metrics, stdout) as stream:
             events = EventWriter(stream, listeners=[exporter.observe] if exporter else [])
             try:
                 if req.engine == "native" or (req.engine == "auto" and _native_available(req, stderr)):
@@ -113,6 +97,8 @@ def read_prompts_file(path: Path) -> tuple[list[str], list[list[int]]]:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise KdtreeError(f"--prompts {path}:{n}: not valid JSON ({exc.msg})") from None
+            except (ValueError, RecursionError) as exc:  # an integer of > 4300 digits, nesting too deep
+                raise KdtreeError(f"--prompts {path}:{n}: cannot be read as JSON ({str(exc)[:80]})") from None
             if isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
                 texts.append(obj["prompt"])
             elif isinstance(obj, dict) and isinstance(obj.get("ids"), list) and all(

@@ -12,6 +12,7 @@ import torch
 
 from python_engine.decode.ar import ar_generate
 from python_engine.decode.ddtree_loop import ddtree_generate
+from python_engine.decode.memory import check_round_fits
 from python_engine.decode.result import Generation, RoundInfo, tau
 from python_engine.errors import KdtreeError
 from python_engine.events import EventWriter
@@ -32,8 +33,10 @@ class RunSettings:
     def check(self) -> None:
         if self.max_new_tokens < 1:
             raise KdtreeError(f"max tokens must be >= 1, got {self.max_new_tokens}")
-        if self.budget < 0:
-            raise KdtreeError(f"node budget must be >= 0, got {self.budget}")
+        if not self.ar and self.budget < 1:
+            raise KdtreeError(f"--budget {self.budget}: DDTree needs a node budget >= 1 (a tree of no "
+                              "nodes drafts nothing; for plain autoregressive decoding, use "
+                              "`kdtree run --ar`)")
         if self.block_size is not None and self.block_size < 1:
             raise KdtreeError(f"block size must be >= 1, got {self.block_size}")
         if not self.temperature >= 0:
@@ -75,6 +78,14 @@ def run_requests(
     if not settings.ar and drafter is None:
         raise KdtreeError("DDTree decoding needs a drafter (or run plain AR)")
     block_size = 1 if settings.ar else (settings.block_size or drafter.block_size)
+    longest = max((len(p) for p in prompts), default=0) + settings.max_new_tokens
+    budget = 0 if settings.ar else settings.budget
+    # a drafter's attention heads, for the draft's share (test drafters without a config:
+    # as many as the target's)
+    draft_heads = 0 if settings.ar else (getattr(drafter, "cfg", None) or target.cfg).num_attention_heads
+    check_round_fits(target.cfg, draft_heads, budget=budget, block_size=block_size,
+                     context=longest, capacity=longest + budget + 2, elt=target.dtype.itemsize,
+                     device=target.device)
     events.emit(
         "run_start",
         engine="torch",

@@ -3,35 +3,19 @@ continuation as text, then tau, tokens/s, the AR baseline and the speedup."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 
 from python_engine.demo.runner import DemoResult, DemoSettings, run_demo
 from python_engine.errors import KdtreeError
-from python_engine.events import EventWriter
-
-
-@contextlib.contextmanager
-def metrics_stream(target: str | None):
-    if target is None:
-        yield None
-    elif target == "-":
-        yield sys.stdout
-    else:
-        try:
-            f = open(target, "w", encoding="utf-8")
-        except OSError as exc:
-            raise KdtreeError(f"--metrics {target}: cannot open for writing: {exc.strerror or exc}") from None
-        with f:
-            yield f
+from python_engine.events import EventWriter, open_metrics
 
 
 def run_with_metrics(settings: dict, metrics: str | None) -> DemoResult:
     from rich.console import Console
 
     err = Console(stderr=True, highlight=False)
-    with metrics_stream(metrics) as stream:
+    with open_metrics(metrics, sys.stdout) as stream:
         events = EventWriter(stream)
         try:
             with err.status("kdtree demo") as status:

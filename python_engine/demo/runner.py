@@ -49,6 +49,14 @@ class DemoResult:
         return self.ddtree.tokens == self.ar.tokens
 
     @property
+    def first_difference(self) -> int | None:
+        """Index of the first token where DDTree and AR differ (None when identical)."""
+        a, b = self.ddtree.tokens, self.ar.tokens
+        if a == b:
+            return None
+        return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+    @property
     def speedup(self) -> float:
         return self.ddtree.tokens_per_s / self.ar.tokens_per_s if self.ar.tokens_per_s > 0 else 0.0
 
@@ -59,6 +67,7 @@ class DemoResult:
 
         return {"engine": self.engine, "device": self.device, "dtype": self.dtype, "budget": self.budget,
                 "temperature": self.temperature, "prompt": self.prompt, "text": self.text,
+                "prompt_ids": self.prompt_ids,
                 "ddtree": gen(self.ddtree), "ar": gen(self.ar), "speedup": round(self.speedup, 3),
                 "identical_to_ar": self.identical, "notes": self.notes}
 
@@ -70,14 +79,6 @@ def check_pair(target_dir: Path, drafter_dir: Path) -> None:
                               f"or pass --{'model' if what == 'target' else 'drafter'} DIR")
 
 
-def bos_ids(target_dir: Path) -> list[int]:
-    """[bos_token_id] from the target's config (the demo pair saw it before every file)."""
-    from python_engine.model.config import read_json, text_config_of
-
-    bos = text_config_of(read_json(Path(target_dir) / "config.json", "target config")).get("bos_token_id")
-    return [] if bos is None else [int(bos)]
-
-
 def run_demo(s: DemoSettings, events: EventWriter | None = None, on_status=lambda text: None) -> DemoResult:
     from python_engine.decode.prompts import TextCodec
 
@@ -85,7 +86,7 @@ def run_demo(s: DemoSettings, events: EventWriter | None = None, on_status=lambd
     if s.max_tokens < 1:
         raise KdtreeError(f"--max-tokens must be >= 1, got {s.max_tokens}")
     codec = TextCodec(s.target_dir)
-    prompt_ids = bos_ids(s.target_dir) + codec.encode(s.prompt)
+    prompt_ids = codec.encode(s.prompt)  # the rule `kdtree run --prompt` follows too
     on_status("loading the demo pair")
     engine, notes = select_engine(s.engine, s.target_dir, s.drafter_dir, s.device, s.dtype)
     stop = () if s.ignore_eos else engine.eos_ids

@@ -166,12 +166,16 @@ def read_json(path: Path, what: str) -> dict:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise KdtreeError(f"{what}: {path} not found") from None
+    except UnicodeDecodeError as exc:
+        raise KdtreeError(f"{what}: {path} is not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise KdtreeError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise KdtreeError(f"{what}: {path} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:  # an integer of > 4300 digits, nesting too deep
+        raise KdtreeError(f"{what}: {path} cannot be read as JSON ({str(exc)[:80]})") from None
     if not isinstance(obj, dict):
         raise KdtreeError(f"{what}: {path} must hold a JSON object")
     return obj
@@ -185,6 +189,43 @@ def read_dir_config(folder: str | Path, folder_what: str, what: str) -> tuple[di
         raise KdtreeError(f"{folder_what} {folder} does not exist")
     path = folder / "config.json"
     return read_json(path, what), str(path)
+
+
+def shown(v: Any) -> str:
+    """A config value for an error message, short whatever its size."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return f"an integer of about {int(v.bit_length() * 0.30103) + 1} digits"
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def config_int(where: str, name: str, v: Any, minimum: int = 1) -> int:
+    """An integer config value >= minimum (not a bool, not a float), else a KdtreeError
+    naming the file and the key."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise KdtreeError(f"{where}: {name} must be an integer >= {minimum}, got {shown(v)}")
+    return v
+
+
+def config_number(where: str, name: str, v: Any, *, positive: bool = True) -> float:
+    """A finite number config value (an integer or a float, not a bool), > 0 unless
+    `positive` is False, else a KdtreeError naming the file and the key. JSON's NaN and
+    Infinity, which Python reads, are refused here."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise KdtreeError(f"{where}: {name} must be a number, got {shown(v)}")
+    try:
+        f = float(v)
+    except OverflowError:
+        f = math.inf
+    if not math.isfinite(f):
+        raise KdtreeError(f"{where}: {name} must be a finite number, got {shown(v)}")
+    if positive and not f > 0:
+        raise KdtreeError(f"{where}: {name} must be > 0, got {shown(v)}")
+    return f
+
+
+def optional_number(where: str, name: str, v: Any, *, positive: bool = True) -> float | None:
+    return None if v is None else config_number(where, name, v, positive=positive)
 
 
 def text_config_of(raw: dict) -> dict:
@@ -208,25 +249,29 @@ def rope_from_dict(cfg: dict, where: str) -> RopeConfig:
         )
     if params.get("partial_rotary_factor", 1.0) != 1.0 or cfg.get("partial_rotary_factor", 1.0) != 1.0:
         raise KdtreeError(f"{where}: partial_rotary_factor != 1 is not supported")
+    theta = config_number(where, "rope_theta", theta)
     if rope_type == "default":
-        return RopeConfig(theta=float(theta))
-    max_pos = int(cfg.get("max_position_embeddings", _DEFAULTS["max_position_embeddings"]))
-    original = int(cfg.get("original_max_position_embeddings", params.get("original_max_position_embeddings", max_pos)))
+        return RopeConfig(theta=theta)
+    max_pos = config_int(where, "max_position_embeddings",
+                       cfg.get("max_position_embeddings", _DEFAULTS["max_position_embeddings"]))
+    original = config_int(where, "original_max_position_embeddings", cfg.get(
+        "original_max_position_embeddings", params.get("original_max_position_embeddings", max_pos)))
     factor = params.get("factor")
     if factor is None:
         factor = max_pos / original
-    def opt(name):
-        v = params.get(name)
-        return None if v is None else float(v)
+
+    def opt(name: str, positive: bool = True) -> float | None:
+        return optional_number(where, f"rope {name}", params.get(name), positive=positive)
+
     return RopeConfig(
         rope_type="yarn",
-        theta=float(theta),
-        factor=float(factor),
+        theta=theta,
+        factor=config_number(where, "rope factor", factor),
         original_max_position_embeddings=original,
-        beta_fast=float(params.get("beta_fast") or 32),
-        beta_slow=float(params.get("beta_slow") or 1),
-        mscale=opt("mscale"),
-        mscale_all_dim=opt("mscale_all_dim"),
+        beta_fast=config_number(where, "rope beta_fast", params.get("beta_fast") or 32),
+        beta_slow=config_number(where, "rope beta_slow", params.get("beta_slow") or 1),
+        mscale=opt("mscale", positive=False),
+        mscale_all_dim=opt("mscale_all_dim", positive=False),
         attention_factor=opt("attention_factor"),
         truncate=bool(params.get("truncate", True)),
     )
@@ -241,10 +286,7 @@ def config_from_dict(raw: dict, source: str = "<config>") -> TargetConfig:
         return cfg.get(name, _DEFAULTS.get(name))
 
     def need_int(name: str, minimum: int = 1) -> int:
-        v = get(name)
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise KdtreeError(f"{where}: {name} must be an integer >= {minimum}, got {v!r}")
-        return v
+        return config_int(where, name, get(name), minimum)
 
     act = get("hidden_act")
     if act not in ("silu", "swish"):
@@ -272,9 +314,9 @@ def config_from_dict(raw: dict, source: str = "<config>") -> TargetConfig:
     n_layers = need_int("num_hidden_layers")
     first_dense = need_int("first_k_dense_replace", 0)
     routed = need_int("n_routed_experts", 0)
-    n_group = get("n_group") or 1
-    topk_group = get("topk_group") or 1
-    top_k = get("num_experts_per_tok") or 1
+    n_group = need_int("n_group") if get("n_group") is not None else 1
+    topk_group = need_int("topk_group") if get("topk_group") is not None else 1
+    top_k = need_int("num_experts_per_tok") if get("num_experts_per_tok") is not None else 1
     if first_dense < n_layers:  # MoE layers exist: their router must be well formed
         if routed < 1:
             raise KdtreeError(f"{where}: MoE layers need n_routed_experts >= 1")
@@ -292,7 +334,9 @@ def config_from_dict(raw: dict, source: str = "<config>") -> TargetConfig:
     if rope_dim % 2:
         raise KdtreeError(f"{where}: qk_rope_head_dim must be even, got {rope_dim}")
     eos = get("eos_token_id")
-    eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
+    eos_list = eos if isinstance(eos, list) else ([] if eos is None else [eos])
+    eos_ids = tuple(config_int(where, "eos_token_id", e, 0) for e in eos_list)
+    bos = get("bos_token_id")
 
     return TargetConfig(
         vocab_size=need_int("vocab_size"),
@@ -303,7 +347,7 @@ def config_from_dict(raw: dict, source: str = "<config>") -> TargetConfig:
         num_attention_heads=heads,
         n_shared_experts=need_int("n_shared_experts", 0),
         n_routed_experts=routed,
-        routed_scaling_factor=float(get("routed_scaling_factor")),
+        routed_scaling_factor=config_number(where, "routed_scaling_factor", get("routed_scaling_factor")),
         kv_lora_rank=need_int("kv_lora_rank"),
         q_lora_rank=q_lora,
         qk_rope_head_dim=rope_dim,
@@ -315,11 +359,11 @@ def config_from_dict(raw: dict, source: str = "<config>") -> TargetConfig:
         first_k_dense_replace=first_dense,
         norm_topk_prob=bool(get("norm_topk_prob")),
         max_position_embeddings=need_int("max_position_embeddings"),
-        rms_norm_eps=float(get("rms_norm_eps")),
+        rms_norm_eps=config_number(where, "rms_norm_eps", get("rms_norm_eps")),
         tie_word_embeddings=bool(get("tie_word_embeddings")),
         rope_interleave=bool(get("rope_interleave")),
         rope=rope_from_dict(cfg, where),
-        bos_token_id=get("bos_token_id"),
+        bos_token_id=None if bos is None else config_int(where, "bos_token_id", bos, 0),
         eos_token_ids=eos_ids,
         quantization=quantization,
         source=source,

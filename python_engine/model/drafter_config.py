@@ -8,7 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from python_engine.errors import KdtreeError
-from python_engine.model.config import RopeConfig, TargetConfig, read_dir_config, rope_from_dict
+from python_engine.model.config import (
+    RopeConfig,
+    TargetConfig,
+    config_int,
+    config_number,
+    optional_number,
+    read_dir_config,
+    rope_from_dict,
+)
 
 
 @dataclass(frozen=True)
@@ -39,9 +47,7 @@ def drafter_config_from_dict(raw: dict, source: str = "<drafter config>") -> Dra
         return dflash.get(name, raw.get(name, default))
 
     def need_int(name, v, minimum=1) -> int:
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise KdtreeError(f"{source}: {name} must be an integer >= {minimum}, got {v!r}")
-        return v
+        return config_int(source, name, v, minimum)
 
     if raw.get("hidden_act", "silu") not in ("silu", "swish"):
         raise KdtreeError(f"{source}: hidden_act {raw.get('hidden_act')!r} is not supported")
@@ -73,14 +79,14 @@ def drafter_config_from_dict(raw: dict, source: str = "<drafter config>") -> Dra
         num_key_value_heads=kv_heads,
         head_dim=need_int("head_dim", raw.get("head_dim", hidden // heads)),
         intermediate_size=need_int("intermediate_size", raw.get("intermediate_size")),
-        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        rms_norm_eps=config_number(source, "rms_norm_eps", raw.get("rms_norm_eps", 1e-6)),
         rope=rope_from_dict(raw, source),
         block_size=need_int("block_size", value("block_size", 16)),
         target_layer_ids=tuple(ids),
         mask_token_id=need_int("mask_token_id", mask, 0),
-        input_embedding_scale=float(value("input_embedding_scale", 1.0)),
-        output_multiplier=float(value("output_multiplier", 1.0)),
-        final_logit_softcapping=None if not softcap else float(softcap),
+        input_embedding_scale=config_number(source, "input_embedding_scale", value("input_embedding_scale", 1.0)),
+        output_multiplier=config_number(source, "output_multiplier", value("output_multiplier", 1.0)),
+        final_logit_softcapping=optional_number(source, "final_logit_softcapping", softcap or None),
         source=source,
     )
 

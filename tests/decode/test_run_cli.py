@@ -82,7 +82,8 @@ def test_text_prompt_through_tokenizer_and_metrics_on_stdout(decode_models, tmp_
     events = [json.loads(line) for line in proc.stdout.splitlines()]  # stdout: events only
     assert [e["event"] for e in events][0] == "run_start" and events[-1]["event"] == "run_end"
     target = load_target(model_dir)
-    gen = ar_generate(target, [5, 17, 3], 6, 0.8, torch.Generator().manual_seed(3))
+    assert target.cfg.bos_token_id == 0  # the text rule: the model's BOS, then the text's tokens
+    gen = ar_generate(target, [0, 5, 17, 3], 6, 0.8, torch.Generator().manual_seed(3))
     assert " ".join(f"w{t}" for t in gen.tokens) in proc.stderr
 
 

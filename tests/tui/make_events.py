@@ -81,7 +81,9 @@ def make_run(
     events: list[dict] = []
 
     def emit(kind: str, **fields) -> None:
-        events.append(validate({"event": kind, "t": round(t, 6), **fields}))
+        event = {"event": kind, "t": round(t, 6), **fields}
+        validate(event)  # the contract's check (it returns the cleaned copy; keep the original)
+        events.append(event)
 
     emit(
         "run_start", engine=engine, model="deepseek-v3-tiny-demo", drafter="dflash-tiny-demo",

@@ -9,37 +9,16 @@ import math
 import random
 
 import pytest
-from tui_helpers import SNAPSHOT_FILE, each_event_file
+from tui_helpers import SNAPSHOT_FILE, assert_matches, each_event_file
 from tui_oracle import STAGES, expected
 
-from kdtree_cli.tui.stats import RunStats, parse_tree
+from kdtree_cli.tui.stats import RunStats
 from python_engine.events import iter_events, validate
 
 
 def feed(stats: RunStats, lines) -> RunStats:
     stats.ingest_lines(list(lines))
     return stats
-
-
-def assert_matches(stats: RunStats, exp) -> None:
-    assert stats.rounds == len(exp.rounds)
-    assert math.isclose(stats.tau, exp.tau, rel_tol=1e-12)
-    assert math.isclose(stats.tau_rolling, exp.tau_rolling, rel_tol=1e-12)
-    assert stats.hist == exp.histogram
-    for row in stats.depth_rates:
-        rate, step, reached = exp.depth_rate(row.depth)
-        assert row.reached == reached
-        assert math.isclose(row.rate, rate, rel_tol=1e-12)
-        assert (math.isnan(row.step_rate) and math.isnan(step)) or math.isclose(row.step_rate, step)
-    assert [r.depth for r in stats.depth_rates] == list(range(1, exp.max_depth + 1))
-    rates, _ = exp.buckets()
-    assert list(stats.history) == rates
-    lo, hi = exp.tps_min_max
-    if rates:
-        assert (stats.tps_min, stats.tps_max, stats.tps_now) == (lo, hi, exp.tps_now)
-    assert math.isclose(stats.tps_avg, exp.tps_avg, rel_tol=1e-9)
-    for s in STAGES:
-        assert math.isclose(stats.stage_means_us[s], exp.stage_means_us[s], rel_tol=1e-9)
 
 
 @each_event_file
@@ -111,7 +90,7 @@ def test_time_going_backwards_and_counter_restarts_are_absorbed():
             "times_us": dict.fromkeys(STAGES, 1000.0)}
     stats = RunStats(bucket_s=1.0)
     for t, a, tok in [(0.1, 2, 10), (1.5, 3, 13), (1.2, 1, 14), (2.5, 2, 3)]:
-        stats.ingest_event(dict(base, t=t, accept_len=a, tokens=tok))
+        stats.ingest_event(validate(dict(base, t=t, accept_len=a, tokens=tok)))
     # the first round of a request counts accept_len (not the prefill token); the restart
     # (13 -> 3) counts accept_len too; t=1.2 after t=1.5 lands in the open bucket
     assert stats.tokens == 2 + 3 + 1 + 2
@@ -122,26 +101,27 @@ def test_bad_tree_fields_are_warned_about_and_ignored():
     ev = {"event": "round", "t": 1.0, "request": 0, "round": 3, "accept_len": 2, "tree_size": 2,
           "tree_depth": 2, "times_us": dict.fromkeys(STAGES, 1.0), "tokens": 5}
     good = dict(ev, tree={"parent": [-1, 0, 1], "tokens": [5, 6, 7], "accepted": [0, 1]})
-    snap, warning = parse_tree(good)
-    assert warning is None and snap.accepted == [0, 1] and snap.text is None
-    for bad in ({"parent": [-1, 0], "tokens": [5, 6, 7], "accepted": [0]},  # lengths differ
-                {"parent": [-1, 2, 0], "tokens": [5, 6, 7], "accepted": [0]},  # parent >= i
-                {"parent": [-1, 0, 0], "tokens": [5, 6, 7], "accepted": [0, 1, 2]},  # not a path
-                {"parent": [-1, 0, 1], "tokens": [5, 6, 7]},  # no accepted
-                "a string"):
-        snap, warning = parse_tree(dict(ev, tree=bad))
-        assert warning and "round 3" in warning and snap.parent is None
-    stats = RunStats()
-    stats.ingest_event(dict(ev, tree="a string"))
-    assert stats.last_tree.parent is None
-    assert any("ignoring its tree field" in e.text for e in stats.log)
+    stats = feed(RunStats(), [json.dumps(good)])
+    assert stats.last_tree.accepted == [0, 1] and stats.last_tree.text is None
+    bad_trees = ({"parent": [-1, 0], "tokens": [5, 6, 7], "accepted": [0]},  # lengths differ
+                 {"parent": [-1, 2, 0], "tokens": [5, 6, 7], "accepted": [0]},  # parent >= i
+                 {"parent": [-1, 0, 0], "tokens": [5, 6, 7], "accepted": [0, 1, 2]},  # not a path
+                 {"parent": [-1, 0, 1], "tokens": [5, 6, 7]},  # no accepted
+                 "a string")
+    for bad in bad_trees:
+        stats = feed(RunStats(), [json.dumps(dict(ev, tree=bad))])
+        assert stats.rounds == 1 and stats.malformed == 0, "the round still counts"
+        assert stats.last_tree.parent is None
+        assert any('line 1: round: optional field ignored: "tree' in e.text for e in stats.log), list(stats.log)
 
 
 def test_gpus_unknown_kinds_and_warning_events():
-    stats = RunStats()
-    stats.ingest_event({"event": "gpu_sample", "t": 1.0,
-                        "gpus": [{"id": 0, "util": 91.5, "mem_gb": 70.25}, {"nope": 1}, 3]})
-    stats.ingest_event({"event": "warning", "t": 2.0, "message": "drafter cache evicted"})
-    assert stats.unknown_kinds == 1
+    stats = feed(RunStats(), map(json.dumps, [
+        {"event": "gpu_sample", "t": 1.0, "gpus": [{"id": 0, "util": 91.5, "mem_gb": 70.25}]},
+        {"event": "gpu_sample", "t": 1.5, "gpus": [{"id": 1, "util": 10.0}, {"nope": 1}, 3]},
+        {"event": "warning", "t": 2.0, "message": "drafter cache evicted"}]))
+    assert stats.unknown_kinds == 2 and stats.malformed == 0
     assert stats.gpus[0].util == 91.5 and stats.gpus[0].mem_gb == 70.25
+    assert 1 not in stats.gpus, "a gpus list with a bad entry is ignored whole"
+    assert any('ignored: "gpus[1]" must be an object with an id' in e.text for e in stats.log)
     assert stats.log[-1].level == "warning" and stats.log[-1].text == "drafter cache evicted"

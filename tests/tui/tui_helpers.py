@@ -10,14 +10,27 @@ second module called `conftest` would shadow theirs.)
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import io
+import math
+import os
+import pty
+import re
+import select
+import signal
+import struct
+import sys
+import termios
 import time
 from pathlib import Path
 
 import pytest
 
 from kdtree_cli.tui.messages import SourceState
+from tui_oracle import STAGES
 
+ROOT = Path(__file__).resolve().parents[2]
+PEAK_MARK = "kdtree-test-peak-kb="
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DATA_FILES = sorted(DATA_DIR.glob("*.jsonl"))
 SNAPSHOT_FILE = DATA_DIR / "synthetic_tree_gpus.jsonl"  # fixed: snapshots need fixed input
@@ -61,3 +74,76 @@ async def run_to_end(app, pilot, timeout: float = 20.0) -> None:
 
 def run(coro):
     return asyncio.run(coro)
+
+
+def assert_matches(stats, exp) -> None:
+    """The stats model's figures equal the oracle's (tui_oracle.Expected)."""
+    assert stats.rounds == len(exp.rounds)
+    assert stats.events == exp.events_in_stream
+    assert stats.malformed == exp.malformed
+    assert math.isclose(stats.tau, exp.tau, rel_tol=1e-12) or (math.isnan(stats.tau) and math.isnan(exp.tau))
+    assert math.isclose(stats.tau_rolling, exp.tau_rolling, rel_tol=1e-12) or (
+        math.isnan(stats.tau_rolling) and math.isnan(exp.tau_rolling))
+    assert stats.hist == exp.histogram
+    assert stats.too_deep == exp.deeper_than_shown
+    for row in stats.depth_rates:
+        rate, step, reached = exp.depth_rate(row.depth)
+        assert row.reached == reached
+        assert math.isclose(row.rate, rate, rel_tol=1e-12)
+        assert (math.isnan(row.step_rate) and math.isnan(step)) or math.isclose(row.step_rate, step)
+    assert [r.depth for r in stats.depth_rates] == list(range(1, exp.max_depth + 1))
+    assert stats.tokens == exp.decode_tokens
+    rates, _ = exp.buckets()
+    assert list(stats.history) == rates
+    lo, hi = exp.tps_min_max
+    if rates:
+        assert (stats.tps_min, stats.tps_max, stats.tps_now) == (lo, hi, exp.tps_now)
+    assert math.isclose(stats.tps_avg, exp.tps_avg, rel_tol=1e-9) or (
+        math.isnan(stats.tps_avg) and math.isnan(exp.tps_avg))
+    if exp.rounds:
+        for s in STAGES:
+            assert math.isclose(stats.stage_means_us[s], exp.stage_means_us[s], rel_tol=1e-9)
+    assert set(stats.gpus) == set(exp.gpus)
+
+
+def kdtree_in_pty(args: list[str], *, prelude: str = "", keys: bytes = b"", keys_after_s: float = 3.0,
+                  timeout_s: float = 60.0, size=(120, 40)) -> tuple[int, str, int]:
+    """Run `kdtree ARGS` on a pseudo-terminal (optionally after some Python), type `keys`
+    after a while; return the exit status, everything it printed and its peak memory (KB).
+
+    The peak is the child's own (VmHWM, printed at exit): the child starts as a fork of
+    this process, and its rusage would count this process's memory too."""
+    code = (f"import atexit, sys\natexit.register(lambda: print('\\n{PEAK_MARK}' + next(\n"
+            f"    l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1]))\n"
+            f"{prelude}\nsys.argv = ['kdtree', *{args!r}]\nfrom kdtree_cli.app import main\nmain()\n")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: its terminal is the pty
+        os.chdir(ROOT)
+        os.environ["TERM"] = "xterm-256color"
+        os.execv(sys.executable, [sys.executable, "-c", code])
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
+    out = bytearray()
+    began = time.monotonic()
+    typed = not keys
+    try:
+        while time.monotonic() - began < timeout_s:
+            if not typed and time.monotonic() - began > keys_after_s:
+                os.write(fd, keys)
+                typed = True
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+        else:
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    text = out.decode("utf-8", errors="replace")
+    peak = re.search(rf"{PEAK_MARK}(\d+)", text)
+    return os.waitstatus_to_exitcode(status), text, int(peak[1]) if peak else -1

@@ -1,6 +1,7 @@
 """The monitor's figures computed straight from an event file, independently of
-kdtree_cli.tui.stats (no shared code: plain json, lists and the definitions in
-docs/events.md), so the tests can check what the app shows against it.
+kdtree_cli.tui.stats and python_engine.events (no shared code: plain json, lists and the
+rules in docs/events.md, "Malformed lines" and "What the monitor computes from them"), so
+the tests can check what the app shows against it.
 
 Only the last run in the file counts (the app starts fresh figures at each run_start).
 """
@@ -13,33 +14,84 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 STAGES = ("draft", "tree_build", "verify", "commit")
-ROUND_FIELDS = ("request", "round", "accept_len", "tree_size", "tree_depth", "times_us", "tokens")
-REQUIRED = {  # docs/events.md
-    "run_start": ("engine", "model", "drafter", "device", "host", "dtype", "block_size", "budget",
-                  "temperature"),
-    "round": ROUND_FIELDS,
-    "run_end": ("tokens", "decode_s", "tokens_per_s", "tau", "rounds"),
-    "error": ("message",),
+
+# docs/events.md, "Limits"
+LINE_LIMIT = 8 * 1024 * 1024
+BIG_INT = 2**53
+T_LIMIT = 1e9
+STAGE_LIMIT = 3.6e9
+NUMBER_LIMIT = 1e300
+CLOCK_STEP_LIMIT = 60.0
+DEEPEST_ROW = 256  # docs/events.md, "What the monitor computes": rows stop there
+LONGEST_BAR = DEEPEST_ROW + 1  # accept_len of this or more share one histogram bar
+
+
+def _int_in(v, lo, hi=BIG_INT) -> bool:
+    return type(v) is int and lo <= v <= hi
+
+
+def _num_in(v, lo, hi) -> bool:
+    return type(v) in (int, float) and lo <= v <= hi  # NaN compares false
+
+
+def _id(v) -> bool:
+    """docs: an integer, or a string of at most 200 characters, none of them a control
+    character (U+0000 to U+001F, U+007F to U+009F) or a lone surrogate."""
+    if isinstance(v, str):
+        return len(v) <= 200 and not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or 0xD800 <= ord(c) <= 0xDFFF
+                                         for c in v)
+    return _int_in(v, -BIG_INT)
+
+
+def _str(v) -> bool:
+    return isinstance(v, str)
+
+
+SHAPES = {  # kind -> field -> test, as docs/events.md's tables give them
+    "run_start": {**dict.fromkeys(("engine", "model", "drafter", "device", "host", "dtype"), _str),
+                  "block_size": lambda v: _int_in(v, 0), "budget": lambda v: _int_in(v, 0),
+                  "temperature": lambda v: _num_in(v, 0, NUMBER_LIMIT)},
+    "round": {"request": _id, "round": lambda v: _int_in(v, 0), "accept_len": lambda v: _int_in(v, 1),
+              "tree_size": lambda v: _int_in(v, 0), "tree_depth": lambda v: _int_in(v, 0),
+              "tokens": lambda v: _int_in(v, 0),
+              "times_us": lambda v: isinstance(v, dict) and all(
+                  _num_in(v.get(s), 0, STAGE_LIMIT) for s in STAGES)},
+    "run_end": {"tokens": lambda v: _int_in(v, 0), "decode_s": lambda v: _num_in(v, 0, T_LIMIT),
+                "tokens_per_s": lambda v: _num_in(v, 0, NUMBER_LIMIT),
+                "tau": lambda v: _num_in(v, 0, NUMBER_LIMIT), "rounds": lambda v: _int_in(v, 0)},
+    "error": {"message": _str},
+    "warning": {"message": _str},
 }
 
 
-def _is_round(e: dict) -> bool:
-    if e.get("event") != "round" or not all(k in e for k in ROUND_FIELDS):
+def is_event(e) -> bool:
+    if not (isinstance(e, dict) and isinstance(e.get("event"), str) and _num_in(e.get("t"), 0, T_LIMIT)):
         return False
-    a = e["accept_len"]
-    times = e["times_us"]
-    return (isinstance(a, int) and not isinstance(a, bool) and a >= 1
-            and isinstance(times, dict)
-            and all(isinstance(times.get(s), (int, float)) for s in STAGES))
+    shape = SHAPES.get(e["event"], {})
+    return all(k in e and ok(e[k]) for k, ok in shape.items())
 
 
-def _is_event(e) -> bool:
-    if not (isinstance(e, dict) and isinstance(e.get("event"), str)
-            and isinstance(e.get("t"), (int, float)) and not isinstance(e.get("t"), bool)):
+def good_gpus(g) -> bool:
+    if not isinstance(g, list) or len(g) > 64:
         return False
-    if e["event"] == "round":
-        return _is_round(e)
-    return all(k in e for k in REQUIRED.get(e["event"], ()))
+    for x in g:
+        if not (isinstance(x, dict) and "id" in x and _id(x["id"])):
+            return False
+        for k, hi in (("util", 100), ("mem_gb", 1e6), ("mem_total_gb", 1e6), ("power_w", 1e6)):
+            if x.get(k) is not None and not _num_in(x[k], 0, hi):
+                return False
+    return True
+
+
+def parse(line: str):
+    """The event on a line, or None when the line is not a valid one."""
+    if len(line.encode("utf-8", "surrogatepass")) > LINE_LIMIT:
+        return None
+    try:
+        e = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return e if is_event(e) else None
 
 
 @dataclass
@@ -48,8 +100,12 @@ class Expected:
     run_start: dict | None
     run_end: dict | None
     events_in_stream: int  # valid events, all runs
+    malformed: int  # non-blank lines that are not valid events, all runs
     window: int
     bucket_s: float
+    times: list[float]  # the event clock at each round (docs: "tokens/s over time")
+    origin: float | None  # the event clock at the run_start
+    decided_on: int  # rounds seen when the bucket width was chosen (0: not chosen yet)
     gpus: dict = field(default_factory=dict)
 
     # ---- acceptance
@@ -67,7 +123,8 @@ class Expected:
     def histogram(self) -> dict[int, int]:
         h: dict[int, int] = {}
         for r in self.rounds:
-            h[r["accept_len"]] = h.get(r["accept_len"], 0) + 1
+            a = min(r["accept_len"], LONGEST_BAR)
+            h[a] = h.get(a, 0) + 1
         return h
 
     # ---- per depth: rate = P(a - 1 >= d | depth >= d); step adds a - 1 >= d - 1
@@ -81,7 +138,12 @@ class Expected:
 
     @property
     def max_depth(self) -> int:
-        return max((r["tree_depth"] for r in self.rounds), default=0)
+        """The deepest row shown: the deepest tree, at most DEEPEST_ROW."""
+        return min(DEEPEST_ROW, max((r["tree_depth"] for r in self.rounds), default=0))
+
+    @property
+    def deeper_than_shown(self) -> int:
+        return sum(r["tree_depth"] > DEEPEST_ROW for r in self.rounds)
 
     # ---- tokens/s
     def _round_tokens(self) -> list[int]:
@@ -96,19 +158,14 @@ class Expected:
 
     def buckets(self) -> tuple[list[float], list[bool]]:
         """tokens/s of every complete bucket, and whether it held a round."""
-        if not self.rounds:
+        if not self.rounds or not self.decided_on:
             return [], []
-        t0 = self.run_start["t"] if self.run_start else self.rounds[0]["t"]
-        idx = [max(0, math.floor((r["t"] - t0) / self.bucket_s)) for r in self.rounds]
-        # a round earlier than the open bucket counts in the open bucket
-        fixed, top = [], -1
-        for i in idx:
-            top = max(top, i)
-            fixed.append(top)
-        first, last = fixed[0], fixed[-1]
+        t0 = self.origin if self.origin is not None else self.times[0]
+        idx = [max(0, math.floor((t - t0) / self.bucket_s)) for t in self.times]
+        first, last = idx[0], idx[-1]
         tokens = [0] * (last - first)
         held = [False] * (last - first)
-        for i, n in zip(fixed, self._round_tokens()):
+        for i, n in zip(idx, self._round_tokens()):
             if i < last:
                 tokens[i - first] += n
                 held[i - first] = True
@@ -141,10 +198,10 @@ class Expected:
         return {s: sum(r["times_us"][s] for r in recent) / len(recent) for s in STAGES}
 
 
-def auto_bucket(rounds: list[dict]) -> float:
+def auto_bucket(times: list[float]) -> float:
     """docs/events.md: the smallest of 0.5, 1, 2, 5, 10, 30, 60 s that is at least four
     times the mean time between the first 8 rounds (0.5 s with fewer than 2 rounds)."""
-    first = [r["t"] for r in rounds[:8]]
+    first = times[:8]
     if len(first) < 2:
         return 0.5
     mean_gap = (first[-1] - first[0]) / (len(first) - 1)
@@ -152,30 +209,70 @@ def auto_bucket(rounds: list[dict]) -> float:
     return float(fits[0]) if fits else 60.0
 
 
-def expected(path: Path | str, *, window: int = 100, bucket_s: float | None = None) -> Expected:
-    """bucket_s None: the monitor's automatic choice (auto_bucket)."""
-    events = []
-    for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            e = json.loads(line)
-        except ValueError:
+def rounds_seen_at_choice(run: list[dict]) -> int:
+    """docs/events.md: the width is chosen at the 8th round, or at a run_end that comes
+    after fewer (0: not chosen yet)."""
+    n = 0
+    for e in run:
+        if e["event"] == "round":
+            n += 1
+            if n == 8:
+                return n
+        elif e["event"] == "run_end" and n:
+            return n
+    return 0
+
+
+def expected_lines(lines: list[str], *, window: int = 100, bucket_s: float | None = None) -> Expected:
+    """The figures for a stream of lines (without their newlines). bucket_s None: the
+    monitor's automatic choice (auto_bucket)."""
+    valid, clock, malformed = [], [], 0
+    now = last = None
+    for line in lines:
+        if not line or line.isspace():
             continue
-        if _is_event(e):
-            events.append(e)
-    valid = events
+        e = parse(line)
+        if e is None:
+            malformed += 1
+            continue
+        # docs: the event clock moves by each event's step in t, counted 0..60 s
+        now = e["t"] if now is None else now + min(max(e["t"] - last, 0.0), CLOCK_STEP_LIMIT)
+        last = e["t"]
+        valid.append(e)
+        clock.append(now)
     starts = [i for i, e in enumerate(valid) if e["event"] == "run_start"]
-    run = valid[starts[-1]:] if starts else valid
+    begin = starts[-1] if starts else 0
+    run, run_clock = valid[begin:], clock[begin:]
     rounds = [e for e in run if e["event"] == "round"]
+    times = [c for e, c in zip(run, run_clock) if e["event"] == "round"]
     gpus = {}
     for e in run:
-        for g in e.get("gpus") or []:
-            gpus[g["id"]] = g
+        if good_gpus(e.get("gpus")):
+            for g in e["gpus"]:
+                gpus[g["id"]] = g
     return Expected(
         rounds=rounds,
         run_start=run[0] if starts else None,
         run_end=next((e for e in reversed(run) if e["event"] == "run_end"), None),
         events_in_stream=len(valid),
+        malformed=malformed,
         window=window,
-        bucket_s=auto_bucket(rounds) if bucket_s is None else bucket_s,
+        bucket_s=auto_bucket(times[:rounds_seen_at_choice(run)]) if bucket_s is None else bucket_s,
+        times=times,
+        origin=run_clock[0] if starts else None,
+        decided_on=rounds_seen_at_choice(run) if bucket_s is None else len(rounds),
         gpus=gpus,
     )
+
+
+def read_lines(path: Path | str) -> list[str]:
+    """A file's lines as the monitor reads them: split at each newline byte, each decoded
+    as UTF-8 with bad bytes replaced."""
+    raw = Path(path).read_bytes().split(b"\n")
+    if raw and raw[-1] == b"":
+        raw.pop()
+    return [r.decode("utf-8", errors="replace") for r in raw]
+
+
+def expected(path: Path | str, *, window: int = 100, bucket_s: float | None = None) -> Expected:
+    return expected_lines(read_lines(path), window=window, bucket_s=bucket_s)

@@ -5,8 +5,9 @@ event contract's parser on its own thread, so the CPU work is scheduled between 
 instead of fighting the display for the interpreter lock.
 
 A subclass implements `describe()` and `produce()`; inside `produce()` it calls `emit(line)`
-(or `emit_many(lines)`), `status(state, detail)` and `note(level, text)`, and returns when
-the stream is over or `stopping` is set. Order is kept: a status posted after some lines
+(or `emit_many(lines)`), `status(state, detail)`, `note(level, text)` and `restart(detail)`
+(the stream starts over: a rewritten file), and returns when the stream is over or
+`stopping` is set. Order is kept: a status posted after some lines
 arrives after them.
 
 Backpressure: at most `in_flight` batches are posted and not yet acknowledged by the app
@@ -22,7 +23,7 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any, Callable
 
-from kdtree_cli.tui.messages import SourceBatch, SourceNote, SourceState, SourceStatus
+from kdtree_cli.tui.messages import SourceBatch, SourceNote, SourceRestart, SourceState, SourceStatus
 
 _DONE = object()  # the producer returned
 
@@ -86,6 +87,10 @@ class EventSource(ABC):
     def note(self, level: str, text: str) -> None:
         self._put(("note", level, text))
 
+    def restart(self, detail: str) -> None:
+        """The stream starts over (line numbers too): the app starts fresh figures."""
+        self._put(("restart", detail))
+
     # --------------------------------------------------------------- for the app
     def start(self, post: Callable[[Any], object]) -> None:
         """Start reading; `post` is `App.post_message` (any thread may call it)."""
@@ -147,6 +152,9 @@ class EventSource(ABC):
                 if item[0] == "status":
                     self.state = item[1]
                     self._send(SourceStatus(self, item[1], item[2]))
+                elif item[0] == "restart":
+                    self._lineno = 0
+                    self._send(SourceRestart(self, item[1]))
                 else:
                     self._send(SourceNote(self, item[1], item[2]))
         self._flush(batch)

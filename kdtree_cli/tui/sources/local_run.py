@@ -1,6 +1,7 @@
 """Start `kdtree run ... --metrics -` as a child process and read its events from stdout.
 Its stderr goes to the log (the last lines also explain a failed exit). Quitting the
-monitor stops the run."""
+monitor stops the run. Both pipes are read in chunks and split with bounded memory, so a
+child that writes endless lines cannot grow the monitor."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Sequence
 
 from kdtree_cli.tui.messages import SourceState
 from kdtree_cli.tui.sources.base import EventSource
+from kdtree_cli.tui.sources.lines import READ_CHUNK, LineSplitter
+from python_engine.events import MESSAGE_MAX_CHARS, OverlongLine
 
 
 def kdtree_run_command(run_args: Sequence[str]) -> list[str]:
@@ -46,8 +49,7 @@ class LocalRunSource(EventSource):
                     return
                 self._proc = subprocess.Popen(
                     self.command, cwd=self.cwd, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    text=True, encoding="utf-8", errors="replace", bufsize=1,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
                 )
         except OSError as exc:
             self.status(SourceState.FAILED, f"could not start {self.command[0]}: {exc}")
@@ -56,10 +58,12 @@ class LocalRunSource(EventSource):
         err_reader = threading.Thread(target=self._read_stderr, args=(proc,), daemon=True)
         err_reader.start()
         self.status(SourceState.STREAMING, f"pid {proc.pid}")
-        for line in proc.stdout:  # type: ignore[union-attr]
-            if self.stopping:
-                break
-            self.emit(line)
+        lines = LineSplitter()
+        while not self.stopping and (chunk := proc.stdout.read(READ_CHUNK)):  # type: ignore[union-attr]
+            self.emit_many(lines.feed(chunk))
+        last = lines.finish()
+        if last is not None and not self.stopping:
+            self.emit(last)
         rc = proc.wait()
         err_reader.join(timeout=1.0)
         if self.stopping:
@@ -71,13 +75,23 @@ class LocalRunSource(EventSource):
             self.status(SourceState.DROPPED, f"run exited with status {rc}: {why}")
 
     def _read_stderr(self, proc: subprocess.Popen) -> None:
-        for line in proc.stderr:  # type: ignore[union-attr]
-            line = line.rstrip()
-            if line:
-                self._stderr_tail.append(line)
-                # the run's own report (text, summary) goes to stderr too: info, not a
-                # warning; a failed exit is reported as the source dropping
-                self.note("info", f"stderr: {line}")
+        lines = LineSplitter(MESSAGE_MAX_CHARS)
+        while chunk := proc.stderr.read(READ_CHUNK):  # type: ignore[union-attr]
+            for line in lines.feed(chunk):
+                self._stderr_line(line)
+        last = lines.finish()
+        if last is not None:
+            self._stderr_line(last)
+
+    def _stderr_line(self, line: str) -> None:
+        if isinstance(line, OverlongLine):
+            line = f"{line}… ({line.length:,} bytes, cut)"
+        line = line.rstrip()
+        if line:
+            self._stderr_tail.append(line)
+            # the run's own report (text, summary) goes to stderr too: info, not a
+            # warning; a failed exit is reported as the source dropping
+            self.note("info", f"stderr: {line}")
 
     def close(self) -> None:
         with self._lock:

@@ -7,12 +7,16 @@ from __future__ import annotations
 from rich.text import Text
 
 from kdtree_cli.tui.drawing import fnum, fpct, hbar, vbars
-from kdtree_cli.tui.stats import RunStats
+from kdtree_cli.tui.stats import ACCEPT_CAP, RunStats
 from kdtree_cli.tui.widgets.panel import StatsPanel
 
 
 class AcceptancePanel(StatsPanel):
     TITLE = "acceptance length τ"
+
+    def note(self, stats: RunStats) -> str:
+        folded = stats.hist.get(ACCEPT_CAP, 0)  # absurd lengths share the last bar
+        return f"{folded} rounds ≥{ACCEPT_CAP} in the last bar" if folded else ""
 
     def draw(self, stats: RunStats, width: int, height: int) -> Text:
         out = Text(no_wrap=True, overflow="crop")
@@ -25,7 +29,7 @@ class AcceptancePanel(StatsPanel):
             out.append(f"  {stats.rounds} rounds", style="dim")
         if not stats.hist or height < 2:
             return out
-        top = max(stats.hist)
+        top = max(stats.hist)  # <= ACCEPT_CAP: the stats fold longer ones into that bin
         lengths = list(range(1, top + 1))
         counts = [stats.hist.get(a, 0) for a in lengths]
         rows = height - 1
@@ -39,8 +43,9 @@ class AcceptancePanel(StatsPanel):
     def _horizontal(out: Text, lengths, counts, total: int, width: int) -> None:
         peak = max(counts)
         bar_w = max(4, width - 2 - 1 - 1 - 6 - 1 - 6 - 1)  # 'aa ' bar ' count' ' share%' gap
+        label_w = len(str(lengths[-1]))
         for a, c in zip(lengths, counts):
-            out.append(f"\n{a:>2} ")
+            out.append(f"\n{a:>{max(2, label_w)}} ")
             out.append(hbar(c / peak, bar_w), style="green")
             out.append(f" {c:>6}", style="dim")
             out.append(f" {fpct(c / total):>6}")
@@ -49,9 +54,12 @@ class AcceptancePanel(StatsPanel):
     def _vertical(out: Text, lengths, counts, rows: int, width: int) -> None:
         col = max(1, min(3, (width - 1) // max(1, len(lengths))))
         shown = lengths[: max(1, (width - 1) // col)]
-        bars = vbars([counts[a - 1] for a in shown], max(1, rows - 1))
+        hidden = sum(counts[len(shown):])
+        bars = vbars([counts[a - 1] for a in shown], max(1, rows - 1 - bool(hidden)))
         for line in bars:
             out.append("\n ")
             out.append("".join(ch * (col - 1) + " " if col > 1 else ch for ch in line), style="green")
         axis = "".join(f"{a:<{col}}" if col > 1 else str(a % 10) for a in shown)
         out.append("\n " + axis, style="dim")
+        if hidden:
+            out.append(f"\n {hidden} rounds longer than {shown[-1]}: no room", style="yellow")

@@ -10,7 +10,7 @@ import math
 from rich.text import Text
 
 from kdtree_cli.tui.drawing import fpct, hbar
-from kdtree_cli.tui.stats import DepthRate, RunStats
+from kdtree_cli.tui.stats import DEPTH_CAP, DepthRate, RunStats
 from kdtree_cli.tui.widgets.panel import StatsPanel
 
 
@@ -26,6 +26,10 @@ def _fold_tail(rates: list[DepthRate]) -> tuple[list[DepthRate], list[DepthRate]
 
 class DepthRatesPanel(StatsPanel):
     TITLE = "acceptance rate by depth"
+
+    def note(self, stats: RunStats) -> str:
+        return (f"{stats.too_deep} rounds deeper than {DEPTH_CAP}: rows stop at {DEPTH_CAP}"
+                if stats.too_deep else "")
 
     def draw(self, stats: RunStats, width: int, height: int) -> Text:
         rates, tail = _fold_tail(stats.depth_rates)

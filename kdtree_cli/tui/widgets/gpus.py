@@ -13,6 +13,9 @@ from kdtree_cli.tui.widgets.panel import StatsPanel
 class GpuPanel(StatsPanel):
     TITLE = "GPUs"
 
+    def note(self, stats: RunStats) -> str:
+        return f"{stats.gpus_dropped} figures of further GPUs not kept" if stats.gpus_dropped else ""
+
     def draw(self, stats: RunStats, width: int, height: int) -> Text:
         out = Text(no_wrap=True, overflow="crop")
         if not stats.gpus:

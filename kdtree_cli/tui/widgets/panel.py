@@ -29,6 +29,7 @@ class StatsPanel(Widget):
     def show(self, stats: RunStats, force: bool = False) -> None:
         """Draw from `stats`; `force` skips any rate limit a panel has (none here)."""
         self.stats = stats
+        self.border_subtitle = self.note(stats)
         text = self._draw_at(self.content_size)
         if text != self._drawn:
             self._drawn, self._drawn_size = text, self.content_size
@@ -43,7 +44,15 @@ class StatsPanel(Widget):
     def _draw_at(self, size: Size) -> Text:
         if self.stats is None or size.width <= 0 or size.height <= 0:
             return Text(self.WAITING, style="dim")
-        return self.draw(self.stats, size.width, size.height)
+        try:
+            return self.draw(self.stats, size.width, size.height)
+        except Exception as exc:  # a drawing bug must not end the monitor: show it here
+            return Text(f"cannot draw this panel ({type(exc).__name__}: {str(exc)[:200]}); "
+                        "please report this", style="bold red")
+
+    def note(self, stats: RunStats) -> str:
+        """A line for the border when the panel shows less than it has (capped data)."""
+        return ""
 
     def draw(self, stats: RunStats, width: int, height: int) -> Text:
         raise NotImplementedError

@@ -13,6 +13,19 @@ from kdtree_cli.tui.stats import RunStats, TreeSnapshot
 from kdtree_cli.tui.widgets.panel import StatsPanel
 
 MAX_INDENT = 24  # cells of indentation at most; deeper levels show their depth number
+# No panel has room for more lines than this; a bigger tree is drawn from its best nodes
+# (the first ones: the builder's order is best first) and its accepted path.
+DRAWN_NODES_MAX = 2048
+
+
+def drawn_nodes(tree: TreeSnapshot) -> list[int]:
+    """The nodes drawn, in index order: all of them up to DRAWN_NODES_MAX, else the first
+    DRAWN_NODES_MAX plus the accepted path (a tree again: parent[i] < i)."""
+    assert tree.parent is not None
+    n = len(tree.parent)
+    if n <= DRAWN_NODES_MAX:
+        return list(range(n))
+    return sorted(set(range(DRAWN_NODES_MAX)).union(tree.accepted))
 
 
 def tree_lines(tree: TreeSnapshot) -> list[tuple[int, int, bool]]:
@@ -20,7 +33,7 @@ def tree_lines(tree: TreeSnapshot) -> list[tuple[int, int, bool]]:
     the others in index (= score) order."""
     assert tree.parent is not None
     children: dict[int, list[int]] = {}
-    for i in range(1, len(tree.parent)):
+    for i in drawn_nodes(tree)[1:]:
         children.setdefault(tree.parent[i], []).append(i)
     on_path = set(tree.accepted)
     order: list[tuple[int, int, bool]] = []
@@ -90,8 +103,9 @@ class TreePanel(StatsPanel):
                 out.append(f" d{depth}" if depth * 2 > MAX_INDENT else "", style="dim")
             else:
                 out.append(f"○ {label}", style="dim")
-        if len(shown) < len(lines):
-            out.append(f"\n… {len(lines) - len(shown)} more nodes", style="dim")
+        more = len(tree.parent) - len(shown)
+        if more:
+            out.append(f"\n… {more} more nodes", style="dim")
         return out
 
     @staticmethod
