@@ -1,4 +1,4 @@
-// The reference best-first heap of the DDTree tree build (shared/design/ddtree.md, the
+// The reference best-first heap of the DDTree tree build (docs/ddtree.md, the
 // algorithm of python_engine/ddtree/tree.py) in plain C++ for one CPU core: what a user
 // would run on the host instead of tree_build, timed by bench_kernels next to the kernel
 // and checked against it.

@@ -1,7 +1,7 @@
 // Device and pinned host memory the engine owns: RAII buffers, and the plan-then-allocate
 // layout that gives each engine region (weights, caches, workspace) one allocation whose
-// size is known before anything is allocated (engine.md: memory is decided at create time,
-// nothing is allocated inside a round).
+// size is known before anything is allocated (docs/engine.md: memory is decided at create
+// time, nothing is allocated inside a round).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,8 +1,8 @@
 // Grouped expert GEMM kernel (API: moe_gemm.cuh). CTA = (64 output features, one expert);
 // it walks its expert's rows 16 at a time, staging x and W chunks of 32 in shared memory as
 // float32. Thread t owns output column t % 64 of rows 4 * (t / 64) .. +3.
-// The memory-bound decode case reads each weight once; tensor cores come later (moe_gemm
-// for Kimi-sized experts is issue 14's W4A16 kernel).
+// The memory-bound decode case reads each weight once; tensor cores come later (Kimi's
+// INT4 experts take moe_gemm_w4a16.cu instead).
 #include "moe_gemm.cuh"
 
 namespace kdtree {

@@ -272,9 +272,16 @@ KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
   if (p.experts > kMoeMaxExperts)
     return KernelResult::over_limit("moe_gemm_w4a16: " + std::to_string(p.experts) + " experts, more than " +
                                     std::to_string(kMoeMaxExperts));
-  // an expert owns at most `most` rows: a row tile that covers them reads the weights once
+  // An expert owns at most `most` rows. max_rows_per_expert is the host's bound (tokens), not
+  // the routing's real load, which at decode and verify sizes is a few rows per expert: there
+  // the 8-row tile wins (H200, results/h200/bench/moe.md, one Kimi layer: at n = 16, 64, 128
+  // tokens 1.04 / 2.60 / 3.25 ms against 1.17 / 3.71 / 4.60 for the 16- and 32-row tiles the
+  // bound picked; a tie at n <= 8). Above
+  // kW4SmallTileMaxTokens (prefill chunks, unmeasured) a tile that covers the bound reads the
+  // weights once.
   const int most = p.max_rows_per_expert > 0 ? std::min(p.max_rows_per_expert, p.rows) : p.rows;
-  const int pass_rows = p.row_tile != W4RowTile::kAuto ? static_cast<int>(p.row_tile) : most;
+  const int auto_rows = most <= kW4SmallTileMaxTokens ? std::min(most, 8) : most;
+  const int pass_rows = p.row_tile != W4RowTile::kAuto ? static_cast<int>(p.row_tile) : auto_rows;
   const int slots = std::min(p.experts, p.rows);  // experts that can own rows
   if (p.w_up) kern::launch_moe_w4a16_rows<true>(p, pass_rows, slots, stream);
   else kern::launch_moe_w4a16_rows<false>(p, pass_rows, slots, stream);

@@ -1,4 +1,4 @@
-// The routed experts' grouped GEMM with INT4 weights (W4A16, issue 14): the rows layout and
+// The routed experts' grouped GEMM with INT4 weights (W4A16, docs/int4.md): the rows layout and
 // both forms of moe_gemm.cuh (rows grouped by expert, x_row gather; plain and fused SwiGLU),
 // bf16 activations and output, float32 accumulation, and each expert's weights kept packed on
 // the device in the tile layout below. Every weight is dequantized in registers as the
@@ -40,6 +40,9 @@ constexpr int kW4GroupSize = 32;      // columns per scale (compressed-tensors g
 constexpr int kW4WeightWords = 128;   // 16 x 64 nibbles
 constexpr int kW4ScaleWords = 16;     // 16 rows x 2 groups of bf16
 constexpr int kW4BlockWords = kW4WeightWords + kW4ScaleWords;
+// kAuto takes the 8-row tile up to this many tokens (decode and verify sizes, where each
+// expert gets a few rows): the largest size the tile choice was measured at (moe_gemm_w4a16.cu)
+constexpr int kW4SmallTileMaxTokens = 128;
 
 // uint32 words of one expert's repacked [n, k] weight (its slice of the stacked buffer).
 inline int64_t moe_w4a16_expert_words(int n, int k) {

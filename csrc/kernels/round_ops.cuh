@@ -1,4 +1,4 @@
-// The glue of a DDTree round and an AR step on the device (shared/design/ddtree.md): the
+// The glue of a DDTree round and an AR step on the device (docs/ddtree.md): the
 // drafter's block inputs, the verify pass's inputs from the tree, and the commit after the
 // accept walk (emitted tokens with stop rules, cache lengths, the next root, the drafter's
 // new context rows). One thread per request slot; nothing here needs the host, so a whole

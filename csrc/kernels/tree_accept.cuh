@@ -1,5 +1,5 @@
 // tree_accept: the accept walk of DDTree on the device, and the cache compaction after it
-// (shared/design/ddtree.md, steps 4 and 5). No host round trip: the walk writes the
+// (docs/ddtree.md: the accept walk and compaction). No host round trip: the walk writes the
 // accepted node indices and their count to device memory, and cache_compact reads them.
 //
 // This header is the host API (no device code).

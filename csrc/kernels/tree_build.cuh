@@ -1,4 +1,4 @@
-// tree_build: the DDTree draft tree of every request on the device (shared/design/ddtree.md).
+// tree_build: the DDTree draft tree of every request on the device (docs/ddtree.md).
 //
 // One block per request selects the first N rank paths of the total order (score
 // descending, rank path ascending) by a parallel threshold search, then emits the nodes in

@@ -4,7 +4,7 @@ attention   torch's two GEMMs + masked softmax: s = (q @ kv.T).float() * scale, 
             tree's ancestors in the last T columns, softmax(s).bf16() @ kv[:, :512]; and the two
             GEMMs alone at the same shapes (cuBLAS through torch.matmul: a ceiling for the
             compute-bound shapes). SDPA is not the baseline: with 576-d heads and a mask it
-            falls back to its math path (kernels.md).
+            falls back to its math path.
 top-K       torch.topk(torch.log_softmax(x, -1), K) in float32, and with the log-softmax in
             float64 as the reference forms it.
 tree build  python_engine.ddtree.build_tree (the reference heap, Python) per tree; the C++ heap

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from python_engine.decode.result import tau_of
 from python_engine.demo.code_prompts import code_prompts
 from python_engine.demo.defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
 from python_engine.errors import KdtreeError
@@ -99,7 +100,7 @@ def _native_runs(b: EngineBench, prompts) -> dict:
                     stage[k] = stage.get(k, 0.0) + v
             total = sum(stage.values())
             return {"tokens_per_s": decode_tokens / decode_s if decode_s else 0.0,
-                    "tau": accepted / rounds if rounds else 0.0, "rounds": rounds, "tokens": toks,
+                    "tau": tau_of(accepted, rounds), "rounds": rounds, "tokens": toks,
                     "graph_share": graphs / max(rounds, 1),
                     "stage_us_per_round": {k: v / max(rounds, 1) for k, v in stage.items()},
                     "machinery_share": (total - stage.get("draft", 0) - stage.get("verify", 0)) / total if total else 0}

@@ -178,7 +178,7 @@ def _summary(steps: list[Step], bench_res, logs: Path, seed: int, seconds: float
     lines = ["# kdtree bench all", ""]
     lines += _worst_attention_errors(logs / "test_verify_attn.log")
     if bench_res is not None:
-        lines += ["", "| goal (issue 13) | measured | met |", "|---|---|---|"]
+        lines += ["", "| goal | measured | met |", "|---|---|---|"]
         for g in bench_res.goals():
             v = g["value"]
             shown = "-" if v is None else (report._x(v) if g["column"].startswith("vs_") else report._us(v))

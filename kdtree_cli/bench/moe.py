@@ -24,6 +24,7 @@ from typing import Callable
 
 import numpy as np
 
+from kdtree_cli.bench.timing import Timing, time_cuda
 from python_engine.errors import KdtreeError
 
 from python_engine.project import PROJECT_ROOT as REPO_ROOT  # noqa: E402
@@ -44,7 +45,7 @@ DEFAULT_TOKENS = (1, 8, 16, 64, 128)
 # routings per n, used in turn: at n = 1 one routing's INT4 experts (~200 MB) already pass the
 # ~50 MB L2, so consecutive runs never find their weights there
 DEFAULT_SETS = 4
-# the issue's goals (issue 14): INT4 within 1.3x of its floor at every n, and at least 3x
+# the goals: INT4 within 1.3x of its floor at every n, and at least 3x
 # faster than torch's bf16 grouped GEMM for n <= 64
 GOAL_FLOOR_RATIO = 1.3
 GOAL_TORCH_SPEEDUP = 3.0
@@ -110,37 +111,6 @@ def run_native(program: Path, routing: Path, reps: int, log: Callable[[str], Non
     if proc.wait() != 0:
         raise KdtreeError(f"{program} failed (exit {proc.returncode}): {err.strip().splitlines()[-1] if err.strip() else 'no message'}")
     return records
-
-
-@dataclass
-class Timing:
-    ms: float
-    ms_p10: float
-    ms_p90: float
-    reps: int
-
-
-def time_cuda(fn: Callable[[int], object], reps: int, warm: int = 3) -> Timing:
-    """fn(i) for i in range(warm + reps); each of the last `reps` runs timed alone with CUDA events."""
-    import torch
-
-    for i in range(warm):
-        fn(i)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for i in range(reps):
-        start.record()
-        fn(warm + i)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-
-    def at(q: float) -> float:
-        return times[int(q * (len(times) - 1) + 0.5)]
-
-    return Timing(at(0.5), at(0.1), at(0.9), reps)
 
 
 def grouped_rows(x, topk_ids: np.ndarray, experts: int):
@@ -273,7 +243,7 @@ def markdown(facts: dict, rows: list[Row], meta: dict) -> str:
     for r in rows:
         for impl, e in r.extra.items():
             lines.append(f"| {r.tokens} | {impl} | {e['ms']:.4f} | {e['gate_up_ms']:.4f} | {e['down_ms']:.4f} |")
-    lines += ["", "Goals (issue 14):", ""]
+    lines += ["", "Goals:", ""]
     for goal, ok in goals(rows).items():
         lines.append(f"- {goal}: {'met' if ok else 'not met' if ok is not None else 'not measured'}")
     return "\n".join(lines) + "\n"

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Goals of issue 13: (label, suite, match on the row, column, comparison, target)
+# The kernels' goals: (label, suite, match on the row, column, comparison, target)
 GOALS = [
     ("verify_attn bf16 H=64 n=64 prefix=32k: <= 0.55 ms", "attn", {"heads": 64, "n": 64, "prefix": 32768},
      "kdtree_ms", "<=", 0.55),
@@ -129,7 +129,7 @@ def markdown(res: BenchResult) -> str:
         f"memory {clk.get('mem_clock_mhz', '?')} MHz, driver {clk.get('driver', '?')}, {f.get('sms')} SMs", "",
         "Every time is a median of CUDA-event-timed runs after warm-up; the baselines ran in the same "
         "process on the same GPU. Ratios > 1 mean kdtree is faster.", "",
-        "## Goals (issue 13)", "", "| goal | measured | met |", "|---|---|---|",
+        "## Goals", "", "| goal | measured | met |", "|---|---|---|",
     ]
     for g in res.goals():
         v = g["value"]

@@ -1,4 +1,4 @@
-"""The cases of `kdtree bench kernels`: the sweeps of issue 13 and their quick variants.
+"""The cases of `kdtree bench kernels`: the sweeps and their quick variants.
 
 Each case is a frozen dataclass; `native_line()` is the line bench_kernels reads
 (csrc/bench/bench_kernels.cu) and `key()` joins its native record with its baselines.

@@ -19,8 +19,11 @@ def engine_check(
     budget: Annotated[int, typer.Option(help="DDTree node budget.", min=0)] = 32,
     dtype: Annotated[str, typer.Option(help="float32 (exact: DDTree must equal AR) or bfloat16.")] = "float32",
 ) -> None:
-    """Run the native engine on the demo pair: DDTree and AR on a few prompts, every DDTree
-    output equal to its AR output. Exit status 1 otherwise (or without a built engine or GPU)."""
+    """Check the native engine on this GPU: DDTree == AR on the demo pair.
+
+    Loads the demo pair, prefills, then decodes a few prompts with DDTree and with AR; every
+    DDTree output must equal its AR output. Exit status 1 otherwise, or without a built
+    engine or a GPU. `kdtree deploy` runs it after the tests."""
     from python_engine.native.smoke import smoke
 
     t0 = time.time()

@@ -16,6 +16,11 @@ The native engine, when csrc/engine/ exists, is also linked as two shared librar
                                 the CUDA runtime and cuBLAS: the engine on a CPU, for tests
   csrc/kernels/emu/emu_*.cpp    -> bin/emu/emu_*: kernel tests and tools on the emulator (the
                                 kernels from their headers, common/ and the stand-in runtime)
+  csrc/kernels/emu/*_capi.cpp   -> lib/emu/lib*_emu.so: C entry points into emulated kernels,
+                                for Python tests through ctypes
+  EMU_TWINS (tests/, bench/)    -> bin/emu/<name>: native programs also built on the emulator,
+                                so the program run on the GPU is itself checked in CI
+  (both link lib/emu/libkd_emu.a: the engine's emulated objects, taken as needed)
 Headers (.h, .cuh) are not listed: nvcc/g++ depfiles tell ninja who includes what.
 """
 
@@ -38,6 +43,11 @@ ENGINE_EMU_LIB = "lib/libkdtree_engine_emu.so"
 EMU_RUNTIME_DIR = Path("kernels") / "emu" / "runtime"
 EMU_PROGRAM_DIR = Path("kernels") / "emu"  # emu_*.cpp: kernel tests and tools on the emulator -> bin/emu/
 EMU_PROGRAM_PREFIX = "emu_"
+EMU_CAPI_SUFFIX = "_capi"  # csrc/kernels/emu/<name>_capi.cpp -> lib/emu/lib<name>_emu.so
+# Native programs whose emulated build CI runs: their kernels have no emu_* twin of their own
+# (the tree and attention kernels do), and they use only what the stand-in runtime provides.
+EMU_TWINS = (Path("tests") / "test_moe_w4a16.cu", Path("bench") / "bench_moe.cu")
+EMU_ARCHIVE = "lib/emu/libkd_emu.a"
 ENGINE_EXPORTS = Path("engine") / "exports.map"
 
 
@@ -71,6 +81,8 @@ class SourceLayout:
     unknown_dirs: tuple[str, ...]  # csrc/<dir> holding sources that no rule covers
     emu_runtime: tuple[Path, ...] = ()  # relative to the csrc root
     emu_programs: tuple[Path, ...] = ()  # csrc/kernels/emu/emu_*.cpp, relative to the csrc root
+    emu_capi: tuple[Path, ...] = ()  # csrc/kernels/emu/*_capi.cpp
+    emu_twins: tuple[Path, ...] = ()  # the EMU_TWINS present
 
     @property
     def has_engine(self) -> bool:
@@ -80,7 +92,7 @@ class SourceLayout:
         out = [s for lib in self.libraries for s in lib.sources]
         out += [s for lib in self.support.values() for s in lib.sources]
         out += [p.source for p in self.programs]
-        out += list(self.emu_runtime) + list(self.emu_programs)
+        out += list(self.emu_runtime) + list(self.emu_programs) + list(self.emu_capi)
         return out
 
 
@@ -115,7 +127,11 @@ def discover(csrc: Path) -> SourceLayout:
     emu_runtime = tuple(p.relative_to(csrc) for p in _sources_in(csrc / EMU_RUNTIME_DIR, recursive=False, suffixes=(".cpp",)))
     emu_programs = tuple(p.relative_to(csrc) for p in _sources_in(csrc / EMU_PROGRAM_DIR, recursive=False, suffixes=(".cpp",))
                          if p.stem.startswith(EMU_PROGRAM_PREFIX))
-    return SourceLayout(csrc, tuple(libraries), support, tuple(programs), tuple(unknown), emu_runtime, emu_programs)
+    emu_capi = tuple(p.relative_to(csrc) for p in _sources_in(csrc / EMU_PROGRAM_DIR, recursive=False, suffixes=(".cpp",))
+                     if p.stem.endswith(EMU_CAPI_SUFFIX))
+    emu_twins = tuple(t for t in EMU_TWINS if (csrc / t).is_file())
+    return SourceLayout(csrc, tuple(libraries), support, tuple(programs), tuple(unknown), emu_runtime, emu_programs,
+                        emu_capi, emu_twins)
 
 
 def _check_unique_program_names(programs: list[Program]) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from python_engine.errors import KdtreeError
 
 from .arch import CudaArch
-from .layout import ENGINE_EMU_LIB, ENGINE_EXPORTS, ENGINE_LIB, Library, SourceLayout
+from .layout import EMU_ARCHIVE, ENGINE_EMU_LIB, ENGINE_EXPORTS, ENGINE_LIB, Library, SourceLayout
 from .profiles import BuildProfile
 from .toolchain import Toolchain
 
@@ -132,13 +132,14 @@ def generate(cfg: BuildConfig) -> str:
            description="NVCC $src", depfile="$out.d", deps="gcc")
     w.rule("cxx", "$cxx -MMD -MF $out.d $cxx_flags $includes $defines -c $in -o $out",
            description="CXX $src", depfile="$out.d", deps="gcc")
-    w.rule("emucxx", "$cxx -MMD -MF $out.d $emu_flags $includes -c $in -o $out",
+    w.rule("emucxx", "$cxx -MMD -MF $out.d $emu_flags $includes $defines -c $in -o $out",
            description="EMU $src", depfile="$out.d", deps="gcc")
     w.rule("emuruntime", "$cxx -MMD -MF $out.d $emu_runtime_flags $includes -c $in -o $out",
            description="EMU $src", depfile="$out.d", deps="gcc")
     w.rule("ar", "rm -f $out && ar crs $out $in", description="AR $out")
     w.rule("shlib", "$cxx -shared -o $out $in $libs -Wl,--version-script=$exports", description="LINK $out")
     w.rule("link", "$cxx -o $out $in $libs $ldflags", description="LINK $out")
+    w.rule("plainshlib", "$cxx -shared -o $out $in $libs", description="LINK $out")
     w.newline()
 
     def compile_source(rel: Path, program: bool = False) -> str:
@@ -210,6 +211,22 @@ def _engine_libraries(w, cfg: BuildConfig, layout: SourceLayout, path, static_li
         exe = f"bin/emu/{rel.stem}"
         w.build(exe, "link", [obj] + support, variables={"libs": "", "ldflags": "-lpthread"})
         emu_bins.append(exe)
+    # native programs and C entry points on the emulator: linked against an archive of every
+    # emulated object, so each takes only the kernels it calls
+    w.build(EMU_ARCHIVE, "ar", emu_objs)
+    for rel in layout.emu_twins:
+        obj = f"obj-emu/{rel.as_posix()}.o"
+        w.build(obj, "emucxx", path(layout.csrc / rel),
+                variables={"src": f"csrc/{rel.as_posix()}", "defines": "$program_defines"})
+        exe = f"bin/emu/{rel.stem}"
+        w.build(exe, "link", [obj, EMU_ARCHIVE], variables={"libs": "", "ldflags": "-lpthread"})
+        emu_bins.append(exe)
+    for rel in layout.emu_capi:
+        obj = f"obj-emu/{rel.as_posix()}.o"
+        w.build(obj, "emucxx", path(layout.csrc / rel), variables={"src": f"csrc/{rel.as_posix()}"})
+        so = f"lib/emu/lib{rel.stem.removesuffix('_capi')}_emu.so"
+        w.build(so, "plainshlib", [obj, EMU_ARCHIVE], variables={"libs": "-lpthread"})
+        emu_bins.append(so)
     w.build("emu_tests", "phony", emu_bins)
     w.newline()
     return [ENGINE_LIB, ENGINE_EMU_LIB] + emu_bins

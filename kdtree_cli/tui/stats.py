@@ -35,6 +35,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from python_engine.decode.result import tau_of
 from python_engine.events import GPUS_MAX, STAGES, EventClock, ParsedLine, iter_events
 
 # Fields of run_start shown as run facts, in display order.
@@ -372,7 +373,7 @@ class RunStats:
     # ----------------------------------------------------------------------------- views
     @property
     def tau(self) -> float:
-        return self.accept_sum / self.rounds if self.rounds else math.nan
+        return tau_of(self.accept_sum, self.rounds, empty=math.nan)
 
     @property
     def tau_rolling(self) -> float:

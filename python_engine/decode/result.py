@@ -10,7 +10,13 @@ def tau(accept_lens: Iterable[int]) -> float:
     """Mean accepted tokens per target forward: the mean acceptance length over rounds
     (each counts the root, so AR's tau is 1.0; docs/events.md). 0.0 with no rounds."""
     values = list(accept_lens)
-    return float(sum(values) / len(values)) if values else 0.0
+    return tau_of(sum(values), len(values))
+
+
+def tau_of(accepted: float, rounds: int, empty: float = 0.0) -> float:
+    """tau from running sums: accepted path lengths (root included) over rounds; `empty`
+    with no rounds (the monitor shows NaN as "-")."""
+    return float(accepted / rounds) if rounds else empty
 
 
 @dataclass

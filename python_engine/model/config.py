@@ -133,6 +133,33 @@ def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     return 0.1 * mscale * math.log(scale) + 1.0
 
 
+def yarn_attention_factor(rope: "RopeConfig") -> float:
+    """YaRN's cos/sin scale, as transformers derives it when the config does not give it."""
+    if rope.attention_factor is not None:
+        return float(rope.attention_factor)
+    if rope.mscale and rope.mscale_all_dim:
+        return float(yarn_mscale(rope.factor, rope.mscale) / yarn_mscale(rope.factor, rope.mscale_all_dim))
+    return yarn_mscale(rope.factor)
+
+
+def yarn_ramp_bounds(rope: "RopeConfig", dim: int) -> tuple[float, float]:
+    """(low, high): the frequency indices between which YaRN blends interpolated and
+    extrapolated frequencies (transformers' find_correction_range). Shared by the torch
+    reference and the native engine's numpy description so the two cannot drift."""
+
+    def correction_dim(rotations: float) -> float:
+        return (dim * math.log(rope.original_max_position_embeddings / (rotations * 2 * math.pi))) / (
+            2 * math.log(rope.theta))
+
+    low, high = correction_dim(rope.beta_fast), correction_dim(rope.beta_slow)
+    if rope.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # as transformers: avoid a zero-width ramp
+    return low, high
+
+
 def read_json(path: Path, what: str) -> dict:
     """Read a JSON object, turning every failure into a KdtreeError naming the file."""
     try:

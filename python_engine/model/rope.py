@@ -9,11 +9,9 @@ interleaved-RoPE one. The latent cache stores k_pe in that output layout.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from python_engine.model.config import RopeConfig, yarn_mscale
+from python_engine.model.config import RopeConfig, yarn_attention_factor, yarn_ramp_bounds
 
 
 def inverse_frequencies(rope: RopeConfig, dim: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, float]:
@@ -25,24 +23,8 @@ def inverse_frequencies(rope: RopeConfig, dim: int, dtype: torch.dtype = torch.f
         return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=dtype) / dim)), 1.0
 
     factor = rope.factor
-    attention_factor = rope.attention_factor
-    if attention_factor is None:
-        if rope.mscale and rope.mscale_all_dim:
-            attention_factor = float(yarn_mscale(factor, rope.mscale) / yarn_mscale(factor, rope.mscale_all_dim))
-        else:
-            attention_factor = yarn_mscale(factor)
-
-    def correction_dim(rotations: float) -> float:
-        return (dim * math.log(rope.original_max_position_embeddings / (rotations * 2 * math.pi))) / (
-            2 * math.log(base)
-        )
-
-    low, high = correction_dim(rope.beta_fast), correction_dim(rope.beta_slow)
-    if rope.truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001  # as transformers: avoid a zero-width ramp
+    attention_factor = yarn_attention_factor(rope)
+    low, high = yarn_ramp_bounds(rope, dim)
     ramp = torch.clamp((torch.arange(dim // 2, dtype=dtype) - low) / (high - low), 0, 1)
     extrapolation_weight = 1 - ramp
 

@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from python_engine.decode.result import tau_of
 from python_engine.errors import KdtreeError
 from python_engine.model.config import load_target_config
 from python_engine.model.drafter_config import check_against_target, load_drafter_config
@@ -86,7 +87,7 @@ class RequestInfo:
 
     @property
     def tau(self) -> float:
-        return self.accepted / self.rounds if self.rounds else 0.0
+        return tau_of(self.accepted, self.rounds)
 
 
 def _ptr(a: np.ndarray | None, ctype):

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from python_engine.decode.result import tau_of
 from python_engine.events import EventWriter
 from python_engine.native.engine import NativeEngine, StepReport
 from python_engine.native.gpu_stats import GpuSampler
@@ -41,7 +42,7 @@ class NativeResult:
 
     @property
     def tau(self) -> float:
-        return self.accepted / self.rounds if self.rounds else 0.0
+        return tau_of(self.accepted, self.rounds)
 
     @property
     def decode_tokens(self) -> int:
@@ -68,8 +69,7 @@ class NativeRunSummary:
 
     @property
     def tau(self) -> float:
-        rounds = sum(r.rounds for r in self.results)
-        return sum(r.accepted for r in self.results) / rounds if rounds else 0.0
+        return tau_of(sum(r.accepted for r in self.results), sum(r.rounds for r in self.results))
 
     @property
     def machinery_share(self) -> float:

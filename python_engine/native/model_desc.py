@@ -6,13 +6,12 @@ as python_engine/model/rope.py computes them in torch (no torch needed)."""
 from __future__ import annotations
 
 import ctypes
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from python_engine.errors import KdtreeError
-from python_engine.model.config import LATENT_NORM_EPS, RopeConfig, TargetConfig, yarn_mscale
+from python_engine.model.config import LATENT_NORM_EPS, RopeConfig, TargetConfig, yarn_attention_factor, yarn_ramp_bounds
 from python_engine.model.drafter_config import DrafterConfig
 from python_engine.native.library import MAX_TARGET_LAYER_IDS, DrafterConfigC, TargetConfigC
 
@@ -26,23 +25,8 @@ def inverse_frequencies(rope: RopeConfig, dim: int) -> tuple[np.ndarray, float]:
     if rope.rope_type == "default":
         return (F32(1.0) / np.power(base, exponents)).astype(F32), 1.0
     factor = rope.factor
-    attention_factor = rope.attention_factor
-    if attention_factor is None:
-        if rope.mscale and rope.mscale_all_dim:
-            attention_factor = float(yarn_mscale(factor, rope.mscale) / yarn_mscale(factor, rope.mscale_all_dim))
-        else:
-            attention_factor = yarn_mscale(factor)
-
-    def correction_dim(rotations: float) -> float:
-        return (dim * math.log(rope.original_max_position_embeddings / (rotations * 2 * math.pi))) / (
-            2 * math.log(rope.theta))
-
-    low, high = correction_dim(rope.beta_fast), correction_dim(rope.beta_slow)
-    if rope.truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001
+    attention_factor = yarn_attention_factor(rope)
+    low, high = yarn_ramp_bounds(rope, dim)
     ramp = np.clip((np.arange(dim // 2, dtype=F32) - F32(low)) / F32(high - low), 0, 1).astype(F32)
     extrapolation_weight = F32(1) - ramp
     pos_freqs = np.power(base, exponents).astype(F32)

@@ -105,7 +105,7 @@ def summary_markdown(r: dict) -> str:
         f"# Agree pair: a random Kimi-style target and a drafter that agrees with it ({r['prompts']} fresh prompts "
         f"x {r['new_tokens']} tokens, torch reference engine, {r['device']}, {r['dtype']})",
         "",
-        "The pair the native engine's DDTree == AR check runs on beside the demo pair (issue 12): a random target, "
+        "The pair the native engine's DDTree == AR check runs on beside the demo pair: a random target, "
         "so no text, and a real DFlash drafter that agrees with it, so DDTree accepts long paths.",
         "",
         f"Command: `{r['command']}`  ",

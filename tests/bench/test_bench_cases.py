@@ -11,8 +11,9 @@ import pytest
 
 from kdtree_cli.bench.suites import SUITES, AttnCase, TreeCase, parse_suites, sweep
 from python_engine.errors import KdtreeError
+from python_engine.project import PROJECT_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = PROJECT_ROOT
 
 CHECKER = r"""
 #include <cstdio>

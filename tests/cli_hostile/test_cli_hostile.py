@@ -22,8 +22,9 @@ from python_engine.demo.defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
 from python_engine.demo.engines import Generated
 from python_engine.demo.runner import DemoResult
 from python_engine.errors import KdtreeError
+from python_engine.project import PROJECT_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = PROJECT_ROOT
 PAIR = ["--model", str(DEFAULT_TARGET), "--drafter", str(DEFAULT_DRAFTER)]
 CHILD_MEMORY_LIMIT = 2 << 30  # a refused run loads the tiny pair and stops: far below this
 NAN, INF = float("nan"), float("inf")

@@ -16,8 +16,9 @@ from python_engine.decode.memory import check_round_fits, round_memory
 from python_engine.demo.defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
 from python_engine.errors import KdtreeError
 from python_engine.model.config import load_target_config
+from python_engine.project import PROJECT_ROOT
 
-ROOT = DEFAULT_TARGET.parents[2]
+ROOT = PROJECT_ROOT
 
 
 def test_the_stated_largest_budget_is_the_largest_that_fits():

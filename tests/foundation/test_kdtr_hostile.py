@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,8 +17,9 @@ import torch
 
 from python_engine import kdtr
 from python_engine.kdtr import HEADER_SIZE, KdtrError, Tensor, encode, read_kdtr, read_tensors
+from python_engine.project import PROJECT_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = PROJECT_ROOT
 HUGE = 2**62  # a dim no numpy array can have next to others, and legal when another is 0
 
 

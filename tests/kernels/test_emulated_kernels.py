@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from python_engine.refgen.tree_fuzz_cases import write_fuzz_bundle
+from python_engine.project import PROJECT_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = PROJECT_ROOT
 CSRC = ROOT / "csrc"
 PROGRAMS = ["emu_tree_build_test", "emu_tree_accept_test", "emu_verify_attn_test", "emu_tree_build_profile"]
 SUMMARY = "passed, "

@@ -13,8 +13,9 @@ from python_engine.kdtr import read_kdtr
 from python_engine.refgen import kernel_refs
 from python_engine.refgen.tree_fuzz_cases import write_fuzz_bundle
 from python_engine.verify_attn_ref import unpack_vis, verify_attn_ref
+from python_engine.project import PROJECT_ROOT
 
-REFS = Path(__file__).resolve().parents[2] / "refs"
+REFS = PROJECT_ROOT / "refs"
 
 
 @pytest.fixture(scope="module")

@@ -3,13 +3,15 @@ emulator, against the torch reference of the dequantized experts (python_engine/
 w = bf16(q * scale), the reference that tests/model/test_int4_* check against the
 compressed-tensors package).
 
-Three programs, compiled here from the kernel's own source with the emulator:
-  * a small shared library (csrc/kernels/emu/moe_w4a16_capi.cpp, C entry points called through
-    ctypes): checkpoint-layout weights packed by `pack_int4`, repacked by the C++ loader
+Three programs, built by `kdtree build emu_tests` from the kernel's own source with the
+emulator:
+  * lib/emu/libmoe_w4a16_emu.so (csrc/kernels/emu/moe_w4a16_capi.cpp, C entry points called
+    through ctypes): checkpoint-layout weights packed by `pack_int4`, repacked by the C++ loader
     function, multiplied by the kernel, compared with torch in float64;
-  * the native GPU test program csrc/tests/test_moe_w4a16.cu (its own C++ reference), run on
-    the emulator so that the program the lead runs on the H200 is itself checked in CI;
-  * csrc/bench/bench_moe.cu on a tiny layer, its records read by `kdtree bench moe`'s report.
+  * bin/emu/test_moe_w4a16, the native GPU test program csrc/tests/test_moe_w4a16.cu (its own
+    C++ reference), run on the emulator so that the program run on the H200 is checked in CI;
+  * bin/emu/bench_moe (csrc/bench/bench_moe.cu) on a tiny layer, its records read by
+    `kdtree bench moe`'s report.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import ctypes
 import json
 import os
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,11 +29,6 @@ import torch
 
 from python_engine.model.int4 import dequantize_int4, pack_int4
 
-ROOT = Path(__file__).resolve().parents[2]
-CSRC = ROOT / "csrc"
-KERNEL = CSRC / "kernels" / "moe_gemm_w4a16.cu"
-RUNTIME = CSRC / "kernels" / "emu" / "runtime" / "cuda_runtime.cpp"
-LAUNCH_SUPPORT = CSRC / "kernels" / "launch_support.cu"  # launch_status, shared by every launcher
 GROUP = 32
 # Per-element tolerance against float64: bf16 output rounding (unit roundoff 2^-8) plus
 # float32 accumulation error, bounded by 2^-14 of sum |x w|; SwiGLU rounds four times
@@ -48,15 +44,14 @@ MAX_REL_SWIGLU = 1e-2
 POISON = 0x7FC1  # a bf16 NaN: an output still holding it was never written
 ROW_TILES = {"auto": 0, "8": 8, "16": 16, "32": 32}
 
-pytestmark = pytest.mark.slow  # ~30 s to compile three programs and run them on 2 cores
+pytestmark = pytest.mark.slow  # the build (shared with the other emulator tests), then ~30 s of runs
 
 
 def _toolchain():
     try:
-        from kdtree_cli.native_build.toolchain import find_cublas, find_cuda, find_cxx
+        from kdtree_cli.native_build.toolchain import find_cuda, find_cxx
 
-        cuda = find_cuda()
-        return cuda, find_cublas(cuda), find_cxx()
+        return find_cuda(), find_cxx()
     except Exception as exc:  # no CUDA headers or no g++: nothing to build against
         pytest.skip(f"no CUDA toolkit / host compiler: {exc}")
 
@@ -69,27 +64,16 @@ class Built:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Built:
-    from kdtree_cli.native_build.ninja_file import EMU_FLAGS
+def built() -> Built:
+    _toolchain()
+    from rich.console import Console
 
-    cuda, cublas, cxx = _toolchain()
-    out = tmp_path_factory.mktemp("w4a16_emu")
-    includes = [f"-I{CSRC}", f"-I{CSRC / 'tests'}"] + [f"-I{d}" for d in (*cuda.include_dirs, cublas.include_dir)]
+    from kdtree_cli.native_build.driver import BuildRequest, build
 
-    def compile_one(args: tuple[list[str], Path]) -> Path:
-        extra, target = args
-        cmd = [cxx, *EMU_FLAGS, *includes, *extra, str(KERNEL), str(LAUNCH_SUPPORT), str(RUNTIME), "-lpthread", "-o",
-               str(target)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr[-4000:]}"
-        return target
-
-    jobs = [(["-shared", str(CSRC / "kernels" / "emu" / "moe_w4a16_capi.cpp")], out / "libmoe_w4a16_emu.so"),
-            ([str(CSRC / "tests" / "test_moe_w4a16.cu")], out / "test_moe_w4a16_emu"),
-            ([str(CSRC / "bench" / "bench_moe.cu"), str(CSRC / "kernels" / "moe_gemm.cu"),
-              str(CSRC / "common" / "kdtr.cpp")], out / "bench_moe_emu")]
-    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
-        return Built(*pool.map(compile_one, jobs))
+    outcome = build(BuildRequest(targets=("emu_tests",)), console=Console(stderr=True, quiet=True))
+    d = outcome.configured.build_dir
+    return Built(d / "lib" / "emu" / "libmoe_w4a16_emu.so", d / "bin" / "emu" / "test_moe_w4a16",
+                 d / "bin" / "emu" / "bench_moe")
 
 
 class W4Lib:

@@ -1,4 +1,4 @@
-"""The native engine's decoding (issue 12), float32: DDTree greedy == native AR greedy ==
+"""The native engine's decoding, float32: DDTree greedy == native AR greedy ==
 torch AR greedy token for token; requests decoded together give what each gives alone;
 slots are refilled as requests finish (continuous batching) and a cancelled request leaves
 the others untouched; bad requests are refused with a message and the engine keeps working;

