@@ -6,6 +6,7 @@ tests/remote/test_tui_host_run.py runs the same source against the real sshd."""
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import types
@@ -230,3 +231,16 @@ def test_without_remote_says_what_to_install(monkeypatch):
             assert "pip install" in app.source_detail and "ct200" in app.source_detail
 
     run(scenario())
+
+
+def test_the_end_of_a_host_run_is_read_by_the_one_event_parser():
+    """A run on a host ends at a valid run_end; a line that only looks like one (missing
+    fields, a string where a number goes, not JSON) does not end it."""
+    from kdtree_cli.tui.sources.ssh_host import _is_run_end
+
+    end = {"event": "run_end", "t": 1.0, "tokens": 5, "decode_s": 1.0, "tokens_per_s": 5.0, "tau": 2.0, "rounds": 3}
+    assert _is_run_end(json.dumps(end))
+    assert not _is_run_end(json.dumps({"event": "run_end"}))
+    assert not _is_run_end(json.dumps({**end, "rounds": "3"}))
+    assert not _is_run_end('{"event": "run_end", ')
+    assert not _is_run_end(json.dumps({**end, "event": "round"}))

@@ -18,12 +18,12 @@ cannot be reached then, the run goes on and its metrics stay in the run's folder
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
 from typing import Iterable, Protocol, Sequence
 
+from python_engine import events
 from python_engine.errors import KdtreeError
 
 from kdtree_cli.tui.messages import SourceState
@@ -67,9 +67,10 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _is_run_end(line: str) -> bool:
+    """A valid run_end event, by the one parser the monitor uses (a malformed line is not one)."""
     try:
-        return json.loads(line).get("event") == "run_end"
-    except (ValueError, AttributeError):
+        return events.parse(line)[0]["event"] == "run_end"
+    except events.EventError:
         return False
 
 
