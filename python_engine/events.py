@@ -165,7 +165,10 @@ def times_us(v: Any) -> dict[str, float]:
     missing = [s for s in STAGES if s not in v]
     if missing:
         raise _Bad(f"lacks {', '.join(missing)}")
-    return {s: _field(v, s, stage_time) for s in STAGES}
+    out = {s: _field(v, s, stage_time) for s in STAGES}
+    if "collective" in v:  # a split model's collectives (inside draft and verify), optional
+        out["collective"] = _field(v, "collective", stage_time)
+    return out
 
 
 node_token = integer(0)
@@ -262,7 +265,7 @@ REQUIRED: dict[str, dict[str, Check]] = {
     "warning": {"message": message},
 }
 OPTIONAL: dict[str, dict[str, Check]] = {
-    "run_start": {"requests": count, "mode": name},
+    "run_start": {"requests": count, "mode": name, "world_size": integer(1)},
     "round": {"tree": tree},
     "run_end": {"ttft_s": seconds},
 }

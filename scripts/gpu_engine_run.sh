@@ -5,6 +5,7 @@
 # under $OUT; a short table comes last. Usage (repository root, on the GPU machine):
 #   OUT=/tmp/o scripts/gpu_engine_run.sh [steps...]     steps default to all, in order:
 #   build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe
+# and, named only: split (the simulated split on one GPU), gpus (1 vs KDTREE_GPUS=2 GPUs over NCCL)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -54,11 +55,13 @@ for s in "${STEPS[@]}"; do
            r = run_load_bench(Path('/tmp/kimi-slice')); open('$OUT/load.json','w').write(json.dumps(r, indent=2)); \
            print('native', round(r['native_gb_per_s'],2), 'GB/s; torch', round(r['torch_gb_per_s'],2), 'GB/s; mem ratio', round(r['memory']['ratio'],3), 'left', r['memory']['left_behind'])" ;;
     native) step native 300 "$PY" -m kdtree_cli test --native ;;
+    split) step split 300 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_split.py ;;
+    gpus) step gpus 560 "$PY" -m kdtree_cli bench gpus --gpus "${KDTREE_GPUS:-2}" --out "$OUT/gpus" ;;
     *) echo "unknown step $s" ;;
   esac
 done
 # everything in one archive; beside it only the few files read first (the device tool returns 8)
 cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz ./* 2>/dev/null
 find . -type f ! -name logs.tgz ! -name env.txt ! -name native-results.jsonl ! -name native-run.jsonl \
-  ! -name load.json ! -name engine.json ! -name moe.json -delete
+  ! -name load.json ! -name engine.json ! -name moe.json ! -name gpus.json ! -name gpus.md -delete
 printf '%s\n' "${rows[@]}"

@@ -41,4 +41,14 @@ if .venv/bin/python -c "$needs_cublas_wheel" 2>/dev/null; then
   step "the CUDA toolkit has no cuBLAS: installing the nvidia-cublas wheel"
   "${PIP[@]}" install -q -e '.[native]'
 fi
+# Several GPUs: NCCL's header for `kdtree build` (the engine opens the library at run time)
+has_nccl='
+from kdtree_cli.native_build.toolchain import find_cuda, find_nccl
+import sys
+sys.exit(0 if find_nccl(find_cuda()) else 1)'
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ "${gpus:-0}" -gt 1 ] && ! .venv/bin/python -c "$has_nccl" 2>/dev/null; then
+  step "$gpus GPUs and no NCCL: installing the nvidia-nccl wheel"
+  "${PIP[@]}" install -q -e '.[gpus]'
+fi
 step "ready: .venv/bin/kdtree --help"

@@ -31,14 +31,20 @@ kd_status record(kd_engine* e, kd_status status, const std::string& message) {
   return status;
 }
 
-// Runs `body` on a usable engine, mapping exceptions to statuses.
-template <class F>
+// Runs `body` on a usable engine, mapping exceptions to statuses. with_turn: the call runs
+// device work, so a part of a simulated group waits for its turn (collective.h).
+template <bool with_turn = false, class F>
 kd_status guarded(kd_engine* e, F&& body) {
   if (!e || !e->impl) return KD_INVALID_ARGUMENT;
   if (e->broken)
     return record(e, KD_BAD_STATE, "the engine stopped after a CUDA error (" + e->last_error + "); free it and create a new one");
   try {
-    body(*e->impl);
+    if constexpr (with_turn) {
+      kdtree::engine::CollectiveTurn turn(e->impl->collective());
+      body(*e->impl);
+    } else {
+      body(*e->impl);
+    }
     e->last_error.clear();
     return KD_OK;
   } catch (const EngineError& err) {
@@ -130,31 +136,31 @@ kd_status kd_engine_options_get(kd_engine* e, kd_engine_options* options) {
   });
 }
 
-kd_status kd_slot_reset(kd_engine* e, int32_t slot) { return guarded(e, [&](auto& x) { x.slot_reset(slot); }); }
+kd_status kd_slot_reset(kd_engine* e, int32_t slot) { return guarded<true>(e, [&](auto& x) { x.slot_reset(slot); }); }
 
 kd_status kd_slot_lengths(kd_engine* e, int32_t slot, int32_t* target_len, int32_t* drafter_len) {
   return guarded(e, [&](auto& x) { x.slot_lengths(slot, target_len, drafter_len); });
 }
 
 kd_status kd_prefill(kd_engine* e, int32_t slot, const int32_t* tokens, int32_t n, float* last_logits, float* hidden) {
-  return guarded(e, [&](auto& x) { x.prefill(slot, tokens, n, last_logits, hidden); });
+  return guarded<true>(e, [&](auto& x) { x.prefill(slot, tokens, n, last_logits, hidden); });
 }
 
 kd_status kd_forward(kd_engine* e, int32_t first_slot, int32_t batch, int32_t tokens_per_slot, const int32_t* tokens,
                      const int32_t* positions, const uint32_t* vis, int32_t vis_words, int32_t commit, float* logits,
                      float* hidden) {
-  return guarded(e, [&](auto& x) {
+  return guarded<true>(e, [&](auto& x) {
     x.forward(first_slot, batch, tokens_per_slot, tokens, positions, vis, vis_words, commit != 0, logits, hidden);
   });
 }
 
 kd_status kd_slot_keep(kd_engine* e, int32_t slot, const int32_t* accepted, int32_t count) {
-  return guarded(e, [&](auto& x) { x.keep(slot, accepted, count); });
+  return guarded<true>(e, [&](auto& x) { x.keep(slot, accepted, count); });
 }
 
 kd_status kd_draft(kd_engine* e, int32_t first_slot, int32_t batch, const float* ctx_features, const int32_t* ctx_count,
                    int32_t max_ctx, const int32_t* bonus, int32_t block_size, float* logits) {
-  return guarded(e, [&](auto& x) {
+  return guarded<true>(e, [&](auto& x) {
     if (!logits) kdtree::engine::fail(KD_INVALID_ARGUMENT, "draft: logits is null");
     x.draft(first_slot, batch, ctx_features, ctx_count, max_ctx, bonus, block_size, logits);
   });
@@ -167,10 +173,10 @@ kd_status kd_submit(kd_engine* e, const kd_request* request, int64_t* id) {
   });
 }
 
-kd_status kd_cancel(kd_engine* e, int64_t id) { return guarded(e, [&](auto& x) { x.cancel(id); }); }
+kd_status kd_cancel(kd_engine* e, int64_t id) { return guarded<true>(e, [&](auto& x) { x.cancel(id); }); }
 
 kd_status kd_step(kd_engine* e, int32_t want_tree, kd_step_report* report) {
-  return guarded(e, [&](auto& x) {
+  return guarded<true>(e, [&](auto& x) {
     if (!report) kdtree::engine::fail(KD_INVALID_ARGUMENT, "step: report is null");
     x.step(want_tree != 0, report);
   });

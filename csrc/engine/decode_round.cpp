@@ -13,9 +13,9 @@
 namespace kdtree::engine {
 
 DecodeRound::DecodeRound(const EngineLimits& limits, int vocab, TargetModel* target, DrafterModel* drafter,
-                         TargetCache* tcache, DrafterCache* dcache, SlotTable* slots)
+                         TargetCache* tcache, DrafterCache* dcache, SlotTable* slots, Collective* comm)
     : limits_(limits), vocab_(vocab), target_(target), drafter_(drafter), tcache_(tcache), dcache_(dcache),
-      slots_(slots) {
+      slots_(slots), comm_(comm) {
   vis_words_ = (limits.tree_rows() + 31) / 32;
 }
 
@@ -260,13 +260,15 @@ RoundTimes DecodeRound::run(const RoundShape& shape, cudaStream_t stream) {
     fail(KD_INTERNAL, "round shape outside the engine's limits");
   RoundTimes times;
   Graph& g = graphs_[shape.key()];
-  if (limits_.graphs && !g.failed && !g.exec && g.runs >= 1) {
+  comm_->timer().reset();  // the round's collectives take the timer's events in order
+  if (limits_.graphs && comm_->capturable() && !g.failed && !g.exec && g.runs >= 1) {
     // capture this shape once; on any trouble, stay eager for it
     cudaGraph_t graph = nullptr;
     bool captured = false;
     if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
       try {
         body(shape, stream, /*capturing=*/true);
+        g.collectives = comm_->timer().count();
         captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph;
       } catch (const std::exception&) {
         cudaGraph_t dropped = nullptr;
@@ -282,11 +284,15 @@ RoundTimes DecodeRound::run(const RoundShape& shape, cudaStream_t stream) {
   if (g.exec) {
     KD_CUDA_CHECK(cudaGraphLaunch(g.exec, stream));
     times.graph = true;
+    times.collectives = g.collectives;
   } else {
+    comm_->timer().reset();
     body(shape, stream, /*capturing=*/false);
+    times.collectives = comm_->timer().count();
     ++g.runs;
   }
-  KD_CUDA_CHECK(cudaStreamSynchronize(stream));
+  comm_->wait(stream);
+  times.collective_us = comm_->timer().elapsed_us(times.collectives);
   for (int i = 0; i < 4; ++i) {
     float ms = 0.0f;
     if (cudaEventElapsedTime(&ms, events_[i], events_[i + 1]) == cudaSuccess) times.stage_us[i] = ms * 1000.0f;

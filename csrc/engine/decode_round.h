@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "engine/caches.h"
+#include "engine/collective.h"
 #include "engine/device_memory.h"
 #include "engine/drafter_model.h"
 #include "engine/target_model.h"
@@ -36,12 +37,14 @@ struct RoundShape {
 struct RoundTimes {
   float stage_us[4] = {0, 0, 0, 0};  // draft, tree_build, verify, commit (CUDA events)
   bool graph = false;
+  int collectives = 0;       // a split model's collectives in the round
+  float collective_us = 0;   // their time (inside draft and verify)
 };
 
 class DecodeRound {
  public:
   DecodeRound(const EngineLimits& limits, int vocab, TargetModel* target, DrafterModel* drafter, TargetCache* tcache,
-              DrafterCache* dcache, SlotTable* slots);
+              DrafterCache* dcache, SlotTable* slots, Collective* comm);
   ~DecodeRound();
   void declare(Workspace* ws);
   void init(cudaStream_t stream);  // events and the pinned report, after allocation
@@ -71,6 +74,7 @@ class DecodeRound {
   TargetCache* tcache_;
   DrafterCache* dcache_;
   SlotTable* slots_;
+  Collective* comm_;
 
   // workspace
   float* logp_ = nullptr;
@@ -90,6 +94,7 @@ class DecodeRound {
     int runs = 0;  // eager runs so far; the second sighting is captured
     cudaGraphExec_t exec = nullptr;
     bool failed = false;  // capture did not work: stay eager
+    int collectives = 0;  // collectives the captured round times
   };
   std::map<decltype(RoundShape{}.key()), Graph> graphs_;
 };

@@ -20,9 +20,9 @@ MatrixOut out(void* p, int64_t ld, ModelDType t) { return MatrixOut{p, ld, t}; }
 }  // namespace
 
 DrafterModel::DrafterModel(const DrafterDims& dims, const TargetDims& target, const EngineLimits& limits,
-                           const DeviceWeights& w, const void* embedding, const void* lm_head, Gemm* gemm)
+                           const DeviceWeights& w, const void* embedding, VocabHead* head, Gemm* gemm)
     : dims_(dims), vocab_(target.vocab), limits_(limits), gemm_(gemm), dt_(limits.dtype), embed_(embedding),
-      lm_head_(lm_head) {
+      head_(head) {
   fc_ = w.get("drafter.fc.weight");
   hidden_norm_ = w.get("drafter.hidden_norm.weight");
   norm_ = w.get("drafter.norm.weight");
@@ -44,6 +44,8 @@ DrafterModel::DrafterModel(const DrafterDims& dims, const TargetDims& target, co
   }
   inv_freq_host_ = dims.rope_inv_freq;
 }
+
+int DrafterModel::max_draft_rows() const { return std::max(limits_.slots * (limits_.max_block - 1), 1); }
 
 int DrafterModel::max_context_rows() const {
   return std::max(limits_.slots * limits_.max_path(), limits_.prefill_chunk);
@@ -276,8 +278,7 @@ void DrafterModel::draft(int first_slot, int batch, int block, const SlotTable& 
   fn.weight = norm_;
   fn.eps = dims_.eps;
   check_kernel(rms_norm(fn, stream));
-  gemm_->linear(drafts, vocab_, dims_.hidden, mat(hs_, H, dt_), mat(lm_head_, H, dt_),
-                out(logits_, vocab_, ModelDType::kF32));
+  head_->project(drafts, hs_, H, logits_, stream);
   LogitsTransformParams lt;
   lt.rows = drafts;
   lt.cols = vocab_;

@@ -10,6 +10,7 @@
 #include "engine/caches.h"
 #include "engine/gemm.h"
 #include "engine/model_config.h"
+#include "engine/vocab_head.h"
 #include "engine/weights.h"
 #include "engine/workspace.h"
 
@@ -18,7 +19,8 @@ namespace kdtree::engine {
 class DrafterModel {
  public:
   DrafterModel(const DrafterDims& dims, const TargetDims& target, const EngineLimits& limits,
-               const DeviceWeights& weights, const void* embedding, const void* lm_head, Gemm* gemm);
+               const DeviceWeights& weights, const void* embedding, VocabHead* head, Gemm* gemm);
+  int max_draft_rows() const;  // rows one draft call sends through lm_head
   void declare(Workspace* ws);
   void upload_constants(cudaStream_t stream);
 
@@ -51,7 +53,8 @@ class DrafterModel {
   EngineLimits limits_;
   Gemm* gemm_;
   ModelDType dt_;
-  const void *fc_, *hidden_norm_, *norm_, *embed_, *lm_head_;
+  const void *fc_, *hidden_norm_, *norm_, *embed_;
+  VocabHead* head_;
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_host_;
   float* inv_freq_ = nullptr;

@@ -26,6 +26,9 @@ Engine::Engine(const kd_target_config& target, const kd_drafter_config* drafter,
     fail(KD_INVALID_ARGUMENT, "device " + std::to_string(limits_.device) + " does not exist (" +
                                   std::to_string(devices) + " visible)");
   KD_CUDA_CHECK(cudaSetDevice(limits_.device));
+  comm_ = make_collective(options, limits_.device);  // NCCL: every rank joins here
+  comm_kind_ = comm_->split() ? options.comm : KD_COMM_NONE;
+  split_target(&tdims_, comm_->rank(), comm_->world());
   const auto [free_before, total] = device_memory_info();
   memory_.device_total = total;
   memory_.device_free_before = free_before;
@@ -45,17 +48,20 @@ Engine::Engine(const kd_target_config& target, const kd_drafter_config* drafter,
 
   gemm_.init(stream_);
   const std::vector<int> feature_layers = ddims_ ? ddims_->target_layers : std::vector<int>{};
-  target_ = std::make_unique<TargetModel>(tdims_, limits_, feature_layers, weights_, &gemm_);
+  target_ = std::make_unique<TargetModel>(tdims_, limits_, feature_layers, weights_, &gemm_, comm_.get());
+  head_ = std::make_unique<VocabHead>(tdims_, target_->lm_head(), limits_.dtype, &gemm_, comm_.get());
+  target_->set_vocab_head(head_.get());
   if (ddims_)
-    drafter_ = std::make_unique<DrafterModel>(*ddims_, tdims_, limits_, weights_, target_->embedding(),
-                                              target_->lm_head(), &gemm_);
+    drafter_ = std::make_unique<DrafterModel>(*ddims_, tdims_, limits_, weights_, target_->embedding(), head_.get(),
+                                              &gemm_);
   tcache_ = std::make_unique<TargetCache>(tdims_, limits_, stream_);
   if (ddims_) dcache_ = std::make_unique<DrafterCache>(*ddims_, limits_, stream_);
   slots_ = std::make_unique<SlotTable>(limits_, stream_);
   round_ = std::make_unique<DecodeRound>(limits_, tdims_.vocab, target_.get(), drafter_.get(), tcache_.get(),
-                                         dcache_.get(), slots_.get());
+                                         dcache_.get(), slots_.get(), comm_.get());
 
   target_->declare(&ws_);
+  head_->declare(&ws_, std::max(limits_.forward_rows(), drafter_ ? drafter_->max_draft_rows() : 0));
   if (drafter_) drafter_->declare(&ws_);
   round_->declare(&ws_);
   const int rows = std::max(limits_.forward_rows(), drafter_ ? drafter_->max_context_rows() : 0);
@@ -69,7 +75,7 @@ Engine::Engine(const kd_target_config& target, const kd_drafter_config* drafter,
   target_->upload_constants(stream_);
   if (drafter_) drafter_->upload_constants(stream_);
   round_->init(stream_);
-  KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  comm_->wait(stream_);
 
   slot_owner_.assign(limits_.slots, -1);
   slot_len_.assign(limits_.slots, 0);
@@ -101,6 +107,9 @@ kd_engine_options Engine::options() const {
   o.prefill_chunk = limits_.prefill_chunk;
   o.use_graphs = limits_.graphs;
   o.load_threads = limits_.load_threads;
+  o.world_size = comm_->world();
+  o.rank = comm_->rank();
+  o.comm = comm_kind_;
   return o;
 }
 
@@ -125,7 +134,7 @@ int32_t Engine::read_field(const int32_t* field, int slot) const { return read_f
 std::vector<int32_t> Engine::read_fields(const int32_t* field, int first, int count) const {
   std::vector<int32_t> v(count);
   KD_CUDA_CHECK(cudaMemcpyAsync(v.data(), field + first, count * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-  KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  comm_->wait(stream_);
   return v;
 }
 
@@ -148,7 +157,7 @@ void Engine::slot_lengths(int slot, int32_t* target_len, int32_t* drafter_len) {
 void Engine::upload_inputs(const int32_t* tokens, const int32_t* positions, int rows) {
   KD_CUDA_CHECK(cudaMemcpyAsync(io_tokens_, tokens, rows * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
   KD_CUDA_CHECK(cudaMemcpyAsync(io_positions_, positions, rows * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-  KD_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller's arrays may go once we return
+  comm_->wait(stream_);  // the caller's arrays may go once we return
 }
 
 const uint32_t* Engine::causal_vis(int tokens) {
@@ -158,7 +167,7 @@ const uint32_t* Engine::causal_vis(int tokens) {
     for (int t = 0; t < tokens; ++t)
       for (int j = 0; j <= t; ++j) vis[static_cast<size_t>(t) * words + j / 32] |= 1u << (j % 32);
     KD_CUDA_CHECK(cudaMemcpyAsync(io_vis_, vis.data(), vis.size() * sizeof(uint32_t), cudaMemcpyHostToDevice, stream_));
-    KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    comm_->wait(stream_);
     causal_uploaded_ = tokens;
   }
   return io_vis_;
@@ -187,7 +196,7 @@ void Engine::copy_features_to_host(int rows, float* hidden) {
   check_kernel(copy_rows(c, stream_));
   KD_CUDA_CHECK(cudaMemcpyAsync(hidden, io_f32_.data(), static_cast<size_t>(rows) * c.cols * sizeof(float),
                                 cudaMemcpyDeviceToHost, stream_));
-  KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  comm_->wait(stream_);
 }
 
 void Engine::prefill_chunks(int slot, const int32_t* tokens, int n, bool feed_drafter, float* hidden) {
@@ -232,7 +241,7 @@ void Engine::prefill(int slot, const int32_t* tokens, int n, float* last_logits,
     KD_CUDA_CHECK(cudaMemcpyAsync(last_logits, target_->logits(), tdims_.vocab * sizeof(float), cudaMemcpyDeviceToHost,
                                   stream_));
   }
-  KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  comm_->wait(stream_);
 }
 
 void Engine::forward(int first, int batch, int T, const int32_t* tokens, const int32_t* positions,
@@ -276,7 +285,7 @@ void Engine::forward(int first, int batch, int T, const int32_t* tokens, const i
     for (int r = 0; r < rows; ++r)
       std::memcpy(&packed[static_cast<size_t>(r) * words], vis + static_cast<size_t>(r) * vis_words, words * 4);
     KD_CUDA_CHECK(cudaMemcpyAsync(io_vis_, packed.data(), packed.size() * 4, cudaMemcpyHostToDevice, stream_));
-    KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    comm_->wait(stream_);
     causal_uploaded_ = -1;
     b.vis = io_vis_;
   } else {
@@ -288,7 +297,7 @@ void Engine::forward(int first, int batch, int T, const int32_t* tokens, const i
     std::vector<uint32_t> all;
     for (int s = 0; s < batch; ++s) all.insert(all.end(), one.begin(), one.end());
     KD_CUDA_CHECK(cudaMemcpyAsync(io_vis_, all.data(), all.size() * 4, cudaMemcpyHostToDevice, stream_));
-    KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    comm_->wait(stream_);
     causal_uploaded_ = batch == 1 ? T : -1;
     b.vis = io_vis_;
   }
@@ -303,7 +312,7 @@ void Engine::forward(int first, int batch, int T, const int32_t* tokens, const i
     KD_CUDA_CHECK(cudaMemcpyAsync(logits, target_->logits(), static_cast<size_t>(rows) * tdims_.vocab * sizeof(float),
                                   cudaMemcpyDeviceToHost, stream_));
   if (hidden) copy_features_to_host(rows, hidden);
-  KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  comm_->wait(stream_);
 }
 
 void Engine::keep(int slot, const int32_t* accepted, int count) {
@@ -335,7 +344,7 @@ void Engine::keep(int slot, const int32_t* accepted, int count) {
   cc.accept_len = io_counts_;
   cc.max_path = count;
   check_kernel(cache_compact(cc, stream_));
-  KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  comm_->wait(stream_);
   write_field(slots_->device().cache_len, slot, len + count);
 }
 
@@ -385,7 +394,7 @@ void Engine::draft(int first, int batch, const float* ctx_features, const int32_
   KD_CUDA_CHECK(cudaMemcpyAsync(logits, drafter_->logits(),
                                 static_cast<size_t>(batch) * (block - 1) * tdims_.vocab * sizeof(float),
                                 cudaMemcpyDeviceToHost, stream_));
-  KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  comm_->wait(stream_);
 }
 
 }  // namespace kdtree::engine

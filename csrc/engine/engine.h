@@ -12,12 +12,14 @@
 #include <vector>
 
 #include "engine/caches.h"
+#include "engine/collective.h"
 #include "engine/decode_round.h"
 #include "engine/drafter_model.h"
 #include "engine/gemm.h"
 #include "engine/kdtree_engine.h"
 #include "engine/model_config.h"
 #include "engine/target_model.h"
+#include "engine/vocab_head.h"
 #include "engine/weights.h"
 #include "engine/workspace.h"
 
@@ -46,6 +48,7 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   kd_memory_report memory() const { return memory_; }
+  Collective* collective() const { return comm_.get(); }
   kd_engine_options options() const;
 
   // part 1
@@ -87,6 +90,8 @@ class Engine {
   void run_round(bool tree, bool want_tree, kd_step_report* report);
   int prefix_bound(int needed) const;
 
+  std::unique_ptr<Collective> comm_;  // first: destroyed after everything that runs collectives
+  int comm_kind_ = KD_COMM_NONE;
   TargetDims tdims_;
   std::optional<DrafterDims> ddims_;
   EngineLimits limits_;
@@ -94,6 +99,7 @@ class Engine {
   Gemm gemm_;
   DeviceWeights weights_;
   std::unique_ptr<TargetModel> target_;
+  std::unique_ptr<VocabHead> head_;
   std::unique_ptr<DrafterModel> drafter_;
   std::unique_ptr<TargetCache> tcache_;
   std::unique_ptr<DrafterCache> dcache_;

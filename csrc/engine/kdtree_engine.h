@@ -1,6 +1,6 @@
 /* kdtree native engine: the C API.
  *
- * One engine = one GPU, one target model (DeepSeek-V3 / Kimi K2 architecture: MLA + MoE)
+ * One engine = one GPU (or one rank's part of a model split over several GPUs), one target model (DeepSeek-V3 / Kimi K2 architecture: MLA + MoE)
  * and, optionally, its DFlash drafter, with request slots whose caches are sized once at
  * create time. Python (python_engine/native/) parses config.json and the safetensors
  * headers and passes flat descriptions; the engine reads the tensor bytes from the files
@@ -24,13 +24,16 @@
 extern "C" {
 #endif
 
-#define KD_ENGINE_ABI 3        /* bumped whenever a struct below changes */
+#define KD_ENGINE_ABI 4        /* bumped whenever a struct below changes */
+#define KD_NCCL_ID_BYTES 128   /* ncclUniqueId */
+#define KD_MAX_WORLD 8         /* ranks of one split model (a simulated group's fixed arrays) */
 #define KD_MAX_TARGET_LAYER_IDS 16
 #define KD_MAX_STOP_IDS 16
 #define KD_MAX_BATCH 256       /* request slots per engine */
 #define KD_STAGES 5            /* draft, tree_build, verify, commit, host */
 
 typedef struct kd_engine kd_engine;
+typedef struct kd_sim_group kd_sim_group;
 
 typedef enum kd_status {
   KD_OK = 0,
@@ -96,7 +99,23 @@ typedef struct kd_engine_options {
   int32_t prefill_chunk;   /* prompt tokens per prefill forward (0: 256) */
   int32_t use_graphs;      /* capture each round shape in a CUDA graph */
   int32_t load_threads;    /* files read in parallel (0: 4) */
+  /* Several GPUs (tensor parallel attention and dense MLPs, expert parallel routed experts,
+   * lm_head split by vocabulary, drafter replicated): every rank creates an engine with its
+   * rank and the same world_size and id, then makes the same calls in the same order. */
+  int32_t world_size;      /* 0 or 1: the whole model on this GPU */
+  int32_t rank;            /* 0..world_size-1 */
+  int32_t comm;            /* kd_comm_kind */
+  float collective_timeout_s; /* a collective (or a wait on one) longer than this fails the call (0: 300 s) */
+  uint8_t nccl_id[KD_NCCL_ID_BYTES]; /* KD_COMM_NCCL: kd_nccl_unique_id of rank 0, the same on every rank */
+  kd_sim_group* sim_group; /* KD_COMM_SIMULATED: the group every part was created in */
 } kd_engine_options;
+
+typedef enum kd_comm_kind {
+  KD_COMM_NONE = 0,      /* world_size 1 */
+  KD_COMM_NCCL = 1,      /* one process per GPU, NCCL communicators (intra- and inter-host) */
+  KD_COMM_SIMULATED = 2, /* every part in this process on one GPU, run one after another and
+                            reduced in rank order: a check of the split against the whole model */
+} kd_comm_kind;
 
 /* Memory decided at create time (bytes). */
 typedef struct kd_memory_report {
@@ -120,6 +139,14 @@ kd_status kd_engine_create(const kd_target_config* target, const kd_drafter_conf
                            size_t error_len);
 void kd_engine_free(kd_engine* engine); /* NULL is fine */
 const char* kd_engine_last_error(const kd_engine* engine);
+
+/* A fresh NCCL unique id for rank 0 to hand to every rank (NCCL is loaded on first use:
+ * the nvidia-nccl-cu13 wheel or the system's libnccl.so.2, or $KDTREE_NCCL_LIBRARY). */
+kd_status kd_nccl_unique_id(uint8_t* id, char* error, size_t error_len);
+/* A group for KD_COMM_SIMULATED engines: world_size parts on one GPU, driven from one
+ * thread per part (the group serialises them). Free it after every engine in it. */
+kd_status kd_sim_group_create(int32_t world_size, kd_sim_group** out, char* error, size_t error_len);
+void kd_sim_group_free(kd_sim_group* group);
 kd_status kd_engine_memory(kd_engine* engine, kd_memory_report* report);
 /* The options the engine runs with (defaults filled in). */
 kd_status kd_engine_options_get(kd_engine* engine, kd_engine_options* options);
@@ -210,6 +237,8 @@ typedef struct kd_step_report {
   int32_t sample_parent[1025], sample_token[1025]; /* the sampled tree (root first) */
   int32_t sample_accepted[33];
   int32_t sample_accept_len;
+  int32_t collectives;    /* collectives in the round (0 on one GPU) */
+  float collective_us;    /* their summed time (CUDA events), inside draft and verify */
 } kd_step_report;
 
 kd_status kd_submit(kd_engine* engine, const kd_request* request, int64_t* id);

@@ -111,6 +111,23 @@ TargetDims check_target_config(const kd_target_config& c) {
   return t;
 }
 
+void split_target(TargetDims* t, int rank, int world) {
+  t->rank = rank;
+  t->world = world;
+  if (world == 1) return;
+  auto divides = [&](const char* what, int n) {
+    need(n % world == 0, "a model split over " + std::to_string(world) + " GPUs needs " + what + " (" +
+                             std::to_string(n) + ") divisible by " + std::to_string(world));
+  };
+  divides("num_attention_heads", t->heads);
+  divides("vocab_size", t->vocab);
+  if (t->first_dense > 0) divides("intermediate_size", t->dense_inter);
+  if (t->has_moe()) {
+    divides("n_routed_experts", t->experts);
+    if (t->shared_experts > 0) divides("moe_intermediate_size * n_shared_experts", t->shared_inter());
+  }
+}
+
 DrafterDims check_drafter_config(const kd_drafter_config& c, const TargetDims& target) {
   const char* w = "drafter config";
   DrafterDims d;

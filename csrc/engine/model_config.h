@@ -22,9 +22,23 @@ struct TargetDims {
   float scaling = 1.0f, eps = 1e-6f, latent_eps = 1e-6f, softmax_scale = 0.0f, rope_factor = 1.0f;
   std::vector<float> rope_inv_freq;
 
+  // This engine's part of a model split over `world` GPUs: attention heads, the dense and
+  // shared MLPs' intermediate columns, routed experts and lm_head rows (vocabulary) are
+  // divided evenly (split_target checks they divide); everything else is replicated.
+  int rank = 0, world = 1;
+
   int qk() const { return nope + rope; }
   bool moe_layer(int i) const { return i >= first_dense; }
   bool has_moe() const { return first_dense < layers; }
+  int local_heads() const { return heads / world; }
+  int head_begin() const { return rank * local_heads(); }
+  int local_dense_inter() const { return dense_inter / world; }
+  int shared_inter() const { return moe_inter * shared_experts; }
+  int local_shared_inter() const { return shared_inter() / world; }
+  int local_experts() const { return experts / world; }
+  int expert_begin() const { return rank * local_experts(); }
+  int local_vocab() const { return vocab / world; }
+  int vocab_begin() const { return rank * local_vocab(); }
 };
 
 struct DrafterDims {
@@ -57,6 +71,8 @@ struct EngineLimits {
 };
 
 TargetDims check_target_config(const kd_target_config& c);
+// Sets t's part (rank of world), checking every split dimension divides evenly.
+void split_target(TargetDims* t, int rank, int world);
 DrafterDims check_drafter_config(const kd_drafter_config& c, const TargetDims& target);
 EngineLimits check_options(const kd_engine_options& o, const DrafterDims* drafter);
 

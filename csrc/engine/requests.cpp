@@ -109,7 +109,7 @@ void Engine::start_request(Request& r, int slot) {
   ca.state = slots_->at(slot);
   ca.choice = io_tokens_;
   check_kernel(commit_ar(ca, stream_));
-  KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  comm_->wait(stream_);
   r.state = KD_REQ_RUNNING;
   r.slot = slot;
   r.generated = 1;
@@ -126,7 +126,7 @@ void Engine::finish_request(Request& r, kd_request_state state) {
   if (count > 0)
     KD_CUDA_CHECK(cudaMemcpyAsync(r.tokens.data(), slots_->device().out_tokens + static_cast<int64_t>(slot) * slots_->device().out_cap,
                                   count * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-  KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  comm_->wait(stream_);
   // a free slot stays in the batch until the slots above it empty: keep it inert and short
   for (int32_t* f : {slots_->device().live, slots_->device().cache_len, slots_->device().drafter_len,
                      slots_->device().ctx_count})
@@ -197,6 +197,8 @@ void Engine::run_round(bool tree, bool want_tree, kd_step_report* report) {
   report->rounds += 1;
   report->batch = std::max(report->batch, shape.batch);
   report->graph_replayed = report->graph_replayed || times.graph;
+  report->collectives += times.collectives;
+  report->collective_us += times.collective_us;
   float gpu_us = 0.0f;
   for (int i = 0; i < 4; ++i) {
     report->stage_us[i] += times.stage_us[i];
@@ -275,7 +277,7 @@ void Engine::request_get(int64_t id, kd_request_info* info, int32_t* tokens, int
       KD_CUDA_CHECK(cudaMemcpyAsync(running.data(),
                                     slots_->device().out_tokens + static_cast<int64_t>(r.slot) * slots_->device().out_cap,
                                     count * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-    KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    comm_->wait(stream_);
     out = &running;
   }
   if (info) {

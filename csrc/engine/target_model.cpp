@@ -32,11 +32,13 @@ const void* at(const void* base, int64_t elements, ModelDType t) {
 }  // namespace
 
 TargetModel::TargetModel(const TargetDims& dims, const EngineLimits& limits, const std::vector<int>& feature_layers,
-                         const DeviceWeights& w, Gemm* gemm)
-    : dims_(dims), limits_(limits), feature_layers_(feature_layers), gemm_(gemm), dt_(limits.dtype) {
+                         const DeviceWeights& w, Gemm* gemm, Collective* comm)
+    : dims_(dims), limits_(limits), feature_layers_(feature_layers), gemm_(gemm), comm_(comm), dt_(limits.dtype) {
   embed_ = w.get("model.embed_tokens.weight");
   norm_ = w.get("model.norm.weight");
-  lm_head_ = dims.tie_embeddings ? embed_ : w.get("lm_head.weight");
+  // this rank's lm_head rows (tied: a view of the replicated embedding)
+  lm_head_ = dims.tie_embeddings ? at(embed_, static_cast<int64_t>(dims.vocab_begin()) * dims.hidden, dt_)
+                                 : w.get("lm_head.weight");
   for (int i = 0; i < dims.layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     const std::string a = p + "self_attn.", m = p + "mlp.";
@@ -63,9 +65,10 @@ TargetModel::TargetModel(const TargetDims& dims, const EngineLimits& limits, con
       L.router_bias = static_cast<const float*>(w.get(m + "gate.e_score_correction_bias"));
       // stacked: expert e follows the first at a fixed stride (INT4 in bf16 compute: W4A16 tiles)
       const char* suffix = int4_packed() ? ".weight_packed" : ".weight";
-      L.experts_gate = w.get(m + "experts.0.gate_proj" + suffix);
-      L.experts_up = w.get(m + "experts.0.up_proj" + suffix);
-      L.experts_down = w.get(m + "experts.0.down_proj" + suffix);
+      const std::string first = m + "experts." + std::to_string(dims.expert_begin()) + ".";  // this rank's first
+      L.experts_gate = w.get(first + "gate_proj" + suffix);
+      L.experts_up = w.get(first + "up_proj" + suffix);
+      L.experts_down = w.get(first + "down_proj" + suffix);
       if (dims.shared_experts > 0) {
         L.shared_gate = w.get(m + "shared_experts.gate_proj.weight");
         L.shared_up = w.get(m + "shared_experts.up_proj.weight");
@@ -89,7 +92,7 @@ size_t TargetModel::attention_workspace_bytes() const {
       VerifyAttnParams p;
       p.dtype = attn_type(dt_);
       p.batch = batch;
-      p.heads = dims_.heads;
+      p.heads = dims_.local_heads();
       p.tree_len = rows;
       p.max_prefix = bound;
       p.kv_row_stride = kVerifyQKDim;
@@ -119,7 +122,7 @@ void TargetModel::declare(Workspace* ws) {
   const size_t N = static_cast<size_t>(limits_.forward_rows());
   const size_t el = static_cast<size_t>(model_dtype_bytes(dt_));
   const TargetDims& t = dims_;
-  const size_t H = t.hidden, heads = t.heads;
+  const size_t H = t.hidden, heads = t.local_heads();
   ws->declare(&x_, N * H * el);
   ws->declare(&hn_, N * H * el);
   ws->declare(&proj_, N * proj_width() * el);
@@ -130,8 +133,8 @@ void TargetModel::declare(Workspace* ws) {
   ws->declare(&o_lat_, N * heads * kVerifyLatentDim * el);
   ws->declare(&o_, N * heads * t.v_head * el);
   ws->declare(&attn_out_, N * H * el);
-  const size_t inter = std::max<size_t>(t.first_dense > 0 ? t.dense_inter : 0,
-                                        static_cast<size_t>(t.moe_inter) * t.shared_experts);
+  const size_t inter = std::max<size_t>(t.first_dense > 0 ? t.local_dense_inter() : 0,
+                                        static_cast<size_t>(t.local_shared_inter()));
   if (inter > 0) {
     ws->declare(&gate_up_, N * 2 * inter * el);
     ws->declare(&act_, N * inter * el);
@@ -159,7 +162,7 @@ void TargetModel::declare(Workspace* ws) {
 
 int64_t TargetModel::proj_width() const {
   const TargetDims& t = dims_;
-  return (t.q_lora ? t.q_lora : static_cast<int64_t>(t.heads) * t.qk()) + t.kv_lora + t.rope;
+  return (t.q_lora ? t.q_lora : static_cast<int64_t>(t.local_heads()) * t.qk()) + t.kv_lora + t.rope;
 }
 
 void TargetModel::upload_constants(cudaStream_t stream) {
@@ -216,7 +219,8 @@ void TargetModel::forward(const TargetBatch& b, const TargetCache& cache, const 
     an.weight = w.post_norm;
     check_kernel(add_rms_norm(an, stream));
     if (t.moe_layer(l)) moe_ffn(w, rows, stream);
-    else dense_ffn(w.gate, w.down, t.dense_inter, rows, ffn_out_, stream);
+    else dense_ffn(w.gate, w.down, t.local_dense_inter(), rows, ffn_out_, stream);
+    comm_->all_reduce_sum(ffn_out_, static_cast<size_t>(rows) * H, dt_, stream);  // the parts' partial sums
     an.y = ffn_out_;
     an.weight = l + 1 < t.layers ? layers_[l + 1].input_norm : norm_;  // the last layer's: the final norm
     check_kernel(add_rms_norm(an, stream));
@@ -236,11 +240,11 @@ void TargetModel::forward(const TargetBatch& b, const TargetCache& cache, const 
     }
   }
   if (b.logits == LogitRows::kNone) return;
+  if (!head_) fail(KD_INTERNAL, "the target has no vocab head");
   if (b.logits == LogitRows::kAll) {
-    gemm_->linear(rows, t.vocab, t.hidden, mat(hn_, H, dt_), mat(lm_head_, H, dt_), out(logits_, t.vocab, ModelDType::kF32));
+    head_->project(rows, hn_, H, logits_, stream);
   } else {  // the last row of each slot: rows T-1, 2T-1, ... are a matrix of leading dimension T * H
-    gemm_->linear(b.batch, t.vocab, t.hidden, mat(at(hn_, (b.tokens - 1) * H, dt_), b.tokens * H, dt_),
-                  mat(lm_head_, H, dt_), out(logits_, t.vocab, ModelDType::kF32));
+    head_->project(b.batch, at(hn_, (b.tokens - 1) * H, dt_), b.tokens * H, logits_, stream);
   }
 }
 
@@ -248,7 +252,7 @@ void TargetModel::attention(const Layer& w, int layer, const TargetBatch& b, con
                             const int32_t* cache_len, cudaStream_t stream) {
   const TargetDims& t = dims_;
   const int rows = b.batch * b.tokens;
-  const int64_t H = t.hidden, qk = t.qk(), heads = t.heads;
+  const int64_t H = t.hidden, qk = t.qk(), heads = t.local_heads();  // this rank's heads
   // one GEMM for everything read from hn: [q_a | kv_a] (q LoRA) or [q | kv_a]
   const int64_t pw = proj_width();
   const int64_t qa = t.q_lora ? t.q_lora : heads * qk;  // width of the first part
@@ -295,7 +299,7 @@ void TargetModel::attention(const Layer& w, int layer, const TargetBatch& b, con
   RopeParams rp;
   rp.dtype = dt_;
   rp.tokens = rows;
-  rp.heads = t.heads;
+  rp.heads = static_cast<int>(heads);
   rp.dim = t.rope;
   rp.x = at(q, t.nope, dt_);
   rp.x_token_stride = q_ld;
@@ -310,12 +314,12 @@ void TargetModel::attention(const Layer& w, int layer, const TargetBatch& b, con
   check_kernel(rope(rp, stream));
   // absorbed queries: q_lat[:, h] = q_nope[:, h] @ w_kc[h], w_kc[h] = kv_b rows h*(nope+v) .. +nope
   const int64_t head_rows = static_cast<int64_t>(t.nope + t.v_head) * t.kv_lora;  // kv_b elements per head
-  gemm_->batched(t.heads, rows, t.kv_lora, t.nope, mat(q, q_ld, dt_), qk, mat(w.kv_b, t.kv_lora, dt_), head_rows,
+  gemm_->batched(static_cast<int>(heads), rows, t.kv_lora, t.nope, mat(q, q_ld, dt_), qk, mat(w.kv_b, t.kv_lora, dt_), head_rows,
                  /*transpose_w=*/false, out(q_lat_, heads * kVerifyLatentDim, dt_), kVerifyLatentDim);
   VerifyAttnParams a;
   a.dtype = attn_type(dt_);
   a.batch = b.batch;
-  a.heads = t.heads;
+  a.heads = static_cast<int>(heads);
   a.tree_len = b.tokens;
   a.max_prefix = std::min(b.max_prefix, cache.capacity() - b.tokens);
   a.prefix_len = cache_len + b.first_slot;
@@ -332,11 +336,12 @@ void TargetModel::attention(const Layer& w, int layer, const TargetBatch& b, con
   a.workspace_bytes = attn_workspace_bytes_;
   check_kernel(verify_attn(a, stream));
   // o[:, h] = o_lat[:, h] @ w_vc[h]^T, w_vc[h] = kv_b rows h*(nope+v)+nope .. +v
-  gemm_->batched(t.heads, rows, t.v_head, t.kv_lora, mat(o_lat_, heads * kVerifyLatentDim, dt_), kVerifyLatentDim,
+  gemm_->batched(static_cast<int>(heads), rows, t.v_head, t.kv_lora, mat(o_lat_, heads * kVerifyLatentDim, dt_), kVerifyLatentDim,
                  mat(at(w.kv_b, static_cast<int64_t>(t.nope) * t.kv_lora, dt_), t.kv_lora, dt_), head_rows,
                  /*transpose_w=*/true, out(o_, heads * t.v_head, dt_), t.v_head);
   gemm_->linear(rows, t.hidden, static_cast<int>(heads * t.v_head), mat(o_, heads * t.v_head, dt_),
                 mat(w.o_proj, heads * t.v_head, dt_), out(attn_out_, H, dt_));
+  comm_->all_reduce_sum(attn_out_, static_cast<size_t>(rows) * H, dt_, stream);  // o_proj over the heads of all ranks
 }
 
 void TargetModel::dense_ffn(const void* gate_up, const void* down, int inter, int rows, void* dst,
@@ -401,9 +406,13 @@ void TargetModel::moe_ffn(const Layer& w, int rows, cudaStream_t stream) {
   g.pair_row = pair_row_;
   check_kernel(moe_group(g, stream));
   const int pairs = rows * t.topk;
+  // this rank's experts own the grouped rows offsets[e0] .. offsets[e0 + El]: the GEMMs see
+  // only them (their weights are stacked from the rank's first expert)
+  const int El = t.local_experts();
+  const int32_t* local_offsets = expert_offsets_ + t.expert_begin();
   if (int4_packed()) {  // W4A16: the experts stay packed, dequantized in registers
     MoeW4a16Params up;
-    up.experts = t.experts;
+    up.experts = El;
     up.rows = pairs;
     up.n = t.moe_inter;
     up.k = t.hidden;
@@ -411,7 +420,7 @@ void TargetModel::moe_ffn(const Layer& w, int rows, cudaStream_t stream) {
     up.x = hn_;
     up.x_stride = H;
     up.x_row = row_token_;
-    up.offsets = expert_offsets_;
+    up.offsets = local_offsets;
     up.w = static_cast<const uint32_t*>(w.experts_gate);
     up.w_up = static_cast<const uint32_t*>(w.experts_up);
     up.w_expert_stride = moe_w4a16_expert_words(t.moe_inter, t.hidden);
@@ -433,14 +442,14 @@ void TargetModel::moe_ffn(const Layer& w, int rows, cudaStream_t stream) {
   } else {
     MoeGemmParams up;
     up.dtype = dt_;
-    up.experts = t.experts;
+    up.experts = El;
     up.rows = pairs;
     up.n = t.moe_inter;
     up.k = t.hidden;
     up.x = hn_;
     up.x_stride = H;
     up.x_row = row_token_;
-    up.offsets = expert_offsets_;
+    up.offsets = local_offsets;
     up.w = w.experts_gate;
     up.w_up = w.experts_up;
     up.w_expert_stride = static_cast<int64_t>(t.moe_inter) * H;
@@ -449,13 +458,13 @@ void TargetModel::moe_ffn(const Layer& w, int rows, cudaStream_t stream) {
     check_kernel(moe_gemm(up, stream));
     MoeGemmParams down;
     down.dtype = dt_;
-    down.experts = t.experts;
+    down.experts = El;
     down.rows = pairs;
     down.n = t.hidden;
     down.k = t.moe_inter;
     down.x = expert_act_;
     down.x_stride = t.moe_inter;
-    down.offsets = expert_offsets_;
+    down.offsets = local_offsets;
     down.w = w.experts_down;
     down.w_expert_stride = static_cast<int64_t>(t.moe_inter) * H;
     down.out = expert_out_;
@@ -463,7 +472,7 @@ void TargetModel::moe_ffn(const Layer& w, int rows, cudaStream_t stream) {
     check_kernel(moe_gemm(down, stream));
   }
   if (t.shared_experts > 0)
-    dense_ffn(w.shared_gate, w.shared_down, t.moe_inter * t.shared_experts, rows, shared_out_, stream);
+    dense_ffn(w.shared_gate, w.shared_down, t.local_shared_inter(), rows, shared_out_, stream);
   MoeCombineParams c;
   c.dtype = dt_;
   c.tokens = rows;
@@ -472,6 +481,9 @@ void TargetModel::moe_ffn(const Layer& w, int rows, cudaStream_t stream) {
   c.expert_out = expert_out_;
   c.pair_row = pair_row_;
   c.topk_weights = topk_weights_;
+  c.topk_ids = topk_ids_;  // pairs routed to another rank's experts add nothing here
+  c.expert_begin = t.expert_begin();
+  c.expert_end = t.expert_begin() + El;
   c.shared_out = t.shared_experts > 0 ? shared_out_ : nullptr;
   c.out = ffn_out_;
   check_kernel(moe_combine(c, stream));

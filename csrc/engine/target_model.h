@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "engine/caches.h"
+#include "engine/collective.h"
 #include "engine/gemm.h"
 #include "engine/model_config.h"
+#include "engine/vocab_head.h"
 #include "engine/weights.h"
 #include "engine/workspace.h"
 
@@ -33,7 +35,8 @@ struct TargetBatch {
 class TargetModel {
  public:
   TargetModel(const TargetDims& dims, const EngineLimits& limits, const std::vector<int>& feature_layers,
-              const DeviceWeights& weights, Gemm* gemm);
+              const DeviceWeights& weights, Gemm* gemm, Collective* comm);
+  void set_vocab_head(VocabHead* head) { head_ = head; }  // before the first forward
   void declare(Workspace* ws);
   void upload_constants(cudaStream_t stream);  // after the workspace is allocated
 
@@ -45,7 +48,7 @@ class TargetModel {
   const void* features() const { return features_; }  // [rows, feature_width()]
   int feature_width() const { return static_cast<int>(feature_layers_.size()) * dims_.hidden; }
   const void* embedding() const { return embed_; }
-  const void* lm_head() const { return lm_head_; }
+  const void* lm_head() const { return lm_head_; }  // this rank's rows
   const TargetDims& dims() const { return dims_; }
   // verify_attn workspace the largest forward can need, for the given device (create time)
   size_t attention_workspace_bytes() const;
@@ -69,6 +72,8 @@ class TargetModel {
   EngineLimits limits_;
   std::vector<int> feature_layers_;
   Gemm* gemm_;
+  Collective* comm_;
+  VocabHead* head_ = nullptr;
   ModelDType dt_;
   const void *embed_, *norm_, *lm_head_;
   std::vector<Layer> layers_;

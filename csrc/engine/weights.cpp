@@ -47,9 +47,10 @@ constexpr int kInt4Offset = 8;      // a nibble holds q + 8
 
 ModelDType model_type(int32_t dtype) { return dtype == KD_F32 ? ModelDType::kF32 : ModelDType::kBF16; }
 
-// One tensor to read: its source entry and destination slot (INT4: also the scales' entry).
+// One tensor to read: its source bytes (a copy of the entry, narrowed to a row part) and
+// destination slot (INT4: also the scales' entry).
 struct LoadJob {
-  const kd_tensor_entry* entry;
+  kd_tensor_entry entry;
   const WeightSlot* slot;
   const kd_tensor_entry* scale = nullptr;
 };
@@ -157,7 +158,7 @@ class Reader {
     const int n = static_cast<int>(w.n), k = static_cast<int>(w.k);
     std::vector<int32_t> packed(static_cast<size_t>(n) * k / kInt4PerWord);
     std::vector<uint16_t> scale(static_cast<size_t>(n) * k / kInt4Group);
-    read_all(*job.entry, packed.data());
+    read_all(job.entry, packed.data());
     read_all(*job.scale, scale.data());
     char* dst = base_ + w.offset;
     if (compute_ == ModelDType::kBF16) {  // kept packed: repacked into the kernel's tiles
@@ -176,53 +177,89 @@ class Reader {
         }
       upload(full.data(), full.size() * sizeof(float), dst);
     }
-    done_->fetch_add(job.entry->nbytes + job.scale->nbytes);
+    done_->fetch_add(job.entry.nbytes + job.scale->nbytes);
+  }
+
+  // bytes [at, at + len) of the file into stage s (after its last upload has left)
+  char* stage_read(const kd_tensor_entry& e, uint64_t at, size_t len, int s) {
+    open_file(e.file);
+    if (used_[s]) KD_CUDA_CHECK(cudaEventSynchronize(ready_[s]));
+    char* host = static_cast<char*>(pinned_[s].data());
+    size_t got = 0;
+    while (got < len) {
+      const ssize_t r = pread(fd_, host + got, len - got, static_cast<off_t>(at + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0)
+        fail(KD_LOAD_ERROR, std::string("reading tensor '") + e.name + "' from " + e.file + " at byte " +
+                                std::to_string(at + got) + ": " +
+                                (r == 0 ? "the file ends early (truncated?)" : std::strerror(errno)));
+      got += static_cast<size_t>(r);
+    }
+    return host;
+  }
+
+  // stage s's first len bytes (elements of type src) -> dst, converted to dst_type
+  void stage_send(int s, size_t len, int32_t src, ModelDType dst_type, char* dst) {
+    if (model_type(src) == dst_type) {
+      KD_CUDA_CHECK(cudaMemcpyAsync(dst, pinned_[s].data(), len, cudaMemcpyHostToDevice, stream_));
+    } else {
+      KD_CUDA_CHECK(cudaMemcpyAsync(scratch_[s].data(), pinned_[s].data(), len, cudaMemcpyHostToDevice, stream_));
+      CopyRowsParams p;
+      p.in_dtype = model_type(src);
+      p.out_dtype = dst_type;
+      p.rows = 1;
+      p.cols = static_cast<int>(len / stored_bytes(src));
+      p.in = scratch_[s].data();
+      p.in_stride = p.cols;
+      p.out = dst;
+      p.out_stride = p.cols;
+      check_kernel(copy_rows(p, stream_));
+    }
+    KD_CUDA_CHECK(cudaEventRecord(ready_[s], stream_));
+    used_[s] = true;
   }
 
   void read_tensor(const LoadJob& job) {
-    const kd_tensor_entry& e = *job.entry;
-    open_file(e.file);
+    if (job.slot->part.dim == 1) return read_columns(job);
+    const kd_tensor_entry& e = job.entry;
     const size_t src_el = stored_bytes(e.dtype);
     const ModelDType dst_type = job.slot->float32 ? ModelDType::kF32 : compute_;
     const size_t dst_el = static_cast<size_t>(model_dtype_bytes(dst_type));
-    const bool convert = model_type(e.dtype) != dst_type;
     const size_t chunk = kLoadStageBytes / src_el * src_el;
     for (uint64_t off = 0; off < e.nbytes; off += chunk) {
       const size_t len = static_cast<size_t>(std::min<uint64_t>(chunk, e.nbytes - off));
       const int s = stage_++ % kStagesPerReader;
-      if (used_[s]) KD_CUDA_CHECK(cudaEventSynchronize(ready_[s]));  // its last copy has left
-      char* host = static_cast<char*>(pinned_[s].data());
-      size_t got = 0;
-      while (got < len) {
-        const ssize_t r = pread(fd_, host + got, len - got, static_cast<off_t>(e.offset + off + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0)
-          fail(KD_LOAD_ERROR, std::string("reading tensor '") + e.name + "' from " + e.file + " at byte " +
-                                  std::to_string(e.offset + off + got) + ": " +
-                                  (r == 0 ? "the file ends early (truncated?)" : std::strerror(errno)));
-        got += static_cast<size_t>(r);
-      }
-      char* dst = base_ + job.slot->offset + off / src_el * dst_el;
-      if (!convert) {
-        KD_CUDA_CHECK(cudaMemcpyAsync(dst, host, len, cudaMemcpyHostToDevice, stream_));
-      } else {
-        KD_CUDA_CHECK(cudaMemcpyAsync(scratch_[s].data(), host, len, cudaMemcpyHostToDevice, stream_));
-        CopyRowsParams p;
-        p.in_dtype = model_type(e.dtype);
-        p.out_dtype = dst_type;
-        p.rows = 1;
-        p.cols = static_cast<int>(len / src_el);
-        p.in = scratch_[s].data();
-        p.in_stride = p.cols;
-        p.out = dst;
-        p.out_stride = p.cols;
-        check_kernel(copy_rows(p, stream_));
-      }
-      KD_CUDA_CHECK(cudaEventRecord(ready_[s], stream_));
-      used_[s] = true;
+      stage_read(e, e.offset + off, len, s);
+      stage_send(s, len, e.dtype, dst_type, base_ + job.slot->offset + off / src_el * dst_el);
       done_->fetch_add(len);
     }
   }
+
+  // Columns [begin, begin + count) of a [rows, cols] tensor: whole rows are read a stage at a
+  // time and the part of each row is moved to the front before the upload.
+  void read_columns(const LoadJob& job) {
+    const kd_tensor_entry& e = job.entry;
+    const WeightSlot& w = *job.slot;
+    const int64_t R = w.source_shape[0], C = w.source_shape[1], begin = w.part.begin, width = w.part.count;
+    const size_t src_el = stored_bytes(e.dtype), row_bytes = static_cast<size_t>(C) * src_el;
+    const size_t part_bytes = static_cast<size_t>(width) * src_el;
+    if (row_bytes > kLoadStageBytes) fail(KD_LOAD_ERROR, where(e) + ": a row is wider than the load stage");
+    const ModelDType dst_type = w.float32 ? ModelDType::kF32 : compute_;
+    const size_t dst_el = static_cast<size_t>(model_dtype_bytes(dst_type));
+    const int64_t per_chunk = static_cast<int64_t>(kLoadStageBytes / row_bytes);
+    for (int64_t r0 = 0; r0 < R; r0 += per_chunk) {
+      const int64_t n = std::min(per_chunk, R - r0);
+      const int s = stage_++ % kStagesPerReader;
+      char* host = stage_read(e, e.offset + static_cast<uint64_t>(r0) * row_bytes, static_cast<size_t>(n) * row_bytes, s);
+      for (int64_t i = 0; i < n; ++i)  // destinations never pass their sources: in place, in order
+        std::memmove(host + i * part_bytes, host + i * row_bytes + begin * src_el, part_bytes);
+      stage_send(s, static_cast<size_t>(n) * part_bytes, e.dtype, dst_type,
+                 base_ + w.offset + static_cast<size_t>(r0) * width * dst_el);
+      done_->fetch_add(static_cast<size_t>(n) * row_bytes);
+    }
+  }
+
+  static std::string where(const kd_tensor_entry& e) { return std::string("tensor '") + e.name + "' in " + e.file; }
 
   char* base_;
   ModelDType compute_;
@@ -288,7 +325,7 @@ std::vector<LoadJob> match_entries(const WeightPlan& plan, const kd_tensor_entry
       check_shape(sc, sshape, KD_BF16, sw, "bfloat16 (one scale per 32 columns)");
       check_file(p, pw);
       check_file(sc, sw);
-      jobs.push_back({&p, &slot, &sc});
+      jobs.push_back({p, &slot, &sc});
       continue;
     }
     auto it = by_name.find(slot.name);
@@ -300,28 +337,46 @@ std::vector<LoadJob> match_entries(const WeightPlan& plan, const kd_tensor_entry
     if (e.dtype != KD_F32 && e.dtype != KD_BF16)
       fail(KD_LOAD_ERROR, where + " has an unsupported element type (the engine reads float32 and bfloat16; "
                                   "INT4 only for routed experts declared in quantization_config)");
-    if (e.ndim != static_cast<int>(slot.shape.size()) ||
-        !std::equal(slot.shape.begin(), slot.shape.end(), e.shape))
+    if (e.ndim != static_cast<int>(slot.source_shape.size()) ||
+        !std::equal(slot.source_shape.begin(), slot.source_shape.end(), e.shape))
       fail(KD_LOAD_ERROR, where + " has shape " + shape_str(e.shape, std::clamp(e.ndim, 0, 4)) + ", expected " +
-                              shape_str(slot.shape));
-    const uint64_t want = static_cast<uint64_t>(numel(slot.shape)) * stored_bytes(e.dtype);
+                              shape_str(slot.source_shape));
+    const uint64_t want = static_cast<uint64_t>(numel(slot.source_shape)) * stored_bytes(e.dtype);
     if (e.nbytes != want)
       fail(KD_LOAD_ERROR, where + " spans " + std::to_string(e.nbytes) + " bytes, its shape and type need " +
                               std::to_string(want));
     check_file(e, where);
-    jobs.push_back({&e, &slot});
+    LoadJob job{e, &slot};
+    if (slot.part.dim == 0) {  // rows: a contiguous range of the tensor's bytes
+      const uint64_t row_bytes = e.nbytes / static_cast<uint64_t>(slot.source_shape[0]);
+      job.entry.offset += static_cast<uint64_t>(slot.part.begin) * row_bytes;
+      job.entry.nbytes = static_cast<uint64_t>(slot.part.count) * row_bytes;
+    }
+    jobs.push_back(job);
   }
   return jobs;
 }
 
 }  // namespace
 
-void WeightPlan::add(const std::string& name, std::vector<int64_t> shape, bool float32) {
+namespace {
+
+std::vector<int64_t> part_shape(const std::vector<int64_t>& shape, const TensorPart& part) {
+  std::vector<int64_t> out = shape;
+  if (part.dim >= 0) out[static_cast<size_t>(part.dim)] = part.count;
+  return out;
+}
+
+}  // namespace
+
+void WeightPlan::add(const std::string& name, std::vector<int64_t> shape, bool float32, TensorPart part) {
   WeightSlot s;
   s.name = name;
   s.float32 = float32;
-  s.bytes = static_cast<size_t>(numel(shape)) * element_bytes(float32);
-  s.shape = std::move(shape);
+  s.shape = part_shape(shape, part);
+  s.source_shape = std::move(shape);
+  s.part = part;
+  s.bytes = static_cast<size_t>(numel(s.shape)) * element_bytes(float32);
   s.offset = layout_.add(s.bytes);
   slots_.push_back(std::move(s));
 }
@@ -332,22 +387,24 @@ void WeightPlan::add_stack(const std::vector<std::string>& names, std::vector<in
   for (size_t i = 0; i < names.size(); ++i) {
     WeightSlot s;
     s.name = names[i];
-    s.shape = shape;
+    s.shape = s.source_shape = shape;
     s.bytes = one;
     s.offset = base + i * one;
     slots_.push_back(std::move(s));
   }
 }
 
-void WeightPlan::add_rows(const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
+void WeightPlan::add_rows(const std::vector<PlannedTensor>& parts) {
   size_t total = 0;
-  for (const auto& [name, shape] : parts) total += static_cast<size_t>(numel(shape)) * element_bytes(false);
+  for (const PlannedTensor& p : parts) total += static_cast<size_t>(numel(part_shape(p.shape, p.part))) * element_bytes(false);
   size_t at = layout_.add(total);
-  for (const auto& [name, shape] : parts) {
+  for (const PlannedTensor& p : parts) {
     WeightSlot s;
-    s.name = name;
-    s.shape = shape;
-    s.bytes = static_cast<size_t>(numel(shape)) * element_bytes(false);
+    s.name = p.name;
+    s.shape = part_shape(p.shape, p.part);
+    s.source_shape = p.shape;
+    s.part = p.part;
+    s.bytes = static_cast<size_t>(numel(s.shape)) * element_bytes(false);
     s.offset = at;
     at += s.bytes;
     slots_.push_back(std::move(s));
@@ -362,7 +419,7 @@ void WeightPlan::add_int4_stack(const std::vector<std::string>& modules, int64_t
   for (size_t i = 0; i < modules.size(); ++i) {
     WeightSlot s;
     s.name = modules[i] + (packed ? ".weight_packed" : ".weight");
-    s.shape = {n, k};
+    s.shape = s.source_shape = {n, k};
     s.bytes = one;
     s.offset = base + i * one;
     s.int4 = true;
@@ -374,39 +431,49 @@ void WeightPlan::add_int4_stack(const std::vector<std::string>& modules, int64_t
 }
 
 void plan_target_weights(const TargetDims& t, WeightPlan* plan) {
-  const int64_t H = t.hidden, V = t.vocab, nh = t.heads;
-  plan->add("model.embed_tokens.weight", {V, H});
+  const int64_t H = t.hidden, V = t.vocab, nh = t.heads, hl = t.local_heads(), h0 = t.head_begin();
+  const bool split = t.world > 1;
+  auto rows = [&](int64_t begin, int64_t count) { return split ? TensorPart{0, begin, count} : TensorPart{}; };
+  auto cols = [&](int64_t begin, int64_t count) { return split ? TensorPart{1, begin, count} : TensorPart{}; };
+  plan->add("model.embed_tokens.weight", {V, H});  // replicated: every rank embeds every token
   plan->add("model.norm.weight", {H});
-  if (!t.tie_embeddings) plan->add("lm_head.weight", {V, H});
+  // tied: each rank's lm_head part is a view of the embedding (vocab_head.h)
+  if (!t.tie_embeddings) plan->add("lm_head.weight", {V, H}, false, rows(t.vocab_begin(), t.local_vocab()));
   for (int i = 0; i < t.layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     const std::string a = p + "self_attn.";
     plan->add(p + "input_layernorm.weight", {H});
     plan->add(p + "post_attention_layernorm.weight", {H});
     // the projections of the normalised hidden state, one matrix: [q_a | kv_a] or [q | kv_a]
+    // (the latent kv_a and q_a are replicated: the cache is per token, not per head)
     if (t.q_lora == 0) {
-      plan->add_rows({{a + "q_proj.weight", {nh * t.qk(), H}}, {a + "kv_a_proj_with_mqa.weight", {t.kv_lora + t.rope, H}}});
+      plan->add_rows({{a + "q_proj.weight", {nh * t.qk(), H}, rows(h0 * t.qk(), hl * t.qk())},
+                      {a + "kv_a_proj_with_mqa.weight", {t.kv_lora + t.rope, H}}});
     } else {
       plan->add_rows({{a + "q_a_proj.weight", {t.q_lora, H}}, {a + "kv_a_proj_with_mqa.weight", {t.kv_lora + t.rope, H}}});
       plan->add(a + "q_a_layernorm.weight", {t.q_lora});
-      plan->add(a + "q_b_proj.weight", {nh * t.qk(), t.q_lora});
+      plan->add(a + "q_b_proj.weight", {nh * t.qk(), t.q_lora}, false, rows(h0 * t.qk(), hl * t.qk()));
     }
     plan->add(a + "kv_a_layernorm.weight", {t.kv_lora});
-    plan->add(a + "kv_b_proj.weight", {nh * (t.nope + t.v_head), t.kv_lora});
-    plan->add(a + "o_proj.weight", {H, nh * t.v_head});
+    const int64_t kvb = t.nope + t.v_head;  // kv_b rows per head
+    plan->add(a + "kv_b_proj.weight", {nh * kvb, t.kv_lora}, false, rows(h0 * kvb, hl * kvb));
+    // o_proj's input columns of this rank's heads: the partial outputs are summed (all-reduce)
+    plan->add(a + "o_proj.weight", {H, nh * t.v_head}, false, cols(h0 * t.v_head, hl * t.v_head));
     const std::string m = p + "mlp.";
-    if (!t.moe_layer(i)) {  // gate and up as one [2I, H] matrix
-      plan->add_rows({{m + "gate_proj.weight", {t.dense_inter, H}}, {m + "up_proj.weight", {t.dense_inter, H}}});
-      plan->add(m + "down_proj.weight", {H, t.dense_inter});
+    if (!t.moe_layer(i)) {  // gate and up as one [2I, H] matrix, this rank's intermediate columns
+      const int64_t I = t.dense_inter, Il = t.local_dense_inter(), i0 = t.rank * Il;
+      plan->add_rows({{m + "gate_proj.weight", {I, H}, rows(i0, Il)}, {m + "up_proj.weight", {I, H}, rows(i0, Il)}});
+      plan->add(m + "down_proj.weight", {H, I}, false, cols(i0, Il));
       continue;
     }
-    plan->add(m + "gate.weight", {t.experts, H}, /*float32=*/true);
+    plan->add(m + "gate.weight", {t.experts, H}, /*float32=*/true);  // the router: replicated
     plan->add(m + "gate.e_score_correction_bias", {t.experts}, /*float32=*/true);
     for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
       const bool down = std::strcmp(proj, "down_proj") == 0;
       const int64_t n = down ? H : t.moe_inter, k = down ? t.moe_inter : H;
-      std::vector<std::string> modules;
-      for (int e = 0; e < t.experts; ++e) modules.push_back(m + "experts." + std::to_string(e) + "." + proj);
+      std::vector<std::string> modules;  // this rank's experts, whole
+      for (int e = t.expert_begin(); e < t.expert_begin() + t.local_experts(); ++e)
+        modules.push_back(m + "experts." + std::to_string(e) + "." + proj);
       if (t.experts_int4) {
         plan->add_int4_stack(modules, n, k);
       } else {
@@ -415,9 +482,10 @@ void plan_target_weights(const TargetDims& t, WeightPlan* plan) {
       }
     }
     if (t.shared_experts > 0) {
-      const int64_t I = static_cast<int64_t>(t.moe_inter) * t.shared_experts;
-      plan->add_rows({{m + "shared_experts.gate_proj.weight", {I, H}}, {m + "shared_experts.up_proj.weight", {I, H}}});
-      plan->add(m + "shared_experts.down_proj.weight", {H, I});
+      const int64_t I = t.shared_inter(), Il = t.local_shared_inter(), i0 = t.rank * Il;
+      plan->add_rows({{m + "shared_experts.gate_proj.weight", {I, H}, rows(i0, Il)},
+                      {m + "shared_experts.up_proj.weight", {I, H}, rows(i0, Il)}});
+      plan->add(m + "shared_experts.down_proj.weight", {H, I}, false, cols(i0, Il));
     }
   }
 }
@@ -463,16 +531,16 @@ DeviceWeights DeviceWeights::load(const WeightPlan& plan, const kd_tensor_entry*
 
   // one reader per file at a time, files dealt round-robin, each file's tensors in offset order
   std::sort(jobs.begin(), jobs.end(), [](const LoadJob& a, const LoadJob& b) {
-    const int c = std::strcmp(a.entry->file, b.entry->file);
-    return c != 0 ? c < 0 : a.entry->offset < b.entry->offset;
+    const int c = std::strcmp(a.entry.file, b.entry.file);
+    return c != 0 ? c < 0 : a.entry.offset < b.entry.offset;
   });
   std::vector<std::vector<LoadJob>> per_file;
   for (const LoadJob& j : jobs) {
-    if (per_file.empty() || std::strcmp(per_file.back().back().entry->file, j.entry->file) != 0) per_file.emplace_back();
+    if (per_file.empty() || std::strcmp(per_file.back().back().entry.file, j.entry.file) != 0) per_file.emplace_back();
     per_file.back().push_back(j);
   }
   uint64_t total = 0;
-  for (const LoadJob& j : jobs) total += j.entry->nbytes + (j.scale ? j.scale->nbytes : 0);
+  for (const LoadJob& j : jobs) total += j.entry.nbytes + (j.scale ? j.scale->nbytes : 0);
 #if defined(KD_SIMT_EMULATION)
   const int threads = 1;  // the CPU emulator runs one kernel at a time
 #else

@@ -19,9 +19,25 @@
 
 namespace kdtree::engine {
 
+// Which part of a checkpoint tensor a slot holds (a model split over GPUs): `count` rows
+// (dim 0) or columns (dim 1) from `begin`; dim < 0: the whole tensor.
+struct TensorPart {
+  int dim = -1;
+  int64_t begin = 0, count = 0;
+};
+
+// A tensor of a fused matrix (add_rows), whole or a part.
+struct PlannedTensor {
+  std::string name;
+  std::vector<int64_t> shape;  // the checkpoint tensor's shape
+  TensorPart part = {};
+};
+
 struct WeightSlot {
   std::string name;
-  std::vector<int64_t> shape;
+  std::vector<int64_t> shape;         // as held on this GPU
+  std::vector<int64_t> source_shape;  // as stored in the checkpoint
+  TensorPart part;
   bool float32 = false;  // stored as float32 whatever the compute dtype
   size_t offset = 0;     // in the weight allocation
   size_t bytes = 0;
@@ -36,13 +52,13 @@ struct WeightSlot {
 class WeightPlan {
  public:
   explicit WeightPlan(ModelDType dtype) : dtype_(dtype) {}
-  // A tensor of its own (256-byte aligned).
-  void add(const std::string& name, std::vector<int64_t> shape, bool float32 = false);
+  // A tensor of its own (256-byte aligned); `shape` is the checkpoint's, `part` what is kept.
+  void add(const std::string& name, std::vector<int64_t> shape, bool float32 = false, TensorPart part = {});
   // `count` tensors of one shape back to back: name_of(i) at base + i * bytes.
   void add_stack(const std::vector<std::string>& names, std::vector<int64_t> shape);
   // Matrices [rows_i, in] of one input width back to back, so together they are one
   // [sum rows_i, in] matrix: one GEMM computes every projection of the same input.
-  void add_rows(const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts);
+  void add_rows(const std::vector<PlannedTensor>& parts);
   // INT4 expert projections [n, k] of the given modules back to back: in bf16 compute
   // "<module>.weight_packed" in W4A16 tiles (moe_w4a16_expert_words apart), in float32
   // "<module>.weight" dequantized ([n, k] float32, like add_stack).
@@ -58,7 +74,8 @@ class WeightPlan {
   ArenaLayout layout_;
 };
 
-// The plans of the two models (names as in kdtree_engine.h).
+// The plans of the two models (names as in kdtree_engine.h); the target's holds this
+// rank's part when t.world > 1.
 void plan_target_weights(const TargetDims& t, WeightPlan* plan);
 void plan_drafter_weights(const DrafterDims& d, WeightPlan* plan);
 

@@ -65,6 +65,15 @@ __global__ void __launch_bounds__(kElementThreads) logits_transform_kernel(const
   *l = v;
 }
 
+template <class T>
+__global__ void __launch_bounds__(kElementThreads) sum_ranks_kernel(const SumRanksParams p) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= p.count) return;
+  float acc = 0.0f;
+  for (int r = 0; r < p.ranks; ++r) acc += to_f32(static_cast<const T*>(p.src[r])[j]);
+  for (int r = 0; r < p.ranks; ++r) static_cast<T*>(p.dst[r])[j] = from_f32<T>(acc);
+}
+
 inline int element_blocks(int rows, int cols) {
   return static_cast<int>(ceil_div<int64_t>(static_cast<int64_t>(rows) * cols, kElementThreads));
 }
@@ -120,6 +129,18 @@ KernelResult copy_rows(const CopyRowsParams& p, cudaStream_t stream) {
   if (p.rows * p.cols == 0) return KernelResult::success();
   KD_DISPATCH_DTYPE(p.in_dtype, In, KD_DISPATCH_DTYPE(p.out_dtype, Out, kern::launch_copy_rows<In, Out>(p, stream)));
   return launch_status("copy_rows_kernel launch");
+}
+
+KernelResult sum_ranks(const SumRanksParams& p, cudaStream_t stream) {
+  if (p.ranks < 1 || p.ranks > kSumRanksMax || p.count < 0)
+    return KernelResult::invalid("sum_ranks: ranks " + std::to_string(p.ranks) + " outside 1.." +
+                                 std::to_string(kSumRanksMax) + " or a negative count");
+  for (int r = 0; r < p.ranks; ++r)
+    if (!p.src[r] || !p.dst[r]) return KernelResult::invalid("sum_ranks: a null buffer");
+  if (p.count == 0) return KernelResult::success();
+  const int blocks = static_cast<int>(kern::ceil_div<int64_t>(p.count, kern::kElementThreads));
+  KD_DISPATCH_DTYPE(p.dtype, T, KD_LAUNCH_FLAT(kern::sum_ranks_kernel<T>, blocks, kern::kElementThreads, 0, stream, p));
+  return launch_status("sum_ranks_kernel launch");
 }
 
 }  // namespace kdtree

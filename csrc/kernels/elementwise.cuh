@@ -79,6 +79,19 @@ KernelResult add_inplace(const AddParams& p, cudaStream_t stream);
 KernelResult silu_mul(const SiluMulParams& p, cudaStream_t stream);
 KernelResult copy_rows(const CopyRowsParams& p, cudaStream_t stream);
 
+// A simulated group's all-reduce (engine/collective.cpp): every dst[i][j] = src[0][j] +
+// src[1][j] + ... in rank order, summed in float32 and rounded once, so every rank reads the
+// same value. src and dst may be the same buffers.
+constexpr int kSumRanksMax = 8;  // KD_MAX_WORLD
+struct SumRanksParams {
+  ModelDType dtype = ModelDType::kF32;
+  int64_t count = 0;
+  int ranks = 0;
+  const void* src[kSumRanksMax] = {};
+  void* dst[kSumRanksMax] = {};
+};
+KernelResult sum_ranks(const SumRanksParams& p, cudaStream_t stream);
+
 inline KernelResult check_rows_cols(const char* what, int rows, int cols, std::initializer_list<int64_t> strides,
                                     std::initializer_list<const void*> ptrs) {
   const std::string w(what);

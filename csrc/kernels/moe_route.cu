@@ -135,6 +135,7 @@ __global__ void __launch_bounds__(kElementThreads) moe_combine_kernel(const MoeC
   float acc = 0.0f;
   for (int j = 0; j < p.topk; ++j) {
     const int pair = t * p.topk + j;
+    if (p.topk_ids && (p.topk_ids[pair] < p.expert_begin || p.topk_ids[pair] >= p.expert_end)) continue;
     acc += to_f32(y[static_cast<int64_t>(p.pair_row[pair]) * p.hidden + c]) * p.topk_weights[pair];
   }
   float v = round_to<T>(acc);

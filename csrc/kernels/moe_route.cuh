@@ -48,6 +48,10 @@ struct MoeCombineParams {
   const void* expert_out = nullptr;   // [tokens * topk, hidden] grouped rows (down projections)
   const int32_t* pair_row = nullptr;  // [tokens * topk]
   const float* topk_weights = nullptr;
+  // Expert parallelism: with topk_ids given, only pairs whose expert is in
+  // [expert_begin, expert_end) count (the others' rows belong to another rank).
+  const int32_t* topk_ids = nullptr;
+  int expert_begin = 0, expert_end = 0;
   const void* shared_out = nullptr;   // [tokens, hidden] shared experts' output, or null
   void* out = nullptr;                // [tokens, hidden]
 };

@@ -122,6 +122,38 @@ def engine(
         raise typer.Exit(1)
 
 
+@bench_app.command("gpus", help="The native engine whole on 1 GPU and split over --gpus N (NCCL, a process per "
+                   "GPU), on the demo pair and a random Kimi K2-shaped slice (written by this command): DDTree "
+                   "float32 output equal token for token, tokens/s and round stage times with the collectives' "
+                   "share, float32 and bf16. Writes gpus.json and gpus.md.")
+def gpus(
+    n: Annotated[int, typer.Option("--gpus", help="GPUs to split over (compared with 1).", min=2)] = 2,
+    prompts: Annotated[int, typer.Option(help="Requests, decoded together.", min=1)] = 8,
+    max_tokens: Annotated[int, typer.Option(help="Tokens per request.", min=1)] = 64,
+    budget: Annotated[int, typer.Option(help="DDTree node budget.", min=1)] = 32,
+    models: Annotated[str, typer.Option(help="Comma-separated: demo, kimi.")] = "demo,kimi",
+    scratch: Annotated[Path, typer.Option(help="Where the Kimi slice is written (removed afterwards).",
+                                          file_okay=False)] = Path("/tmp/kdtree-gpus-bench"),
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="Output folder \\[default: results/<device>x<N>/].", file_okay=False, show_default=False)] = None,
+) -> None:
+    from kdtree_cli.bench.gpu import device_facts, require_gpu
+    from kdtree_cli.bench.gpus import GpusBench, run_gpus_bench
+    from kdtree_cli.bench.kernels import default_out_dir
+    from python_engine.project import PROJECT_ROOT
+
+    require_gpu("kdtree bench gpus")
+    if out is None:
+        one = default_out_dir(device_facts(PROJECT_ROOT)).parent
+        out = one.with_name(f"{one.name}x{n}")
+    r = run_gpus_bench(GpusBench(gpus=n, prompts=prompts, max_tokens=max_tokens, budget=budget,
+                                 models=tuple(m.strip() for m in models.split(",") if m.strip()), scratch=scratch,
+                                 out_dir=out))
+    typer.echo((out / "gpus.md").read_text())
+    if not all(m["runs"]["float32"]["identical_to_1gpu"] for m in r["models"].values() if "float32" in m["runs"]):
+        raise typer.Exit(1)
+
+
 @bench_app.command("load", help="Load a random Kimi K2-shaped checkpoint slice (>= 10 GB, written by this command) "
                    "with the native engine and with safetensors into torch, in GB/s; GPU memory used against "
                    "the engine's report; two engines freed leave nothing behind. Writes load.json.")

@@ -53,6 +53,10 @@ def run(
     max_slots: Annotated[Optional[int], Opt(
         "--max-slots", help="Native engine: requests decoded at once (default: all of them, up to 64).",
         show_default=False)] = None,
+    gpus: Annotated[int, Opt(
+        "--gpus", min=1, help="Native engine: split the model over N GPUs (cuda:0..N-1; pick them with "
+        "CUDA_VISIBLE_DEVICES), tensor and expert parallel, one process per GPU. Every rank decodes the same "
+        "requests; a rank that fails stops the run on all of them.")] = 1,
     tui: Annotated[bool, Opt("--tui", help="Watch this run in the live monitor (kdtree tui).")] = False,
     host: Annotated[Optional[str], Opt(
         "--host", help="Run on this host from kdtree.toml (paths are the host's), streaming output back.",
@@ -71,6 +75,7 @@ def run(
         budget=budget, block_size=block_size, temperature=temperature, max_tokens=max_tokens,
         seed=seed, device=device, dtype=dtype, metrics=metrics, ar=ar, ignore_eos=ignore_eos,
         engine=engine, prompts_file=prompts_file, prometheus=prometheus, max_slots=max_slots,
+        gpus=gpus,
     )
     run_command(request, stdout=sys.stdout, stderr=sys.stderr)
 

@@ -56,11 +56,21 @@ class Cublas:
 
 
 @dataclass(frozen=True)
+class Nccl:
+    """NCCL for a model split over GPUs: its header at build time; the engine opens the
+    library itself at run time (so a one-GPU engine never needs it)."""
+    include_dir: Path
+    library: Path | None  # libnccl.so.2 next to the header, the engine's first guess
+    found_by: str
+
+
+@dataclass(frozen=True)
 class Toolchain:
     cuda: CudaToolkit
     cublas: Cublas
     cxx: str  # host C++ compiler (also nvcc's -ccbin)
     ninja: str
+    nccl: Nccl | None = None  # optional: without it the engine runs on one GPU only
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
@@ -185,13 +195,18 @@ def _cublas_in_toolkit(cuda: CudaToolkit) -> Cublas | None:
     return None
 
 
-def _cublas_in_wheels(cuda: CudaToolkit, looked: list[str]) -> Cublas | None:
-    for dist_name in CUBLAS_WHEELS:
+def _installed_wheels(names: tuple[str, ...]):
+    """(name, distribution, its files) of each of `names` installed in this Python."""
+    for dist_name in names:
         try:
             dist = importlib.metadata.distribution(dist_name)
         except importlib.metadata.PackageNotFoundError:
             continue
-        files = [Path(str(dist.locate_file(f))) for f in (dist.files or [])]
+        yield dist_name, dist, [Path(str(dist.locate_file(f))) for f in (dist.files or [])]
+
+
+def _cublas_in_wheels(cuda: CudaToolkit, looked: list[str]) -> Cublas | None:
+    for dist_name, dist, files in _installed_wheels(CUBLAS_WHEELS):
         headers = [f.parent for f in files if f.name == "cublas_v2.h"]
         libs = [f for f in files if f.name.startswith("libcublas.so")]
         if not headers or not libs:
@@ -227,6 +242,24 @@ def find_cublas(cuda: CudaToolkit) -> Cublas:
         + f". Fix: install the toolkit's cuBLAS (e.g. `apt install libcublas-dev-{major}-{minor}`) "
         f"or the wheel into this Python: `{sys.executable} -m pip install 'nvidia-cublas=={major}.{minor}.*'`."
     )
+
+
+NCCL_WHEELS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12")
+
+
+def find_nccl(cuda: CudaToolkit) -> Nccl | None:
+    """nccl.h in the toolkit (or the system's include dir), else an nvidia-nccl wheel in this Python."""
+    system = [Path("/usr/include"), *sorted(Path("/usr/lib").glob("*-linux-gnu"))]
+    for inc in [*cuda.include_dirs, Path("/usr/include")]:
+        if (inc / "nccl.h").is_file():
+            libs = [d / "libnccl.so.2" for d in [*cuda.lib_dirs, *system] if (d / "libnccl.so.2").is_file()]
+            return Nccl(inc, libs[0] if libs else None, f"{inc}")
+    for dist_name, dist, files in _installed_wheels(NCCL_WHEELS):
+        headers = [f.parent for f in files if f.name == "nccl.h"]
+        libs = [f for f in files if f.name == "libnccl.so.2"]
+        if headers:
+            return Nccl(headers[0], libs[0] if libs else None, f"wheel {dist_name} {dist.version}")
+    return None
 
 
 def find_cxx(env: Mapping[str, str] | None = None) -> str:
@@ -282,4 +315,4 @@ def find_ninja() -> str:
 
 def find_toolchain(cuda_home: str | None = None, env: Mapping[str, str] | None = None) -> Toolchain:
     cuda = find_cuda(cuda_home, env)
-    return Toolchain(cuda=cuda, cublas=find_cublas(cuda), cxx=find_cxx(env), ninja=find_ninja())
+    return Toolchain(cuda=cuda, cublas=find_cublas(cuda), cxx=find_cxx(env), ninja=find_ninja(), nccl=find_nccl(cuda))

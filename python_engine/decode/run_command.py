@@ -35,6 +35,7 @@ class RunRequest:
     prompts_file: Path | None = None  # one prompt per line (text), or JSON lines {"prompt": ...} / {"ids": [...]}
     prometheus: int | None = None  # serve Prometheus metrics on this port
     max_slots: int | None = None  # native: requests decoded at once (default: all, up to 64)
+    gpus: int = 1  # native: GPUs the model is split over, one process each (cuda:0..gpus-1)
 
 
 def run_command(req: RunRequest, stdout: IO[str], stderr: IO[str]) -> list:
@@ -50,7 +51,9 @@ def run_command(req: RunRequest, stdout: IO[str], stderr: IO[str]) -> list:
         with open_metrics(req.metrics, stdout) as stream:
             events = EventWriter(stream, listeners=[exporter.observe] if exporter else [])
             try:
-                if req.engine == "native" or (req.engine == "auto" and _native_available(req, stderr)):
+                _check_gpus(req)
+                several = req.gpus > 1  # only the native engine splits a model over GPUs
+                if req.engine == "native" or (req.engine == "auto" and (several or _native_available(req, stderr))):
                     from python_engine.native.run_native import run_native_command
 
                     return run_native_command(req, events, stdout, stderr)
@@ -61,6 +64,15 @@ def run_command(req: RunRequest, stdout: IO[str], stderr: IO[str]) -> list:
     finally:
         if exporter:
             exporter.close()
+
+
+def _check_gpus(req: RunRequest) -> None:
+    """--gpus N: the native engine's; 1 is the plain one-process run."""
+    from python_engine.native.multi_gpu import check_gpu_count
+
+    if req.gpus > 1 and req.engine == "torch":
+        raise KdtreeError(f"--gpus {req.gpus} needs --engine native: the torch engine runs on one device")
+    check_gpu_count(req.gpus)
 
 
 def _native_available(req: RunRequest, stderr: IO[str]) -> bool:

@@ -38,14 +38,32 @@ class NativeOptions:
     prefill_chunk: int = 0      # 0: the engine's default (256)
     use_graphs: bool = True
     load_threads: int = 0       # 0: the engine's default (4)
+    # a model split over several GPUs: this engine is part `rank` of `world_size`
+    world_size: int = 1
+    rank: int = 0
+    comm: str = "none"          # "nccl" (one process per GPU) or "simulated" (all parts here, one GPU)
+    nccl_id: bytes = b""        # nccl: rank 0's L.nccl_unique_id(), the same on every rank
+    sim_group: L.SimGroup | None = None  # simulated: the group every part is created in
+    collective_timeout_s: float = 0.0    # 0: the engine's default (300 s)
 
     def to_c(self) -> L.EngineOptionsC:
         if self.dtype not in L.DTYPES:
             raise KdtreeError(f"native engine dtype {self.dtype!r}: choose {' or '.join(L.DTYPES)}")
-        return L.EngineOptionsC(
+        if self.comm not in L.COMMS:
+            raise KdtreeError(f"native engine comm {self.comm!r}: choose {', '.join(L.COMMS)}")
+        if self.comm == "nccl" and len(self.nccl_id) != L.NCCL_ID_BYTES:
+            raise KdtreeError(f"comm nccl needs the {L.NCCL_ID_BYTES}-byte id of rank 0 (library.nccl_unique_id())")
+        opts = L.EngineOptionsC(
             abi_version=L.ABI_VERSION, dtype=L.DTYPES[self.dtype], device=self.device, max_slots=self.max_slots,
             max_tokens=self.max_tokens, max_budget=self.max_budget, max_block_size=self.max_block_size,
-            prefill_chunk=self.prefill_chunk, use_graphs=int(self.use_graphs), load_threads=self.load_threads)
+            prefill_chunk=self.prefill_chunk, use_graphs=int(self.use_graphs), load_threads=self.load_threads,
+            world_size=self.world_size, rank=self.rank, comm=L.COMMS[self.comm],
+            collective_timeout_s=self.collective_timeout_s)
+        if self.nccl_id:
+            ctypes.memmove(opts.nccl_id, self.nccl_id, L.NCCL_ID_BYTES)
+        if self.sim_group is not None:
+            opts.sim_group = self.sim_group.handle
+        return opts
 
 
 @dataclass
@@ -72,6 +90,8 @@ class StepReport:
     running: int
     graph_replayed: bool
     tree: dict | None = None  # one request's tree: {"request", "parent", "token", "accepted"}
+    collectives: int = 0        # a split model's collectives in the step's round
+    collective_us: float = 0.0  # their time (inside the draft and verify stages)
 
 
 @dataclass
@@ -143,7 +163,9 @@ class NativeEngine:
         self.options = NativeOptions(
             dtype="float32" if got.dtype == L.F32 else "bfloat16", device=got.device, max_slots=got.max_slots,
             max_tokens=got.max_tokens, max_budget=got.max_budget, max_block_size=got.max_block_size,
-            prefill_chunk=got.prefill_chunk, use_graphs=bool(got.use_graphs), load_threads=got.load_threads)
+            prefill_chunk=got.prefill_chunk, use_graphs=bool(got.use_graphs), load_threads=got.load_threads,
+            world_size=max(1, got.world_size), rank=got.rank, comm={v: k for k, v in L.COMMS.items()}.get(got.comm, "none"),
+            nccl_id=options.nccl_id, sim_group=options.sim_group, collective_timeout_s=options.collective_timeout_s)
         self.vocab = self.target_config.vocab_size
         self.feature_width = (len(self.drafter_config.target_layer_ids) * self.target_config.hidden_size
                               if self.drafter_config else 0)
@@ -275,7 +297,8 @@ class NativeEngine:
                     "token": list(r.sample_token[: n + 1]),
                     "accepted": list(r.sample_accepted[: r.sample_accept_len])}
         return StepReport(r.rounds, r.batch, records, dict(zip(L.STAGES, map(float, r.stage_us))), r.admitted,
-                          r.finished, r.waiting, r.running, bool(r.graph_replayed), tree)
+                          r.finished, r.waiting, r.running, bool(r.graph_replayed), tree, r.collectives,
+                          float(r.collective_us))
 
     def request(self, rid: int) -> RequestInfo:
         info = L.RequestInfoC()

@@ -56,6 +56,8 @@ class NativeRunSummary:
     rounds: int  # target forwards (batched: one per step)
     stage_us: dict[str, float] = field(default_factory=dict)  # summed over the run
     graph_steps: int = 0
+    collective_us: float = 0.0  # a split model's collectives, summed (inside draft and verify)
+    collectives: int = 0        # and their count
 
     @property
     def tokens(self) -> int:
@@ -92,6 +94,7 @@ def run_native(engine: NativeEngine, prompts: list[list[int]], settings: NativeR
     index = {rid: i for i, rid in enumerate(ids)}
     stage_us = {k: 0.0 for k in (*STAGE_KEYS, "host")}
     rounds = graph_steps = steps = 0
+    collective_us, collectives = 0.0, 0
     while True:
         want_tree = bool(s.tree_every) and steps % s.tree_every == 0
         report = engine.step(want_tree=want_tree)
@@ -104,6 +107,10 @@ def run_native(engine: NativeEngine, prompts: list[list[int]], settings: NativeR
             stage_us[k] += v
         # a round's stage times are the whole batch's; each request's record carries them
         times = {k: round(report.stage_us[k], 1) for k in STAGE_KEYS}
+        if report.collectives:
+            times["collective"] = round(report.collective_us, 1)
+            collective_us += report.collective_us
+            collectives += report.collectives
         gpu_figures = gpus.sample() if gpus is not None else None
         for rec in report.records:
             extra = {}
@@ -125,4 +132,4 @@ def run_native(engine: NativeEngine, prompts: list[list[int]], settings: NativeR
         results.append(NativeResult(rid, prompts[index[rid]], info.tokens, info.rounds, info.accepted,
                                     info.prefill_s, info.decode_s, info.state))
         engine.release(rid)
-    return NativeRunSummary(results, wall, rounds, stage_us, graph_steps)
+    return NativeRunSummary(results, wall, rounds, stage_us, graph_steps, collective_us, collectives)

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import ctypes
 import os
-from ctypes import POINTER, Structure, c_char_p, c_double, c_float, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
+from ctypes import (POINTER, Structure, c_char_p, c_double, c_float, c_int32, c_int64, c_size_t, c_uint8, c_uint32,
+                    c_uint64, c_void_p)
 from functools import lru_cache
 from pathlib import Path
 
 from python_engine.errors import KdtreeError
 from python_engine.project import PROJECT_ROOT
 
-ABI_VERSION = 3  # KD_ENGINE_ABI
+ABI_VERSION = 4  # KD_ENGINE_ABI
+NCCL_ID_BYTES = 128  # KD_NCCL_ID_BYTES
+MAX_WORLD = 8  # KD_MAX_WORLD
+COMMS = {"none": 0, "nccl": 1, "simulated": 2}  # kd_comm_kind
 MAX_TARGET_LAYER_IDS = 16
 MAX_STOP_IDS = 16
 MAX_BATCH = 256
@@ -79,7 +83,8 @@ class DrafterConfigC(Structure):
 class EngineOptionsC(Structure):
     _fields_ = [(name, c_int32) for name in (
         "abi_version", "dtype", "device", "max_slots", "max_tokens", "max_budget", "max_block_size",
-        "prefill_chunk", "use_graphs", "load_threads")]
+        "prefill_chunk", "use_graphs", "load_threads", "world_size", "rank", "comm")] + [
+        ("collective_timeout_s", c_float), ("nccl_id", c_uint8 * NCCL_ID_BYTES), ("sim_group", c_void_p)]
 
 
 class MemoryReportC(Structure):
@@ -110,7 +115,8 @@ class StepReportC(Structure):
                 ("admitted", c_int32), ("finished", c_int32), ("waiting", c_int32), ("running", c_int32),
                 ("graph_replayed", c_int32), ("sampled_slot", c_int32), ("sample_request", c_int64), ("sample_n", c_int32),
                 ("sample_parent", c_int32 * 1025), ("sample_token", c_int32 * 1025),
-                ("sample_accepted", c_int32 * 33), ("sample_accept_len", c_int32)]
+                ("sample_accepted", c_int32 * 33), ("sample_accept_len", c_int32),
+                ("collectives", c_int32), ("collective_us", c_float)]
 
 
 PROGRESS_FN = ctypes.CFUNCTYPE(None, c_void_p, c_uint64, c_uint64)
@@ -139,6 +145,9 @@ _SIGNATURES = {
     "kd_request_get": ([c_void_p, c_int64, POINTER(RequestInfoC), POINTER(c_int32), c_int32], c_int32),
     "kd_release": ([c_void_p, c_int64], c_int32),
     "kd_philox4x32_10": ([POINTER(c_uint32), POINTER(c_uint32), POINTER(c_uint32)], None),
+    "kd_nccl_unique_id": ([POINTER(c_uint8), c_char_p, c_size_t], c_int32),
+    "kd_sim_group_create": ([c_int32, POINTER(c_void_p), c_char_p, c_size_t], c_int32),
+    "kd_sim_group_free": ([c_void_p], None),
 }
 
 
@@ -176,3 +185,44 @@ def load_library(path: Path) -> ctypes.CDLL:
 def status_error(status: int, message: str) -> NativeError:
     kind = STATUS_NAMES.get(status, f"status {status}")
     return NativeError(status, f"native engine ({kind}): {message}")
+
+
+ERROR_BYTES = 1024
+
+
+def nccl_unique_id(variant: str = "gpu") -> bytes:
+    """A fresh NCCL unique id (rank 0 makes it; every rank of a split model passes the same)."""
+    lib = load_library(library_path(variant))
+    buf = (c_uint8 * NCCL_ID_BYTES)()
+    err = ctypes.create_string_buffer(ERROR_BYTES)
+    status = lib.kd_nccl_unique_id(buf, err, ERROR_BYTES)
+    if status != 0:
+        raise status_error(status, err.value.decode(errors="replace"))
+    return bytes(buf)
+
+
+class SimGroup:
+    """A simulated split (kd_sim_group): `world` parts of one model in this process on one
+    GPU, each driven from its own thread; the engine runs them one after another and
+    reduces in rank order. Free it after every engine created in it."""
+
+    def __init__(self, world: int, variant: str = "gpu"):
+        self._lib = load_library(library_path(variant))
+        handle = c_void_p()
+        err = ctypes.create_string_buffer(ERROR_BYTES)
+        status = self._lib.kd_sim_group_create(world, ctypes.byref(handle), err, ERROR_BYTES)
+        if status != 0:
+            raise status_error(status, err.value.decode(errors="replace"))
+        self.world = world
+        self.handle = handle
+
+    def close(self) -> None:
+        if self.handle:
+            self._lib.kd_sim_group_free(self.handle)
+            self.handle = c_void_p()
+
+    def __enter__(self) -> "SimGroup":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

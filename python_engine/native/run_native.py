@@ -1,32 +1,84 @@
 """`kdtree run --engine native`: the native engine behind the same command as the torch
 engine: load (with a progress bar when it takes more than a second), encode the prompts,
 decode them all with continuous batching, metrics events (with trees and GPU figures),
-each request's output, a summary."""
+each request's output, a summary.
+
+With --gpus N (N > 1) the model is split over N GPUs, one process each (multi_gpu.py):
+this process plans the run, every rank runs the same plan, rank 0's events and stderr come
+back here (rank_relay.py), and the outputs are written here once the ranks agree."""
 
 from __future__ import annotations
 
+import os
 import socket
 import time
-from typing import IO
+from dataclasses import dataclass, replace
+from typing import IO, TYPE_CHECKING
 
 from python_engine.errors import KdtreeError
 from python_engine.events import EventWriter
 
+if TYPE_CHECKING:
+    from python_engine.decode.prompts import TextCodec
+    from python_engine.decode.run_command import RunRequest
+    from python_engine.native.engine import NativeOptions
+    from python_engine.native.generate import NativeRunSettings, NativeRunSummary
+    from python_engine.native.multi_gpu import Rank
+
 MAX_SLOTS = 64  # requests decoded together by default
 PROGRESS_AFTER_S = 1.0  # a load that takes longer shows a progress bar
 TREE_EVERY = 8  # a sampled tree on every 8th step's round events
+ANY_CUDA = (None, "", "auto", "cuda")  # --device values that leave the choice to the engine
 
 
-def run_native_command(req, events: EventWriter, stdout: IO[str], stderr: IO[str]) -> list:
+@dataclass(frozen=True)
+class NativePlan:
+    """What every rank runs, made once before any engine exists, so that all ranks decode
+    the same prompts in the same order."""
+    req: RunRequest
+    prompts: list[list[int]]
+    options: NativeOptions
+    settings: NativeRunSettings
+    gpus: int
+
+    @property
+    def devices(self) -> str:
+        return f"cuda:{self.options.device}" if self.gpus == 1 else f"cuda:0-{self.gpus - 1}"
+
+
+def run_native_command(req: RunRequest, events: EventWriter, stdout: IO[str], stderr: IO[str]) -> list:
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from python_engine.decode.prompts import TextCodec, parse_ids
+    from python_engine.decode.prompts import TextCodec
+
+    codec = TextCodec(req.model)
+    plan = plan_native_run(req, codec)
+    summary = run_rank(plan, events, stderr) if plan.gpus == 1 else _run_on_gpus(plan, events, stderr)
+    out = Console(file=stderr if req.metrics == "-" else stdout, highlight=False, soft_wrap=True)
+    for i, r in enumerate(summary.results):
+        text = codec.decode(r.tokens)
+        out.print(f"[bold]request {i}[/] ({len(r.tokens)} tokens, tau {r.tau:.2f}):")
+        out.print(text if text is not None else " ".join(map(str, r.tokens)), markup=False)
+    decode_s = sum(r.decode_s for r in summary.results)
+    # rounds as the contract counts them: one per request per target forward (the round events)
+    events.emit("run_end", tokens=summary.tokens, decode_s=round(summary.wall_s, 6),
+                tokens_per_s=round(summary.tokens_per_s, 3), tau=round(summary.tau, 4),
+                rounds=sum(r.rounds for r in summary.results), batched_steps=summary.rounds,
+                ttft_s=round(sum(r.prefill_s for r in summary.results) / len(summary.results), 6))
+    mode = "AR" if req.ar else f"DDTree budget {req.budget}"
+    out.print(f"[bold]summary[/] native {mode}, {plan.devices}, {plan.options.dtype}: {summary.tokens} tokens in "
+              f"{len(summary.results)} request(s), tau {summary.tau:.2f}, {summary.tokens_per_s:.1f} tokens/s "
+              f"aggregate ({summary.rounds} rounds, {decode_s:.2f} s of request decode time)")
+    return summary.results
+
+
+def plan_native_run(req: RunRequest, codec: TextCodec) -> NativePlan:
+    """Check the request, encode its prompts, size the engine: everything before the load."""
+    from python_engine.decode.prompts import parse_ids
     from python_engine.decode.run_command import read_prompts_file
     from python_engine.model.config import load_target_config
-    from python_engine.native.engine import NativeEngine, NativeOptions
-    from python_engine.native.generate import NativeRunSettings, run_native
-    from python_engine.native.gpu_stats import GpuSampler
+    from python_engine.native.engine import NativeOptions
+    from python_engine.native.generate import NativeRunSettings
 
     texts, id_lists = list(req.prompts), list(req.prompt_ids)
     file_ids: list[list[int]] = []
@@ -35,14 +87,15 @@ def run_native_command(req, events: EventWriter, stdout: IO[str], stderr: IO[str
         texts += more_texts
     if not texts and not id_lists and not file_ids:
         raise KdtreeError("give at least one --prompt TEXT, --prompt-ids 1,2,3 or --prompts FILE")
-    if req.device not in (None, "", "auto", "cuda") and not str(req.device).startswith("cuda:"):
+    if req.device not in ANY_CUDA and not str(req.device).startswith("cuda:"):
         raise KdtreeError(f"--engine native runs on CUDA devices (cuda, cuda:N), not {req.device!r}")
+    if req.gpus > 1 and req.device not in ANY_CUDA:
+        raise KdtreeError(f"--gpus {req.gpus} runs on cuda:0..{req.gpus - 1}, not --device {req.device}: "
+                          "choose the GPUs with CUDA_VISIBLE_DEVICES")
     if not req.ar and req.drafter is None:
         raise KdtreeError("DDTree needs --drafter DIR (or pass --ar for plain autoregressive decoding)")
-    device = 0 if req.device in (None, "", "auto", "cuda") else int(str(req.device)[5:])
-    dtype = req.dtype or "bfloat16"
+    device = 0 if req.device in ANY_CUDA else int(str(req.device)[5:])
     cfg = load_target_config(req.model)
-    codec = TextCodec(req.model)
     prompts = [codec.encode(t) for t in texts] + [parse_ids(p, cfg.vocab_size) for p in id_lists]
     for ids in file_ids:
         bad = [i for i in ids if not 0 <= i < cfg.vocab_size]
@@ -51,11 +104,31 @@ def run_native_command(req, events: EventWriter, stdout: IO[str], stderr: IO[str
         prompts.append(ids)
     slots = max(1, min(req.max_slots or len(prompts), MAX_SLOTS))
     longest = max(len(p) for p in prompts)
-    opts = NativeOptions(dtype=dtype, device=device, max_slots=slots, max_tokens=longest + req.max_tokens,
-                         max_budget=0 if req.ar else req.budget, max_block_size=req.block_size or 0)
+    opts = NativeOptions(dtype=req.dtype or "bfloat16", device=device, max_slots=slots,
+                         max_tokens=longest + req.max_tokens, max_budget=0 if req.ar else req.budget,
+                         max_block_size=req.block_size or 0)
+    settings = NativeRunSettings(max_new_tokens=req.max_tokens, budget=req.budget, block_size=req.block_size or 0,
+                                 temperature=req.temperature, seed=req.seed, ar=req.ar,
+                                 stop_ids=() if req.ignore_eos else tuple(cfg.eos_token_ids)[:16],
+                                 tree_every=0 if req.ar else TREE_EVERY)
+    return NativePlan(req, prompts, opts, settings, req.gpus)
 
+
+def run_rank(plan: NativePlan, events: EventWriter, stderr: IO[str], rank: Rank | None = None) -> NativeRunSummary:
+    """Load the engine (one GPU, or this rank's share of several) and decode the plan's
+    prompts; the run_start and round events go to `events`."""
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from python_engine.native.engine import NativeEngine
+    from python_engine.native.generate import run_native
+    from python_engine.native.gpu_stats import GpuSampler
+
+    req, opts = plan.req, plan.options
+    if rank is not None:
+        opts = replace(opts, device=rank.device, world_size=rank.world_size, rank=rank.rank, comm=rank.comm,
+                       nccl_id=rank.nccl_id)
     err = Console(file=stderr, highlight=False)
-    out = Console(file=stderr if req.metrics == "-" else stdout, highlight=False, soft_wrap=True)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
                         console=err, transient=True)
     started = time.perf_counter()
@@ -75,31 +148,39 @@ def run_native_command(req, events: EventWriter, stdout: IO[str], stderr: IO[str
         progress.stop()
     with engine:
         mem = engine.memory()
-        err.print(f"[dim]native engine on cuda:{device} ({dtype}): {mem['total'] / 2**30:.2f} GiB "
+        share = ", each GPU's share" if plan.gpus > 1 else ""
+        err.print(f"[dim]native engine on {plan.devices} ({opts.dtype}{share}): {mem['total'] / 2**30:.2f} GiB "
                   f"(weights {mem['weights'] / 2**30:.2f}, caches {(mem['target_cache'] + mem['drafter_cache']) / 2**30:.2f}, "
-                  f"workspace {mem['workspace'] / 2**30:.2f}), {slots} slot(s)[/]")
+                  f"workspace {mem['workspace'] / 2**30:.2f}), {opts.max_slots} slot(s)[/]")
         d = engine.drafter_config
+        several = {"world_size": plan.gpus} if plan.gpus > 1 else {}
         events.emit("run_start", engine="native", model=req.model.name, drafter="" if req.ar else req.drafter.name,
-                    device=f"cuda:{device}", host=socket.gethostname(), dtype=dtype,
+                    device=plan.devices, host=socket.gethostname(), dtype=opts.dtype,
                     block_size=1 if req.ar else (req.block_size or d.block_size), budget=0 if req.ar else req.budget,
-                    temperature=req.temperature)
-        settings = NativeRunSettings(max_new_tokens=req.max_tokens, budget=req.budget, block_size=req.block_size or 0,
-                                     temperature=req.temperature, seed=req.seed, ar=req.ar,
-                                     stop_ids=() if req.ignore_eos else tuple(cfg.eos_token_ids)[:16],
-                                     tree_every=0 if req.ar else TREE_EVERY)
-        summary = run_native(engine, prompts, settings, events, gpus=GpuSampler([device]))
-    for i, r in enumerate(summary.results):
-        text = codec.decode(r.tokens)
-        out.print(f"[bold]request {i}[/] ({len(r.tokens)} tokens, tau {r.tau:.2f}):")
-        out.print(text if text is not None else " ".join(map(str, r.tokens)), markup=False)
-    decode_s = sum(r.decode_s for r in summary.results)
-    # rounds as the contract counts them: one per request per target forward (the round events)
-    events.emit("run_end", tokens=summary.tokens, decode_s=round(summary.wall_s, 6),
-                tokens_per_s=round(summary.tokens_per_s, 3), tau=round(summary.tau, 4),
-                rounds=sum(r.rounds for r in summary.results), batched_steps=summary.rounds,
-                ttft_s=round(sum(r.prefill_s for r in summary.results) / len(summary.results), 6))
-    mode = "AR" if req.ar else f"DDTree budget {req.budget}"
-    out.print(f"[bold]summary[/] native {mode}, cuda:{device}, {dtype}: {summary.tokens} tokens in "
-              f"{len(summary.results)} request(s), tau {summary.tau:.2f}, {summary.tokens_per_s:.1f} tokens/s "
-              f"aggregate ({summary.rounds} rounds, {decode_s:.2f} s of request decode time)")
-    return summary.results
+                    temperature=req.temperature, **several)
+        lead = rank is None or rank.rank == 0
+        sampler = GpuSampler(list(range(plan.gpus)) if rank is not None else [opts.device]) if lead else None
+        return run_native(engine, plan.prompts, plan.settings, events, gpus=sampler)
+
+
+def _run_on_gpus(plan: NativePlan, events: EventWriter, stderr: IO[str]) -> NativeRunSummary:
+    """Every rank runs the plan; rank 0's events and stderr come here; the ranks' tokens must agree."""
+    from python_engine.native.multi_gpu import check_ranks_agree, launch_ranks
+    from python_engine.native.rank_relay import Relay
+
+    tty = bool(getattr(stderr, "isatty", lambda: False)())
+    summaries = launch_ranks(plan.gpus, _rank_worker, (plan, tty), on_message=Relay(events, {"stderr": stderr}))
+    check_ranks_agree([[r.tokens for r in s.results] for s in summaries])
+    return summaries[0]
+
+
+def _rank_worker(rank: Rank, args: tuple[NativePlan, bool]) -> NativeRunSummary:
+    """One rank's process: rank 0 reports through the launcher, the others keep quiet (their
+    errors reach the launcher as the rank's failure)."""
+    from python_engine.native.rank_relay import PostedStream, posted_events
+
+    plan, tty = args
+    if rank.rank == 0:
+        return run_rank(plan, posted_events(rank), PostedStream(rank, "stderr", tty), rank)
+    with open(os.devnull, "w") as quiet:
+        return run_rank(plan, EventWriter(None), quiet, rank)

@@ -14,7 +14,9 @@ DOUBLES_HOME = "python_engine/testing"
 # the benchmarks are a shipped command (`kdtree bench`), not a dev tool
 BENCH_COMMAND = ("kdtree_cli/commands/bench.py", "kdtree_cli/bench/")
 # refgen writes refs/ from fixed seeds; the agree pair is a shipped random target of the same kind
-MAY_USE_DOUBLES = ("python_engine/refgen", "python_engine/train/agree_", DOUBLES_HOME)
+# the several-GPU bench writes a random drafter for the random Kimi slice it splits (as
+# `bench load` writes the slice itself)
+MAY_USE_DOUBLES = ("python_engine/refgen", "python_engine/train/agree_", DOUBLES_HOME, "kdtree_cli/bench/gpus.py")
 
 
 def shipped_modules():

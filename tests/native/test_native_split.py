@@ -1,0 +1,179 @@
+"""A model split over N parts (tensor-parallel attention and dense MLPs, expert-parallel routed
+experts, lm_head split by vocabulary) against the same model whole, on one device: the parts
+of a simulated group run one after another, each from its own thread, and are reduced in rank
+order (KD_COMM_SIMULATED), through the same code path the NCCL ranks take.
+
+float32: every output of the forwards (prefill, cached decode, a tree verify, after keeping a
+path, the drafter's logits, the context features) within 1e-5 relative of the whole model,
+identical on every part; DDTree decoding through the request loop (the round with its
+collectives) gives the whole model's tokens, token for token."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from native_cases import DEMO_DRAFTER, DEMO_TARGET, random_pair, rel
+from test_native_forward import keep_path, native_run, random_tree
+
+from python_engine.model.drafter import load_drafter
+from python_engine.model.target_loader import load_target
+from python_engine.native import library as L
+from python_engine.native.engine import NativeEngine, NativeOptions
+
+SPLIT_TOL = 1e-5  # float32: only the order of the sums differs from the whole model
+PREFILL_CHUNK = 64
+DECODE_PROMPTS, DECODE_TOKENS, DECODE_BUDGET = 2, 12, 16
+
+
+def run_parts(engines: list[NativeEngine], fn) -> list:
+    """fn(engine) on every part, each in its own thread (the group takes them in turn)."""
+    results: list = [None] * len(engines)
+    errors: list = [None] * len(engines)
+
+    def work(i: int) -> None:
+        try:
+            results[i] = fn(engines[i])
+        except BaseException as exc:  # re-raised below, on the test's thread
+            errors[i] = exc
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(engines))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not any(t.is_alive() for t in threads), "a part did not finish: the group deadlocked"
+    for e in errors:
+        if e is not None:
+            raise e
+    return results
+
+
+class SplitModel:
+    """`world` parts of one checkpoint in a simulated group (closes engines, then the group)."""
+
+    def __init__(self, tdir, ddir, world: int, variant: str, **opts):
+        self.group = L.SimGroup(world, variant)
+        self.engines = []
+        try:
+            for r in range(world):
+                o = NativeOptions(world_size=world, rank=r, comm="simulated", sim_group=self.group, **opts)
+                self.engines.append(NativeEngine(tdir, ddir, o, variant=variant))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for e in self.engines:
+            e.close()
+        self.group.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@pytest.fixture(scope="module")
+def split_pairs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("split-pairs")
+    return {"demo": (DEMO_TARGET, DEMO_DRAFTER),
+            "no_q_lora_groups": random_pair(root, "no_q_lora_groups", seed=301),
+            "kimi_like": random_pair(root, "kimi_like", seed=303)}
+
+
+def split_forwards(tdir, ddir, world, variant, case) -> list[dict[str, np.ndarray]]:
+    """native_run's calls on every part of a split model."""
+    prompt, token, bonus, tree, path = case["prompt"], case["token"], case["bonus"], case["tree"], case["path"]
+    P = len(prompt)
+    opts = dict(dtype="float32", max_slots=2, max_tokens=512, max_budget=tree.n, prefill_chunk=PREFILL_CHUNK)
+
+    def one(eng: NativeEngine) -> dict[str, np.ndarray]:
+        out = {}
+        out["prefill_logits"], out["prefill_features"] = eng.prefill(0, prompt, hidden=True)
+        lg, hd = eng.forward(0, [[token]], [[P]], hidden=True)
+        out["decode_logits"], out["decode_features"] = lg[0, 0], hd[0, 0]
+        out["drafter_logits"] = eng.draft(0, [bonus], case["block_size"], ctx_features=hd.reshape(1, 1, -1),
+                                          ctx_count=[1])[0]
+        from python_engine.ddtree import visibility_packed
+
+        past = P + 1
+        lt, ht = eng.forward(0, tree.tokens[None], tree.positions(past)[None], visibility_packed(tree)[None],
+                             commit=False, hidden=True)
+        out["verify_logits"], out["verify_features"] = lt[0], ht[0]
+        eng.keep(0, path)
+        out["after_keep_logits"] = eng.forward(0, [[token]], [[past + len(path)]])[0][0, 0]
+        return out
+
+    with SplitModel(tdir, ddir, world, variant, **opts) as model:
+        return run_parts(model.engines, one)
+
+
+@pytest.mark.parametrize("pair,world", [("demo", 2), ("demo", 4), ("no_q_lora_groups", 2), ("kimi_like", 2)])
+def test_split_forwards_equal_the_whole_model(pair, world, split_pairs, native_variant, rng):
+    tdir, ddir = split_pairs[pair]
+    vocab = load_target(tdir).cfg.vocab_size
+    block = load_drafter(ddir, load_target(tdir)).block_size
+    tree = random_tree(rng, vocab, 24, depth=block - 1)
+    case = {"prompt": rng.integers(0, vocab, 70).tolist(), "token": int(rng.integers(vocab)),
+            "bonus": int(rng.integers(vocab)), "tree": tree, "path": keep_path(tree), "block_size": block}
+    whole = native_run(tdir, ddir, "float32", native_variant, case)
+    parts = split_forwards(tdir, ddir, world, native_variant, case)
+    for r, part in enumerate(parts[1:], start=1):
+        for k in whole:  # every part holds the same reduced and gathered values
+            assert np.array_equal(part[k], parts[0][k]), f"part {r}'s {k} differs from part 0's"
+    err = {k: rel(parts[0][k], whole[k]) for k in whole}
+    print(f"{pair} split {world} ways vs whole: " + ", ".join(f"{k} {v:.1e}" for k, v in err.items()))
+    bad = {k: v for k, v in err.items() if not v <= SPLIT_TOL}
+    assert not bad, f"split outputs over {SPLIT_TOL} from the whole model: {bad}"
+
+
+def decode_all(eng: NativeEngine, prompts, ar: bool) -> tuple[list[list[int]], int]:
+    ids = [eng.submit(p, DECODE_TOKENS, budget=0 if ar else DECODE_BUDGET, ar=ar) for p in prompts]
+    collectives = 0
+    while True:
+        rep = eng.step()
+        collectives += rep.collectives
+        if rep.rounds == 0 and rep.waiting == 0 and rep.running == 0:
+            break
+    out = [eng.request(i).tokens for i in ids]
+    for i in ids:
+        eng.release(i)
+    return out, collectives
+
+
+@pytest.mark.parametrize("pair", ["demo", "kimi_like"])
+def test_split_ddtree_decoding_equals_the_whole_model(pair, split_pairs, native_variant, rng):
+    tdir, ddir = split_pairs[pair]
+    vocab = load_target(tdir).cfg.vocab_size
+    prompts = [rng.integers(0, vocab, int(rng.integers(5, 20))).tolist() for _ in range(DECODE_PROMPTS)]
+    opts = dict(dtype="float32", max_slots=DECODE_PROMPTS, max_tokens=64, max_budget=DECODE_BUDGET)
+    with NativeEngine(tdir, ddir, NativeOptions(**opts), variant=native_variant) as eng:
+        whole_ar, none = decode_all(eng, prompts, ar=True)
+        whole_tree, _ = decode_all(eng, prompts, ar=False)
+    assert none == 0, "one GPU runs no collectives"
+    assert whole_tree == whole_ar, "the whole model's DDTree output differs from its AR output"
+    with SplitModel(tdir, ddir, 2, native_variant, **opts) as model:
+        parts = run_parts(model.engines, lambda e: decode_all(e, prompts, ar=False))
+    for r, (tokens, collectives) in enumerate(parts):
+        assert tokens == whole_tree, f"part {r}'s DDTree tokens differ from the whole model's"
+        assert collectives > 0, "a split round reports its collectives"
+
+
+def test_split_rejects_what_does_not_divide(split_pairs, native_variant):
+    tdir, ddir = split_pairs["kimi_like"]  # 2 attention heads
+    with pytest.raises(L.NativeError, match="num_attention_heads .*divisible by 4"):
+        SplitModel(tdir, ddir, 4, native_variant, dtype="float32", max_slots=1, max_tokens=32, max_budget=4)
+
+
+def test_split_options_are_checked(native_variant):
+    with pytest.raises(L.NativeError, match="needs comm"):
+        NativeEngine(DEMO_TARGET, None, NativeOptions(dtype="float32", max_slots=1, max_tokens=32, world_size=2),
+                     variant=native_variant)
+    with L.SimGroup(2, native_variant) as group, pytest.raises(L.NativeError, match="simulated group has 2 parts"):
+        NativeEngine(DEMO_TARGET, None, NativeOptions(dtype="float32", max_slots=1, max_tokens=32, world_size=3,
+                                                      comm="simulated", sim_group=group), variant=native_variant)
+    with pytest.raises(L.NativeError, match="world_size 9 outside|over 8"):
+        L.SimGroup(9, native_variant)
