@@ -5,7 +5,8 @@
 # under $OUT; a short table comes last. Usage (repository root, on the GPU machine):
 #   OUT=/tmp/o scripts/gpu_engine_run.sh [steps...]     steps default to all, in order:
 #   build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe
-# and, named only: split (the simulated split on one GPU), gpus (1 vs KDTREE_GPUS=2 GPUs over NCCL)
+# and, named only: split (the simulated split on one GPU), multigpu (kdtree run --gpus 2 tests),
+# gpus (1 vs KDTREE_GPUS=2 GPUs over NCCL)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -56,6 +57,7 @@ for s in "${STEPS[@]}"; do
            print('native', round(r['native_gb_per_s'],2), 'GB/s; torch', round(r['torch_gb_per_s'],2), 'GB/s; mem ratio', round(r['memory']['ratio'],3), 'left', r['memory']['left_behind'])" ;;
     native) step native 300 "$PY" -m kdtree_cli test --native ;;
     split) step split 300 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_split.py ;;
+    multigpu) step multigpu 300 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_multi_gpu_run.py ;;
     gpus) step gpus 560 "$PY" -m kdtree_cli bench gpus --gpus "${KDTREE_GPUS:-2}" --out "$OUT/gpus" ;;
     *) echo "unknown step $s" ;;
   esac
