@@ -15,6 +15,7 @@ import threading
 import numpy as np
 import pytest
 from native_cases import DEMO_DRAFTER, DEMO_TARGET, random_pair, rel
+from native_sizes import GPU, PREFILL_TOKENS, TREE_NODES
 from test_native_forward import keep_path, native_run, random_tree
 
 from python_engine.model.drafter import load_drafter
@@ -126,6 +127,32 @@ def test_split_forwards_equal_the_whole_model(pair, world, split_pairs, native_v
             assert np.array_equal(part[k], parts[0][k]), f"part {r}'s {k} differs from part 0's"
     err = {k: rel(parts[0][k], whole[k]) for k in whole}
     print(f"{pair} split {world} ways vs whole: " + ", ".join(f"{k} {v:.1e}" for k, v in err.items()))
+    bad = {k: v for k, v in err.items() if not v <= SPLIT_TOL}
+    assert not bad, f"split outputs over {SPLIT_TOL} from the whole model: {bad}"
+
+
+@pytest.mark.skipif(not GPU, reason="real Kimi K2 widths: a 12 GB checkpoint, for the GPU run")
+def test_split_kimi_slice_equals_the_whole_model(tmp_path_factory, native_variant, rng):
+    """The model `kdtree bench gpus` splits over two GPUs (hidden 7168, 64 heads, MLA
+    1536/512/128/64, vocab 163840, 3 layers, 32 experts), split 2 ways on one GPU."""
+    from kdtree_cli.bench.load import write_kimi_slice
+    from python_engine.model.config import load_target_config
+    from python_engine.testing.random_drafter import write_random_drafter
+
+    root = tmp_path_factory.mktemp("kimi-split")
+    tdir, ddir = root / "target", root / "drafter"
+    write_kimi_slice(tdir, seed=int(rng.integers(1 << 30)))
+    cfg = load_target_config(tdir)
+    write_random_drafter(ddir, cfg, seed=int(rng.integers(1 << 30)), num_layers=1, block_size=8, num_heads=32,
+                         num_kv_heads=8, head_dim=128, intermediate_size=4096)
+    tree = random_tree(rng, cfg.vocab_size, TREE_NODES, depth=7)
+    case = {"prompt": rng.integers(0, cfg.vocab_size, PREFILL_TOKENS).tolist(), "token": int(rng.integers(cfg.vocab_size)),
+            "bonus": int(rng.integers(cfg.vocab_size)), "tree": tree, "path": keep_path(tree), "block_size": 8}
+    whole = native_run(tdir, ddir, "float32", native_variant, case)
+    parts = split_forwards(tdir, ddir, 2, native_variant, case)
+    assert all(np.array_equal(parts[1][k], parts[0][k]) for k in whole), "the two parts differ"
+    err = {k: rel(parts[0][k], whole[k]) for k in whole}
+    print("kimi slice split 2 ways vs whole: " + ", ".join(f"{k} {v:.1e}" for k, v in err.items()))
     bad = {k: v for k, v in err.items() if not v <= SPLIT_TOL}
     assert not bad, f"split outputs over {SPLIT_TOL} from the whole model: {bad}"
 
