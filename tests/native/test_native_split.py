@@ -11,6 +11,7 @@ collectives) gives the whole model's tokens, token for token."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -204,3 +205,23 @@ def test_split_options_are_checked(native_variant):
                                                       comm="simulated", sim_group=group), variant=native_variant)
     with pytest.raises(L.NativeError, match="world_size 9 outside|over 8"):
         L.SimGroup(9, native_variant)
+
+
+def test_a_failing_part_stops_the_others_instead_of_hanging(native_variant):
+    """Part 1 asks for a token outside the vocabulary while part 0 runs a good forward: part 1
+    gets its own error, part 0 a clear one naming part 1 (not a wait until the timeout)."""
+    with SplitModel(DEMO_TARGET, None, 2, native_variant, dtype="float32", max_slots=1, max_tokens=32,
+                    collective_timeout_s=60) as model:
+        def one(eng: NativeEngine):
+            bad = eng.options.rank == 1
+            try:
+                eng.forward(0, [[10**6 if bad else 5]], [[0]])
+            except L.NativeError as exc:
+                return str(exc)
+            return "ok"
+
+        t0 = time.perf_counter()
+        got = run_parts(model.engines, one)
+        assert time.perf_counter() - t0 < 30, "the good part waited for the timeout"
+    assert "outside the vocabulary" in got[1]
+    assert "simulated group stopped: part 1 failed" in got[0]
