@@ -6,7 +6,7 @@
 #   OUT=/tmp/o scripts/gpu_engine_run.sh [steps...]     steps default to all, in order:
 #   build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe
 # and, named only: split (the simulated split on one GPU), multigpu (kdtree run --gpus 2 tests),
-# gpus (1 vs KDTREE_GPUS=2 GPUs over NCCL)
+# gpus (1 vs KDTREE_GPUS=2 GPUs over NCCL), collectives (NCCL's cost per call at the engine's sizes)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -58,6 +58,7 @@ for s in "${STEPS[@]}"; do
     native) step native 300 "$PY" -m kdtree_cli test --native ;;
     split) step split 300 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_split.py ;;
     multigpu) step multigpu 300 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_multi_gpu_run.py ;;
+    collectives) step collectives 200 "$PY" -m kdtree_cli bench collectives --gpus "${KDTREE_GPUS:-2}" --out "$OUT" ;;
     gpus) step gpus 560 "$PY" -m kdtree_cli bench gpus --gpus "${KDTREE_GPUS:-2}" --out "$OUT/gpus" ;;
     *) echo "unknown step $s" ;;
   esac
@@ -65,5 +66,6 @@ done
 # everything in one archive; beside it only the few files read first (the device tool returns 8)
 cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz ./* 2>/dev/null
 find . -type f ! -name logs.tgz ! -name env.txt ! -name native-results.jsonl ! -name native-run.jsonl \
-  ! -name load.json ! -name engine.json ! -name moe.json ! -name gpus.json ! -name gpus.md -delete
+  ! -name load.json ! -name engine.json ! -name moe.json ! -name gpus.json ! -name gpus.md ! -name moe.md \
+  ! -name collectives.json ! -name collectives.md -delete
 printf '%s\n' "${rows[@]}"

@@ -154,6 +154,27 @@ def gpus(
         raise typer.Exit(1)
 
 
+@bench_app.command("collectives", help="What one NCCL collective of the engine's sizes costs on --gpus N GPUs "
+                   "(torch.distributed): the all-reduce of T x 7168 rows (bf16, float32) and the all-gather of "
+                   "lm_head's logits parts, at DDTree round sizes. Writes collectives.json and collectives.md.")
+def collectives(
+    n: Annotated[int, typer.Option("--gpus", help="GPUs (one process each).", min=2)] = 2,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="Output folder \\[default: results/<device>x<N>/].", file_okay=False, show_default=False)] = None,
+) -> None:
+    from kdtree_cli.bench.collectives import run_collectives_bench
+    from kdtree_cli.bench.gpu import device_facts, require_gpu
+    from kdtree_cli.bench.kernels import default_out_dir
+    from python_engine.project import PROJECT_ROOT
+
+    require_gpu("kdtree bench collectives")
+    if out is None:
+        one = default_out_dir(device_facts(PROJECT_ROOT)).parent
+        out = one.with_name(f"{one.name}x{n}")
+    run_collectives_bench(n, out)
+    typer.echo((out / "collectives.md").read_text())
+
+
 @bench_app.command("load", help="Load a random Kimi K2-shaped checkpoint slice (>= 10 GB, written by this command) "
                    "with the native engine and with safetensors into torch, in GB/s; GPU memory used against "
                    "the engine's report; two engines freed leave nothing behind. Writes load.json.")
