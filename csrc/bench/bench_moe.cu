@@ -254,12 +254,11 @@ int main(int argc, char** argv) {
         p.out = gate_up ? act.p : out.p;
         p.out_stride = p.n;
       };
-      auto int4_params = [&](const DeviceRouting& r, bool gate_up, W4RowTile tile, W4Schedule schedule) {
+      auto int4_params = [&](const DeviceRouting& r, bool gate_up, W4RowTile tile) {
         MoeW4a16Params p;
         fill(p, r, gate_up);
         p.max_rows_per_expert = n;
         p.row_tile = tile;
-        p.schedule = schedule;
         p.w = gate_up ? q_gate.p : q_down.p;
         p.w_up = gate_up ? q_up.p : nullptr;
         p.w_expert_stride = gate_up ? gate_words : down_words;
@@ -281,23 +280,11 @@ int main(int argc, char** argv) {
         std::function<void()> gate_up, down;
       };
       std::vector<Case> cases;
-      // int4: what the engine runs (automatic tile and schedule); int4_tiles: the first
-      // schedule (one CTA per row-tile pair and expert slot) with the automatic tile, i.e. the
-      // kernel before the persistent schedule, for the comparison in one run; the forced tiles
-      // run on the automatic schedule
-      struct Int4Case {
-        const char* name;
-        W4RowTile tile;
-        W4Schedule schedule;
-      };
-      const Int4Case int4_cases[] = {{"int4", W4RowTile::kAuto, W4Schedule::kAuto},
-                                     {"int4_tiles", W4RowTile::kAuto, W4Schedule::kTiles},
-                                     {"int4_tile8", W4RowTile::k8, W4Schedule::kAuto},
-                                     {"int4_tile16", W4RowTile::k16, W4Schedule::kAuto},
-                                     {"int4_tile32", W4RowTile::k32, W4Schedule::kAuto}};
-      for (const Int4Case& ic : int4_cases)
-        cases.push_back({ic.name, [&, ic] { check(moe_gemm_w4a16(int4_params(*cur, true, ic.tile, ic.schedule), nullptr)); },
-                         [&, ic] { check(moe_gemm_w4a16(int4_params(*cur, false, ic.tile, ic.schedule), nullptr)); }});
+      const std::pair<const char*, W4RowTile> tiles[] = {
+          {"int4", W4RowTile::kAuto}, {"int4_tile8", W4RowTile::k8}, {"int4_tile16", W4RowTile::k16}, {"int4_tile32", W4RowTile::k32}};
+      for (const auto& [name, tile] : tiles)
+        cases.push_back({name, [&, tile = tile] { check(moe_gemm_w4a16(int4_params(*cur, true, tile), nullptr)); },
+                         [&, tile = tile] { check(moe_gemm_w4a16(int4_params(*cur, false, tile), nullptr)); }});
       cases.push_back({"bf16", [&] { check(moe_gemm(bf16_params(*cur, true), nullptr)); },
                        [&] { check(moe_gemm(bf16_params(*cur, false), nullptr)); }});
       for (const Case& c : cases) {

@@ -26,11 +26,6 @@ KernelResult current_device_limits(DeviceLimits* out);
 // `what` names the kernel in the error.
 KernelResult allow_dynamic_smem(const void* kernel, size_t bytes, const char* what);
 
-// Ask the current device to give `kernel`'s SMs the largest shared-memory carveout (the rest
-// of the unified L1), so as many CTAs fit per SM as the shared memory allows: with no
-// preference the driver may pick a smaller carveout and run fewer CTAs. Set once per device
-// and kernel.
-KernelResult prefer_max_shared_memory(const void* kernel, const char* what);
 // cudaGetLastError after a launch, as a KernelResult naming `what`.
 KernelResult launch_status(const char* what);
 

@@ -1,9 +1,5 @@
 // W4A16 grouped expert GEMM (API and weight layout: moe_gemm_w4a16.cuh).
 //
-// Two schedules over the same CTA (W4Schedule; results bit-identical): kTiles, described
-// here, and kPersistent (the default; below, before the launchers): CTAs that stay for a run
-// of (expert, row-tile pair) units with one cp.async pipeline across them.
-//
 // CTA: 8 warps = kWarpsN row tiles of 16 output features x kWarpsK slices of the input
 // columns (chunk c goes to slice c % kWarpsK), for one expert; grid = (row tiles / kWarpsN,
 // expert slots). Slot y runs the y-th expert that owns rows, so decode launches (8 active
@@ -24,7 +20,6 @@
 #include <cstring>
 
 #include "moe_gemm_w4a16.cuh"
-#include "launch_support.h"
 #include "model_dtype.cuh"
 #include "moe_route.cuh"
 #include "ptx_mma.cuh"
@@ -92,93 +87,6 @@ KD_DEVICE void dequant_word(uint32_t (&a)[4], uint32_t word, __nv_bfloat162 scal
 
 // 16-byte read-only load (x rows, written by an earlier kernel).
 KD_DEVICE uint4 load16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
-
-// The B fragments of one chunk: lane (g, quad) reads columns k0 + 16 quad .. + 15 of its row
-// of each live fragment (zeros past `frags` and in the padding columns of a k % 64 == 32 tail).
-template <int kFrags>
-KD_DEVICE void w4_load_x(uint4 (&xv)[kFrags][2], const __nv_bfloat16* const (&xrow)[kFrags], int k0, int k, int quad,
-                         int frags) {
-  const bool k_in = k0 + 16 * quad < k;
-#pragma unroll
-  for (int f = 0; f < kFrags; ++f) {
-    if (f < frags && k_in) {
-      xv[f][0] = load16(xrow[f] + k0);
-      xv[f][1] = load16(xrow[f] + k0 + 8);
-    } else {
-      xv[f][0] = xv[f][1] = make_uint4(0, 0, 0, 0);
-    }
-  }
-}
-
-// One 64-column chunk: this lane's weight word and scale word of each matrix (wv, sv) times
-// the x fragments, accumulated in mma order (k-steps s = 0..3, matrix, fragment).
-template <int kMats, int kFrags>
-KD_DEVICE void w4_mma_chunk(float (&acc)[kMats][kFrags][4], const uint4 (&wv)[kMats], const uint32_t (&sv)[kMats],
-                            const uint4 (&xv)[kFrags][2], int frags) {
-#pragma unroll
-  for (int s = 0; s < 4; ++s) {
-#pragma unroll
-    for (int m = 0; m < kMats; ++m) {
-      const uint32_t word = s == 0 ? wv[m].x : s == 1 ? wv[m].y : s == 2 ? wv[m].z : wv[m].w;
-      const uint32_t lo = sv[m] & 0xffffu, hi = sv[m] >> 16;
-      uint32_t a[4];
-      dequant_word(a, word, as_bf162(lo | (lo << 16)), as_bf162(hi | (hi << 16)));
-#pragma unroll
-      for (int f = 0; f < kFrags; ++f) {
-        if (f > 0 && f >= frags) continue;  // frags >= 1: fragment 0 always runs
-        const uint4& v = xv[f][s / 2];
-        const uint32_t b0 = (s % 2) ? v.z : v.x, b1 = (s % 2) ? v.w : v.y;
-        mma_bf16_16816(acc[m][f], a, b0, b1);
-      }
-    }
-  }
-}
-
-// This warp's partial sums -> its place in `red`: [slice][row tile][matrix][frag][lane][4].
-template <int kWarpsN, int kMats, int kFrags>
-KD_DEVICE void w4_write_partials(float* red, const float (&acc)[kMats][kFrags][4], int wk, int wn, int lane) {
-#pragma unroll
-  for (int m = 0; m < kMats; ++m)
-#pragma unroll
-    for (int f = 0; f < kFrags; ++f) {
-      float* d = red + ((((wk * kWarpsN + wn) * kMats + m) * kFrags + f) * kWarpSize + lane) * 4;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) d[i] = acc[m][f][i];
-    }
-}
-
-// The CTA's outputs of one pass: the slices' partial sums added in slice order (0.0f + slice 0
-// + slice 1 + ...), so a row's result depends on neither the tile nor the other rows nor the
-// schedule; SwiGLU rounded as moe_gemm rounds. tile0 = the first of the kWarpsN row tiles.
-template <bool kSwiglu, int kWarpsN, int kFrags>
-KD_DEVICE void w4_store_outputs(const MoeW4a16Params& p, const float* red, int tid, int tile0, int r0, int row_end,
-                                int frags) {
-  constexpr int kMats = kSwiglu ? 2 : 1, kWarpsK = kW4Warps / kWarpsN;
-  // element (row tile, frag, lane, i) of the mma D fragment: output feature 16 tile + g + 8 (i / 2),
-  // grouped row r0 + 8 frag + 2 quad + i % 2
-  constexpr int kOutputs = kWarpsN * kFrags * kWarpSize * 4;
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out);
-  for (int idx = tid; idx < kOutputs; idx += kW4Threads) {
-    const int i = idx % 4, l = (idx / 4) % kWarpSize, f = (idx / (4 * kWarpSize)) % kFrags;
-    const int tn = idx / (4 * kWarpSize * kFrags);
-    const int col = (tile0 + tn) * kW4TileRows + l / 4 + 8 * (i / 2);
-    const int r = r0 + 8 * f + 2 * (l % 4) + i % 2;
-    if (f >= frags || col >= p.n || r >= row_end) continue;
-    float sum[kMats];
-#pragma unroll
-    for (int m = 0; m < kMats; ++m) {
-      sum[m] = 0.0f;
-      for (int s = 0; s < kWarpsK; ++s)
-        sum[m] += red[((((s * kWarpsN + tn) * kMats + m) * kFrags + f) * kWarpSize + l) * 4 + i];
-    }
-    float v = sum[0];
-    if (kSwiglu) {
-      const float gate = round_to<__nv_bfloat16>(sum[0]);
-      v = round_to<__nv_bfloat16>(gate / (1.0f + expf(-gate))) * round_to<__nv_bfloat16>(sum[kMats - 1]);
-    }
-    out[static_cast<int64_t>(r) * p.out_stride + col] = __float2bfloat16_rn(v);
-  }
-}
 
 template <bool kSwiglu, int kWarpsN, int kFrags>
 __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_kernel(const MoeW4a16Params p) {
@@ -257,8 +165,18 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
     for (int j = 0; j < my_chunks; ++j) {
       if (j + kStages - 1 < my_chunks) issue(j + kStages - 1);
       cp_async_commit();
+      const int k0 = (wk + j * kWarpsK) * kW4TileCols;
+      const bool k_in = k0 + 16 * quad < p.k;  // the 32 padding columns of a k % 64 == 32 tail
       uint4 xv[kFrags][2];
-      w4_load_x<kFrags>(xv, xrow, (wk + j * kWarpsK) * kW4TileCols, p.k, quad, frags);
+#pragma unroll
+      for (int f = 0; f < kFrags; ++f) {
+        if (f < frags && k_in) {
+          xv[f][0] = load16(xrow[f] + k0);
+          xv[f][1] = load16(xrow[f] + k0 + 8);
+        } else {
+          xv[f][0] = xv[f][1] = make_uint4(0, 0, 0, 0);
+        }
+      }
       cp_async_wait<kStages - 1>();
       __syncwarp();  // the scale words were copied by lanes 0..3
       uint4 wv[kMats];
@@ -270,218 +188,64 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
         sv[m] = blk[kW4WeightWords + (quad / 2) * 8 + g];
       }
       __syncwarp();  // everyone has read the slot before the next issue overwrites it
-      w4_mma_chunk<kMats, kFrags>(acc, wv, sv, xv, frags);
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+#pragma unroll
+        for (int m = 0; m < kMats; ++m) {
+          const uint32_t word = s == 0 ? wv[m].x : s == 1 ? wv[m].y : s == 2 ? wv[m].z : wv[m].w;
+          const uint32_t lo = sv[m] & 0xffffu, hi = sv[m] >> 16;
+          uint32_t a[4];
+          dequant_word(a, word, as_bf162(lo | (lo << 16)), as_bf162(hi | (hi << 16)));
+#pragma unroll
+          for (int f = 0; f < kFrags; ++f) {
+            if (f > 0 && f >= frags) continue;  // frags >= 1: fragment 0 always runs
+            const uint4& v = xv[f][s / 2];
+            const uint32_t b0 = (s % 2) ? v.z : v.x, b1 = (s % 2) ? v.w : v.y;
+            mma_bf16_16816(acc[m][f], a, b0, b1);
+          }
+        }
+      }
     }
     cp_async_wait<0>();
 
     // partial sums of the slices -> shared memory (the ring is free once everyone is here)
     __syncthreads();
     float* red = reinterpret_cast<float*>(smem);
-    w4_write_partials<kWarpsN, kMats, kFrags>(red, acc, wk, wn, lane);
-    __syncthreads();
-    w4_store_outputs<kSwiglu, kWarpsN, kFrags>(p, red, tid, static_cast<int>(blockIdx.x) * kWarpsN, r0, row_end, frags);
-    __syncthreads();  // the next pass reuses the shared memory
-  }
-}
-
-// ---- the persistent schedule (W4Schedule::kPersistent) ------------------------------------
-//
-// Why: the tiles schedule gives each CTA 2 row tiles x one expert: 258 KB of weights for the
-// fused gate/up of a Kimi expert but only 37 KB for its down projection (k = 2048: 8 blocks
-// per warp, all in flight at once). Each CTA first walks the offsets (global loads, a ballot,
-// a barrier, then offsets[e] and x_row: three dependent round trips), then fills its pipeline
-// from DRAM (one full latency with nothing else in flight), drains it and exits: for the
-// down projection at n = 1 that is 1792 CTAs of ~one DRAM latency of work each, i.e. the
-// launch runs on latency, not bandwidth (measured 0.043 ms for 66 MB, ~1.5 TB/s). At n >= 64
-// the slots of experts that own no rows (384 - 283 at n = 64) still launch, scan and exit.
-//
-// How: grid = the CTAs that fit on the GPU at once (capped by the work); the offsets are
-// scanned once per CTA into a list of active experts; CTA b takes the contiguous run of
-// units [b U / grid, (b + 1) U / grid) of the U = active experts x row-tile pairs (adjacent
-// tile pairs of one expert: contiguous weights, the same x rows), and each warp streams the
-// blocks of all its units through one cp.async ring, issuing the next unit's blocks while it
-// finishes the current one. The slices' partial sums meet in a reduction area of their own
-// (the ring stays busy), two barriers per pass. Each warp owns the same k-slice (chunks
-// c % kWarpsK == wk) and adds its chunks in the same order as the tiles schedule, and the
-// slices are summed in the same order: the results are bit-identical.
-template <bool kSwiglu, int kWarpsN, int kFrags>
-struct W4PersistentTile {
-  using Base = W4Tile<kSwiglu, kWarpsN, kFrags>;
-  static constexpr int kMats = Base::kMats;
-  static constexpr int kWarpsK = Base::kWarpsK;
-  static constexpr int kPassRows = Base::kPassRows;
-  // blocks in flight per warp: 6 x 1152 B for SwiGLU (55 KB a CTA, up from 37 KB: a CTA that
-  // runs alone on its SM at the end of a launch still has ~50 KB in flight, Little's law's
-  // ~30-50 KB per SM), 8 x 576 B plain (37 KB a CTA; three CTAs per SM give ~110 KB)
-  static constexpr int kStages = kSwiglu ? 6 : 8;
-  static constexpr int kRingWords = kW4Warps * kStages * kMats * kW4BlockWords;
-  static constexpr int kRedFloats = Base::kRedFloats;
-  // x rows one chunk ahead in registers (their L2 latency off the critical path) where the
-  // registers allow it: 8 or 16 more per lane at 1 or 2 fragments; 4 fragments would need 32
-  static constexpr bool kPrefetchX = kFrags <= 2;
-  // dynamic shared memory: the ring, the reduction area, then the active experts' list
-  // (expert ids [experts], where their rows begin [experts + 1])
-  static size_t smem_bytes(int experts) {
-    return 4 * (static_cast<size_t>(kRingWords) + kRedFloats + 2 * static_cast<size_t>(experts) + 1);
-  }
-};
-
-template <bool kSwiglu, int kWarpsN, int kFrags>
-__global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_persistent_kernel(const MoeW4a16Params p) {
-  using Tile = W4PersistentTile<kSwiglu, kWarpsN, kFrags>;
-  constexpr int kMats = Tile::kMats, kWarpsK = Tile::kWarpsK, kStages = Tile::kStages;
-  constexpr int kWordsPerWarp = kW4MaxExpertWords / kW4Warps;  // expert words a warp scans
-  KD_DYNAMIC_SMEM(uint32_t, smem);
-  float* red = reinterpret_cast<float*>(smem + Tile::kRingWords);
-  int* act_expert = reinterpret_cast<int*>(smem + Tile::kRingWords + Tile::kRedFloats);
-  int* act_begin = act_expert + p.experts;
-  __shared__ unsigned owns_rows[kW4MaxExpertWords];  // bit e % 32 of word e / 32: expert e has rows
-  __shared__ int word_base[kW4MaxExpertWords + 1];   // active experts before word i
-  const int tid = static_cast<int>(threadIdx.x), warp = tid / kWarpSize, lane = tid % kWarpSize;
-
-  // the active experts in expert order and where their rows begin: one pass over offsets
-  const int expert_words = ceil_div(p.experts, kWarpSize);
-  int begin_of[kWordsPerWarp];  // offsets[e] of this lane's expert in each word it scans
 #pragma unroll
-  for (int w = 0; w < kWordsPerWarp; ++w) {
-    const int i = warp + w * kW4Warps;
-    if (i >= expert_words) break;  // uniform over the warp
-    const int e = i * kWarpSize + lane;
-    begin_of[w] = e < p.experts ? p.offsets[e] : 0;
-    const bool has = e < p.experts && p.offsets[e + 1] > begin_of[w];
-    const unsigned bits = __ballot_sync(kFullMask, has);
-    if (lane == 0) owns_rows[i] = bits;
-  }
-  __syncthreads();
-  if (tid == 0) {
-    int b = 0;
-    for (int i = 0; i < expert_words; ++i) {
-      word_base[i] = b;
-      b += __popc(owns_rows[i]);
-    }
-    word_base[expert_words] = b;
-    act_begin[b] = p.offsets[p.experts];  // the end of the last active expert (those after it own nothing)
-  }
-  __syncthreads();
-#pragma unroll
-  for (int w = 0; w < kWordsPerWarp; ++w) {
-    const int i = warp + w * kW4Warps;
-    if (i >= expert_words) break;
-    const unsigned bits = owns_rows[i];
-    if ((bits >> lane) & 1u) {
-      const int a = word_base[i] + __popc(bits & ((1u << lane) - 1u));
-      act_expert[a] = i * kWarpSize + lane;
-      act_begin[a] = begin_of[w];
-    }
-  }
-  __syncthreads();
-
-  const int active = word_base[expert_words];
-  const int tiles = ceil_div(p.n, kW4TileRows), chunks = ceil_div(p.k, kW4TileCols);
-  const int groups = ceil_div(tiles, kWarpsN);  // row-tile pairs of an expert
-  const int64_t units = static_cast<int64_t>(active) * groups;
-  const int u_begin = static_cast<int>(units * blockIdx.x / gridDim.x);
-  const int u_end = static_cast<int>(units * (blockIdx.x + 1) / gridDim.x);
-  if (u_begin >= u_end) return;  // uniform over the CTA
-
-  const int wn = warp % kWarpsN, wk = warp / kWarpsN;
-  const int g = lane / 4, quad = lane % 4;
-  const int slice_chunks = wk < chunks ? ceil_div(chunks - wk, kWarpsK) : 0;
-  // unit u: active expert u / groups, row tiles (u % groups) kWarpsN + 0 .. kWarpsN - 1;
-  // a warp past the last row tile has no blocks (it still meets the barriers)
-  auto unit_chunks = [&](int u) { return (u % groups) * kWarpsN + wn < tiles ? slice_chunks : 0; };
-  auto unit_passes = [&](int u) {
-    const int a = u / groups;
-    return ceil_div(act_begin[a + 1] - act_begin[a], Tile::kPassRows);
-  };
-  uint32_t* ring = smem + warp * kStages * kMats * kW4BlockWords;
-  const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(p.x);
-
-  // The issue cursor: the next block of this warp's stream (unit, pass, block of the slice),
-  // and the ring slot it goes to (blocks are consumed in stream order, slot = index % kStages).
-  int iu = u_begin, ipass = 0, ij = 0, islot = 0;
-  auto issue_next = [&]() {
-    while (iu < u_end && ij >= unit_chunks(iu)) {
-      ij = 0;
-      if (++ipass >= unit_passes(iu)) {
-        ipass = 0;
-        ++iu;
-      }
-    }
-    if (iu >= u_end) return;  // past the stream's end: an empty group
-    const int e = act_expert[iu / groups], tile = (iu % groups) * kWarpsN + wn;
-    const int64_t block = static_cast<int64_t>(tile) * chunks + wk + static_cast<int64_t>(ij) * kWarpsK;
-#pragma unroll
-    for (int m = 0; m < kMats; ++m) {
-      const uint32_t* src = (m == 0 ? p.w : p.w_up) + e * p.w_expert_stride + block * kW4BlockWords;
-      uint32_t* dst = ring + (islot * kMats + m) * kW4BlockWords;
-      cp_async_16(dst + 4 * lane, src + 4 * lane, true);
-      if (lane < kW4ScaleWords / 4) cp_async_16(dst + kW4WeightWords + 4 * lane, src + kW4WeightWords + 4 * lane, true);
-    }
-    ++ij;
-    islot = islot + 1 == kStages ? 0 : islot + 1;
-  };
-
-#pragma unroll
-  for (int j = 0; j < kStages - 1; ++j) {
-    issue_next();
-    cp_async_commit();  // empty groups too: the wait below counts groups
-  }
-  int slot = 0;  // the ring slot of the next block to consume
-  for (int u = u_begin; u < u_end; ++u) {
-    const int a = u / groups, tile0 = (u % groups) * kWarpsN;
-    const int row_begin = act_begin[a], row_end = act_begin[a + 1];
-    const int my_chunks = unit_chunks(u);
-    for (int r0 = row_begin; r0 < row_end; r0 += Tile::kPassRows) {
-      const int frags = ceil_div(min(Tile::kPassRows, row_end - r0), 8);
-      // B operand rows as in the tiles schedule (the last row stands in past the end)
-      const __nv_bfloat16* xrow[kFrags];
+    for (int m = 0; m < kMats; ++m)
 #pragma unroll
       for (int f = 0; f < kFrags; ++f) {
-        const int r = min(r0 + 8 * f + g, row_end - 1);
-        const int src = p.x_row ? p.x_row[r] : r;
-        xrow[f] = x + src * p.x_stride + 16 * quad;
-      }
-      float acc[kMats][kFrags][4] = {};
-      uint4 xv[kFrags][2];
-      if (Tile::kPrefetchX && my_chunks > 0) w4_load_x<kFrags>(xv, xrow, wk * kW4TileCols, p.k, quad, frags);
-      for (int j = 0; j < my_chunks; ++j) {
-        issue_next();
-        cp_async_commit();
-        uint4 xn[kFrags][2];
-        if (!Tile::kPrefetchX) {
-          w4_load_x<kFrags>(xv, xrow, (wk + j * kWarpsK) * kW4TileCols, p.k, quad, frags);
-        } else if (j + 1 < my_chunks) {
-          w4_load_x<kFrags>(xn, xrow, (wk + (j + 1) * kWarpsK) * kW4TileCols, p.k, quad, frags);
-        }
-        cp_async_wait<kStages - 1>();
-        __syncwarp();  // the scale words were copied by lanes 0..3
-        uint4 wv[kMats];
-        uint32_t sv[kMats];
+        float* d = red + ((((wk * kWarpsN + wn) * kMats + m) * kFrags + f) * kWarpSize + lane) * 4;
 #pragma unroll
-        for (int m = 0; m < kMats; ++m) {
-          const uint32_t* blk = ring + (slot * kMats + m) * kW4BlockWords;
-          wv[m] = *reinterpret_cast<const uint4*>(blk + 4 * lane);
-          sv[m] = blk[kW4WeightWords + (quad / 2) * 8 + g];
-        }
-        __syncwarp();  // everyone has read the slot before the next issue overwrites it
-        slot = slot + 1 == kStages ? 0 : slot + 1;
-        w4_mma_chunk<kMats, kFrags>(acc, wv, sv, xv, frags);
-        if (Tile::kPrefetchX && j + 1 < my_chunks) {
-#pragma unroll
-          for (int f = 0; f < kFrags; ++f) {
-            xv[f][0] = xn[f][0];
-            xv[f][1] = xn[f][1];
-          }
-        }
+        for (int i = 0; i < 4; ++i) d[i] = acc[m][f][i];
       }
-      w4_write_partials<kWarpsN, kMats, kFrags>(red, acc, wk, wn, lane);
-      __syncthreads();
-      w4_store_outputs<kSwiglu, kWarpsN, kFrags>(p, red, tid, tile0, r0, row_end, frags);
-      __syncthreads();  // the next pass rewrites the reduction area
+    __syncthreads();
+    // element (row tile, frag, lane, i) of the mma D fragment: output feature 16 tile + g + 8 (i / 2),
+    // grouped row r0 + 8 frag + 2 quad + i % 2
+    constexpr int kOutputs = kWarpsN * kFrags * kWarpSize * 4;
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out);
+    for (int idx = tid; idx < kOutputs; idx += kW4Threads) {
+      const int i = idx % 4, l = (idx / 4) % kWarpSize, f = (idx / (4 * kWarpSize)) % kFrags;
+      const int tn = idx / (4 * kWarpSize * kFrags);
+      const int col = (static_cast<int>(blockIdx.x) * kWarpsN + tn) * kW4TileRows + l / 4 + 8 * (i / 2);
+      const int r = r0 + 8 * f + 2 * (l % 4) + i % 2;
+      if (f >= frags || col >= p.n || r >= row_end) continue;
+      float sum[kMats];
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) {
+        sum[m] = 0.0f;
+        for (int s = 0; s < kWarpsK; ++s)
+          sum[m] += red[((((s * kWarpsN + tn) * kMats + m) * kFrags + f) * kWarpSize + l) * 4 + i];
+      }
+      float v = sum[0];
+      if (kSwiglu) {
+        const float gate = round_to<__nv_bfloat16>(sum[0]);
+        v = round_to<__nv_bfloat16>(gate / (1.0f + expf(-gate))) * round_to<__nv_bfloat16>(sum[kMats - 1]);
+      }
+      out[static_cast<int64_t>(r) * p.out_stride + col] = __float2bfloat16_rn(v);
     }
+    __syncthreads();  // the next pass reuses the shared memory
   }
-  cp_async_wait<0>();
 }
 
 template <bool kSwiglu, int kFrags>
@@ -493,58 +257,11 @@ void launch_moe_w4a16(const MoeW4a16Params& p, int slots, cudaStream_t stream) {
   KD_LAUNCH(kernel, grid, kW4Threads, Tile::kSmemBytes, stream, p);
 }
 
-// The persistent schedule, when its shared memory fits this device; false: not launched.
-template <bool kSwiglu, int kFrags>
-KernelResult launch_moe_w4a16_persistent(const MoeW4a16Params& p, int slots, cudaStream_t stream, bool* launched) {
-  constexpr int kWarpsN = kW4WarpsN;
-  using Tile = W4PersistentTile<kSwiglu, kWarpsN, kFrags>;
-  // shared memory the driver keeps per CTA (sm_80+), on top of what the kernel asks for
-  constexpr size_t kReservedSmemPerCta = 1024;
-  // a bound on the kernel's static shared memory (owns_rows and word_base: 260 bytes, 272 as
-  // ptxas lays them out), counted against the opt-in limit
-  constexpr size_t kStaticSmem = 512;
-  *launched = false;
-  DeviceLimits lim;
-  if (KernelResult r = current_device_limits(&lim); !r.ok()) return r;
-  const size_t bytes = Tile::smem_bytes(p.experts);
-  if (bytes + kStaticSmem > static_cast<size_t>(lim.smem_optin)) return KernelResult::success();
-  auto* kernel = moe_w4a16_persistent_kernel<kSwiglu, kWarpsN, kFrags>;
-  if (bytes > kW4StaticSmemLimit)
-    if (KernelResult r = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes, "moe_w4a16_persistent_kernel");
-        !r.ok())
-      return r;
-  if (KernelResult r = prefer_max_shared_memory(reinterpret_cast<const void*>(kernel), "moe_w4a16_persistent_kernel");
-      !r.ok())
-    return r;
-  // CTAs per SM: what __launch_bounds__ reserves registers for, as far as shared memory allows
-  const int by_smem = static_cast<int>(lim.smem_per_sm / (bytes + kStaticSmem + kReservedSmemPerCta));
-  const int per_sm = std::max(1, std::min(w4_min_blocks(kFrags), by_smem));
-  const int64_t units = static_cast<int64_t>(slots) * ceil_div(ceil_div(p.n, kW4TileRows), kWarpsN);
-  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(units, static_cast<int64_t>(per_sm) * lim.sms)));
-  KD_LAUNCH(kernel, grid, kW4Threads, bytes, stream, p);
-  *launched = true;
-  return KernelResult::success();
-}
-
 template <bool kSwiglu>
-KernelResult launch_moe_w4a16_rows(const MoeW4a16Params& p, int pass_rows, int slots, cudaStream_t stream) {
-  bool launched = false;
-  if (p.schedule != W4Schedule::kTiles) {
-    KernelResult r = KernelResult::success();
-    if (pass_rows <= 8) r = launch_moe_w4a16_persistent<kSwiglu, 1>(p, slots, stream, &launched);
-    else if (pass_rows <= 16) r = launch_moe_w4a16_persistent<kSwiglu, 2>(p, slots, stream, &launched);
-    else r = launch_moe_w4a16_persistent<kSwiglu, 4>(p, slots, stream, &launched);
-    if (!r.ok()) return r;
-    if (!launched && p.schedule == W4Schedule::kPersistent)
-      return KernelResult::over_limit("moe_gemm_w4a16: the persistent schedule's shared memory for " +
-                                      std::to_string(p.experts) + " experts does not fit this device");
-  }
-  if (!launched) {
-    if (pass_rows <= 8) launch_moe_w4a16<kSwiglu, 1>(p, slots, stream);
-    else if (pass_rows <= 16) launch_moe_w4a16<kSwiglu, 2>(p, slots, stream);
-    else launch_moe_w4a16<kSwiglu, 4>(p, slots, stream);
-  }
-  return launch_status("moe_w4a16 kernel launch");
+void launch_moe_w4a16_rows(const MoeW4a16Params& p, int pass_rows, int slots, cudaStream_t stream) {
+  if (pass_rows <= 8) launch_moe_w4a16<kSwiglu, 1>(p, slots, stream);
+  else if (pass_rows <= 16) launch_moe_w4a16<kSwiglu, 2>(p, slots, stream);
+  else launch_moe_w4a16<kSwiglu, 4>(p, slots, stream);
 }
 
 }  // namespace kern
@@ -566,8 +283,9 @@ KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
   const int auto_rows = most <= kW4SmallTileMaxTokens ? std::min(most, 8) : most;
   const int pass_rows = p.row_tile != W4RowTile::kAuto ? static_cast<int>(p.row_tile) : auto_rows;
   const int slots = std::min(p.experts, p.rows);  // experts that can own rows
-  return p.w_up ? kern::launch_moe_w4a16_rows<true>(p, pass_rows, slots, stream)
-                : kern::launch_moe_w4a16_rows<false>(p, pass_rows, slots, stream);
+  if (p.w_up) kern::launch_moe_w4a16_rows<true>(p, pass_rows, slots, stream);
+  else kern::launch_moe_w4a16_rows<false>(p, pass_rows, slots, stream);
+  return launch_status("moe_w4a16_kernel launch");
 }
 
 KernelResult moe_w4a16_repack(const int32_t* weight_packed, const uint16_t* weight_scale, int n, int k,

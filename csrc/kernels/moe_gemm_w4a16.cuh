@@ -63,18 +63,6 @@ KernelResult moe_w4a16_repack(const int32_t* weight_packed, const uint16_t* weig
 // kAuto picks from max_rows_per_expert; the others force one (benchmarks and tests).
 enum class W4RowTile : int { kAuto = 0, k8 = 8, k16 = 16, k32 = 32 };
 
-// How the work is laid over the GPU (results are bit-identical either way: each output sums
-// the same four column slices in the same order).
-//   kTiles       one CTA per (pair of row tiles, expert slot); each CTA finds its expert,
-//                fills its cp.async pipeline, drains it and exits (the first kernel: kept for
-//                comparison, `kdtree bench moe`'s int4_tiles, and as the fallback where the
-//                persistent kernel's shared memory does not fit)
-//   kPersistent  about as many CTAs as fit on the GPU at once; each takes a contiguous run of
-//                (expert, pair of row tiles) units and streams their weights through one
-//                pipeline that runs on across units (no per-CTA start, fill and drain)
-//   kAuto        kPersistent where it fits, else kTiles
-enum class W4Schedule : int { kAuto = 0, kTiles = 1, kPersistent = 2 };
-
 struct MoeW4a16Params {
   int experts = 0;
   int rows = 0;                    // grouped rows (tokens * top_k)
@@ -83,7 +71,6 @@ struct MoeW4a16Params {
   // once per token); 0 = unknown (rows). Picks the row-tile width; results do not depend on it.
   int max_rows_per_expert = 0;
   W4RowTile row_tile = W4RowTile::kAuto;
-  W4Schedule schedule = W4Schedule::kAuto;  // results do not depend on it
   const void* x = nullptr;         // bf16; grouped row r reads x row (x_row ? x_row[r] : r)
   int64_t x_stride = 0;            // elements, a multiple of 8 (16-byte row loads); x 16-byte aligned
   const int32_t* x_row = nullptr;  // [rows] or null
@@ -121,9 +108,6 @@ inline KernelResult check_moe_w4a16_params(const MoeW4a16Params& p) {
   const int t = static_cast<int>(p.row_tile);
   if (t != 0 && t != 8 && t != 16 && t != 32)
     return KernelResult::invalid("moe_gemm_w4a16: row_tile " + s(t) + " is not one of 0 (auto), 8, 16, 32");
-  const int sch = static_cast<int>(p.schedule);
-  if (sch < 0 || sch > 2)
-    return KernelResult::invalid("moe_gemm_w4a16: schedule " + s(sch) + " is not one of 0 (auto), 1 (tiles), 2 (persistent)");
   return KernelResult::success();
 }
 

@@ -243,16 +243,6 @@ def markdown(facts: dict, rows: list[Row], meta: dict) -> str:
     for r in rows:
         for impl, e in r.extra.items():
             lines.append(f"| {r.tokens} | {impl} | {e['ms']:.4f} | {e['gate_up_ms']:.4f} | {e['down_ms']:.4f} |")
-    compared = [r for r in rows if "int4_tiles" in r.extra]
-    if compared:  # the persistent schedule (int4) against the one it replaced, in this run
-        lines += ["", "INT4 schedules (ms; int4_tiles = one CTA per row-tile pair and expert slot, the kernel "
-                  "before the persistent schedule):", "",
-                  "| n | int4 | int4_tiles | tiles/int4 | int4 gate/up | tiles gate/up | int4 down | tiles down |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for r in compared:
-            a, b = r.extra["int4"], r.extra["int4_tiles"]
-            lines.append(f"| {r.tokens} | {a['ms']:.4f} | {b['ms']:.4f} | {b['ms'] / a['ms']:.2f} | "
-                         f"{a['gate_up_ms']:.4f} | {b['gate_up_ms']:.4f} | {a['down_ms']:.4f} | {b['down_ms']:.4f} |")
     lines += ["", "Goals:", ""]
     for goal, ok in goals(rows).items():
         lines.append(f"- {goal}: {'met' if ok else 'not met' if ok is not None else 'not measured'}")
