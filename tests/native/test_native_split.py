@@ -20,6 +20,8 @@ from native_sizes import GPU, PREFILL_TOKENS, TREE_NODES
 from test_native_forward import keep_path, native_run, random_tree
 
 from python_engine.model.drafter import load_drafter
+from python_engine.testing.random_drafter import write_random_drafter
+from python_engine.testing.random_target import tiny_config, write_random_target
 from python_engine.model.target_loader import load_target
 from python_engine.native import library as L
 from python_engine.native.engine import NativeEngine, NativeOptions
@@ -78,12 +80,20 @@ class SplitModel:
         self.close()
 
 
+# eight heads, experts, vocabulary and MLP columns that divide by 8: the user's box's split
+EIGHT_WAY = tiny_config(num_attention_heads=8, num_key_value_heads=8, n_routed_experts=16, num_experts_per_tok=2,
+                        n_group=1, topk_group=1, intermediate_size=96, moe_intermediate_size=16, vocab_size=128)
+
+
 @pytest.fixture(scope="module")
 def split_pairs(tmp_path_factory):
     root = tmp_path_factory.mktemp("split-pairs")
+    tdir = write_random_target(root / "eight-way-target", EIGHT_WAY, seed=305)
+    ddir = write_random_drafter(root / "eight-way-drafter", load_target(tdir).cfg, seed=306, num_layers=1, block_size=6)
     return {"demo": (DEMO_TARGET, DEMO_DRAFTER),
             "no_q_lora_groups": random_pair(root, "no_q_lora_groups", seed=301),
-            "kimi_like": random_pair(root, "kimi_like", seed=303)}
+            "kimi_like": random_pair(root, "kimi_like", seed=303),
+            "eight_way": (tdir, ddir)}
 
 
 def split_forwards(tdir, ddir, world, variant, case) -> list[dict[str, np.ndarray]]:
@@ -113,7 +123,8 @@ def split_forwards(tdir, ddir, world, variant, case) -> list[dict[str, np.ndarra
         return run_parts(model.engines, one)
 
 
-@pytest.mark.parametrize("pair,world", [("demo", 2), ("demo", 4), ("no_q_lora_groups", 2), ("kimi_like", 2)])
+@pytest.mark.parametrize("pair,world", [("demo", 2), ("demo", 4), ("no_q_lora_groups", 2), ("kimi_like", 2),
+                                        ("eight_way", 8)])
 def test_split_forwards_equal_the_whole_model(pair, world, split_pairs, native_variant, rng):
     tdir, ddir = split_pairs[pair]
     vocab = load_target(tdir).cfg.vocab_size
@@ -135,7 +146,8 @@ def test_split_forwards_equal_the_whole_model(pair, world, split_pairs, native_v
 @pytest.mark.skipif(not GPU, reason="real Kimi K2 widths: a 12 GB checkpoint, for the GPU run")
 def test_split_kimi_slice_equals_the_whole_model(tmp_path_factory, native_variant, rng):
     """The model `kdtree bench gpus` splits over two GPUs (hidden 7168, 64 heads, MLA
-    1536/512/128/64, vocab 163840, 3 layers, 32 experts), split 2 ways on one GPU."""
+    1536/512/128/64, vocab 163840, 3 layers, 32 experts), split 2, 4 and 8 ways on one GPU
+    (8: the user's box's split of Kimi K2.6)."""
     from kdtree_cli.bench.load import write_kimi_slice
     from python_engine.model.config import load_target_config
     from python_engine.testing.random_drafter import write_random_drafter
@@ -150,12 +162,13 @@ def test_split_kimi_slice_equals_the_whole_model(tmp_path_factory, native_varian
     case = {"prompt": rng.integers(0, cfg.vocab_size, PREFILL_TOKENS).tolist(), "token": int(rng.integers(cfg.vocab_size)),
             "bonus": int(rng.integers(cfg.vocab_size)), "tree": tree, "path": keep_path(tree), "block_size": 8}
     whole = native_run(tdir, ddir, "float32", native_variant, case)
-    parts = split_forwards(tdir, ddir, 2, native_variant, case)
-    assert all(np.array_equal(parts[1][k], parts[0][k]) for k in whole), "the two parts differ"
-    err = {k: rel(parts[0][k], whole[k]) for k in whole}
-    print("kimi slice split 2 ways vs whole: " + ", ".join(f"{k} {v:.1e}" for k, v in err.items()))
-    bad = {k: v for k, v in err.items() if not v <= SPLIT_TOL}
-    assert not bad, f"split outputs over {SPLIT_TOL} from the whole model: {bad}"
+    for world in (2, 4, 8):
+        parts = split_forwards(tdir, ddir, world, native_variant, case)
+        assert all(np.array_equal(p[k], parts[0][k]) for p in parts for k in whole), "the parts differ"
+        err = {k: rel(parts[0][k], whole[k]) for k in whole}
+        print(f"kimi slice split {world} ways vs whole: " + ", ".join(f"{k} {v:.1e}" for k, v in err.items()))
+        bad = {k: v for k, v in err.items() if not v <= SPLIT_TOL}
+        assert not bad, f"{world} parts: outputs over {SPLIT_TOL} from the whole model: {bad}"
 
 
 def decode_all(eng: NativeEngine, prompts, ar: bool) -> tuple[list[list[int]], int]:
@@ -172,8 +185,8 @@ def decode_all(eng: NativeEngine, prompts, ar: bool) -> tuple[list[list[int]], i
     return out, collectives
 
 
-@pytest.mark.parametrize("pair", ["demo", "kimi_like"])
-def test_split_ddtree_decoding_equals_the_whole_model(pair, split_pairs, native_variant, rng):
+@pytest.mark.parametrize("pair,world", [("demo", 2), ("kimi_like", 2), ("eight_way", 8)])
+def test_split_ddtree_decoding_equals_the_whole_model(pair, world, split_pairs, native_variant, rng):
     tdir, ddir = split_pairs[pair]
     vocab = load_target(tdir).cfg.vocab_size
     prompts = [rng.integers(0, vocab, int(rng.integers(5, 20))).tolist() for _ in range(DECODE_PROMPTS)]
@@ -183,7 +196,7 @@ def test_split_ddtree_decoding_equals_the_whole_model(pair, split_pairs, native_
         whole_tree, _ = decode_all(eng, prompts, ar=False)
     assert none == 0, "one GPU runs no collectives"
     assert whole_tree == whole_ar, "the whole model's DDTree output differs from its AR output"
-    with SplitModel(tdir, ddir, 2, native_variant, **opts) as model:
+    with SplitModel(tdir, ddir, world, native_variant, **opts) as model:
         parts = run_parts(model.engines, lambda e: decode_all(e, prompts, ar=False))
     for r, (tokens, collectives) in enumerate(parts):
         assert tokens == whole_tree, f"part {r}'s DDTree tokens differ from the whole model's"
