@@ -13,9 +13,10 @@
 namespace kdtree::engine {
 
 DecodeRound::DecodeRound(const EngineLimits& limits, int vocab, TargetModel* target, DrafterModel* drafter,
-                         TargetCache* tcache, DrafterCache* dcache, SlotTable* slots, Collective* comm)
+                         TargetCache* tcache, DrafterCache* dcache, SlotTable* slots, Collective* comm,
+                         VocabHead* head)
     : limits_(limits), vocab_(vocab), target_(target), drafter_(drafter), tcache_(tcache), dcache_(dcache),
-      slots_(slots), comm_(comm) {
+      slots_(slots), comm_(comm), head_(head) {
   vis_words_ = (limits.tree_rows() + 31) / 32;
 }
 
@@ -86,9 +87,11 @@ void DecodeRound::tree_body(const RoundShape& s, cudaStream_t stream, bool captu
   record(0, stream, capturing);
   check_kernel(round_begin(state, B, stream));
   drafter_->extend(0, B, mp, ctx_feat_, target_->feature_width(), *slots_, *dcache_, stream);
-  drafter_->draft(0, B, s.block, *slots_, *dcache_, stream);
+  drafter_->draft(0, B, s.block, *slots_, *dcache_, stream, merged_topk(s));
   record(1, stream, capturing);
-  if (s.topk > 0) {
+  if (s.topk > 0 && merged_topk(s)) {
+    head_->topk(B * D, s.topk, logp_, tok_, stream);
+  } else if (s.topk > 0) {
     TopkLogprobsParams tk;
     tk.rows = B * D;
     tk.vocab = vocab_;
@@ -136,7 +139,7 @@ void DecodeRound::tree_body(const RoundShape& s, cudaStream_t stream, bool captu
   tbatch.vis = tree_vis_;
   tbatch.vis_words = vis_words_;
   tbatch.max_prefix = s.max_prefix;
-  tbatch.logits = LogitRows::kAll;
+  tbatch.logits = merged_argmax(s) ? LogitRows::kPart : LogitRows::kAll;
   tbatch.features = true;
   target_->forward(tbatch, *tcache_, state.cache_len, stream);
   record(3, stream, capturing);
@@ -158,6 +161,9 @@ void DecodeRound::tree_body(const RoundShape& s, cudaStream_t stream, bool captu
     ct.draw = state.draw;
     ct.out = choice_;
     check_kernel(choose_tokens(ct, stream));
+    ta.choice = choice_;
+  } else if (merged_argmax(s)) {  // greedy on a split model: every row's argmax, merged from the parts
+    head_->argmax(B * R, choice_, stream);
     ta.choice = choice_;
   } else {
     ta.logits = target_->logits();  // greedy: the walk takes the argmax of the rows on its path

@@ -17,6 +17,7 @@
 #include "engine/device_memory.h"
 #include "engine/drafter_model.h"
 #include "engine/target_model.h"
+#include "engine/vocab_head.h"
 #include "engine/workspace.h"
 #include "kernels/round_ops.cuh"
 
@@ -44,7 +45,7 @@ struct RoundTimes {
 class DecodeRound {
  public:
   DecodeRound(const EngineLimits& limits, int vocab, TargetModel* target, DrafterModel* drafter, TargetCache* tcache,
-              DrafterCache* dcache, SlotTable* slots, Collective* comm);
+              DrafterCache* dcache, SlotTable* slots, Collective* comm, VocabHead* head);
   ~DecodeRound();
   void declare(Workspace* ws);
   void init(cudaStream_t stream);  // events and the pinned report, after allocation
@@ -66,6 +67,9 @@ class DecodeRound {
   void tree_body(const RoundShape& s, cudaStream_t stream, bool capturing);
   void ar_body(const RoundShape& s, cudaStream_t stream, bool capturing);
   void record(int i, cudaStream_t stream, bool capturing);
+  // a split model's round reduces the logits per rank and merges (vocab_head.h)
+  bool merged_topk(const RoundShape& s) const { return head_->merges_topk(s.topk); }
+  bool merged_argmax(const RoundShape& s) const { return comm_->split() && !s.sample; }
 
   EngineLimits limits_;
   int vocab_;
@@ -75,6 +79,7 @@ class DecodeRound {
   DrafterCache* dcache_;
   SlotTable* slots_;
   Collective* comm_;
+  VocabHead* head_;
 
   // workspace
   float* logp_ = nullptr;

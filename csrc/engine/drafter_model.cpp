@@ -21,8 +21,8 @@ MatrixOut out(void* p, int64_t ld, ModelDType t) { return MatrixOut{p, ld, t}; }
 
 DrafterModel::DrafterModel(const DrafterDims& dims, const TargetDims& target, const EngineLimits& limits,
                            const DeviceWeights& w, const void* embedding, VocabHead* head, Gemm* gemm)
-    : dims_(dims), vocab_(target.vocab), limits_(limits), gemm_(gemm), dt_(limits.dtype), embed_(embedding),
-      head_(head) {
+    : dims_(dims), vocab_(target.vocab), target_world_(target.world), limits_(limits), gemm_(gemm), dt_(limits.dtype),
+      embed_(embedding), head_(head) {
   fc_ = w.get("drafter.fc.weight");
   hidden_norm_ = w.get("drafter.hidden_norm.weight");
   norm_ = w.get("drafter.norm.weight");
@@ -162,7 +162,7 @@ void DrafterModel::extend(int first_slot, int batch, int max_rows, const void* f
 }
 
 void DrafterModel::draft(int first_slot, int batch, int block, const SlotTable& slots, const DrafterCache& cache,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, bool part) {
   const int rows = batch * block;
   if (rows <= 0) return;
   if (block > limits_.max_block || batch > limits_.slots) fail(KD_INTERNAL, "drafter block over its workspace");
@@ -278,12 +278,17 @@ void DrafterModel::draft(int first_slot, int batch, int block, const SlotTable& 
   fn.weight = norm_;
   fn.eps = dims_.eps;
   check_kernel(rms_norm(fn, stream));
-  head_->project(drafts, hs_, H, logits_, stream);
   LogitsTransformParams lt;
   lt.rows = drafts;
-  lt.cols = vocab_;
-  lt.logits = logits_;
-  lt.stride = vocab_;
+  if (part) {  // elementwise: the transform applies to a slice as to the whole row
+    head_->project_part(drafts, hs_, H, stream);
+    lt.logits = head_->part();
+    lt.cols = lt.stride = vocab_ / target_world_;
+  } else {
+    head_->project(drafts, hs_, H, logits_, stream);
+    lt.logits = logits_;
+    lt.cols = lt.stride = vocab_;
+  }
   lt.multiplier = dims_.output_multiplier;
   lt.softcap = dims_.softcap;
   check_kernel(logits_transform(lt, stream));

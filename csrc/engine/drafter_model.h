@@ -35,8 +35,10 @@ class DrafterModel {
   void* stage_features() const { return ext_feat_; }
 
   // The block at positions cache_len[b] + i; logits() then holds [batch * (block-1), V].
+  // part: leave this rank's slice of the logits in the vocab head (a split model's round
+  // merges its top-K from there) instead of the whole rows in logits()
   void draft(int first_slot, int batch, int block, const SlotTable& slots, const DrafterCache& cache,
-             cudaStream_t stream);
+             cudaStream_t stream, bool part = false);
   const float* logits() const { return logits_; }
   const DrafterDims& dims() const { return dims_; }
 
@@ -50,6 +52,7 @@ class DrafterModel {
 
   DrafterDims dims_;
   int vocab_;
+  int target_world_;  // the vocab head's parts (lm_head split by vocabulary)
   EngineLimits limits_;
   Gemm* gemm_;
   ModelDType dt_;

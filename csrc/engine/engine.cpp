@@ -58,10 +58,11 @@ Engine::Engine(const kd_target_config& target, const kd_drafter_config* drafter,
   if (ddims_) dcache_ = std::make_unique<DrafterCache>(*ddims_, limits_, stream_);
   slots_ = std::make_unique<SlotTable>(limits_, stream_);
   round_ = std::make_unique<DecodeRound>(limits_, tdims_.vocab, target_.get(), drafter_.get(), tcache_.get(),
-                                         dcache_.get(), slots_.get(), comm_.get());
+                                         dcache_.get(), slots_.get(), comm_.get(), head_.get());
 
   target_->declare(&ws_);
-  head_->declare(&ws_, std::max(limits_.forward_rows(), drafter_ ? drafter_->max_draft_rows() : 0));
+  head_->declare(&ws_, std::max(limits_.forward_rows(), drafter_ ? drafter_->max_draft_rows() : 0),
+                 std::min(limits_.max_budget, tdims_.vocab));  // the round's top-K: min(budget, vocab)
   if (drafter_) drafter_->declare(&ws_);
   round_->declare(&ws_);
   const int rows = std::max(limits_.forward_rows(), drafter_ ? drafter_->max_context_rows() : 0);

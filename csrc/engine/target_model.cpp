@@ -241,7 +241,9 @@ void TargetModel::forward(const TargetBatch& b, const TargetCache& cache, const 
   }
   if (b.logits == LogitRows::kNone) return;
   if (!head_) fail(KD_INTERNAL, "the target has no vocab head");
-  if (b.logits == LogitRows::kAll) {
+  if (b.logits == LogitRows::kPart) {
+    head_->project_part(rows, hn_, H, stream);
+  } else if (b.logits == LogitRows::kAll) {
     head_->project(rows, hn_, H, logits_, stream);
   } else {  // the last row of each slot: rows T-1, 2T-1, ... are a matrix of leading dimension T * H
     head_->project(b.batch, at(hn_, (b.tokens - 1) * H, dt_), b.tokens * H, logits_, stream);

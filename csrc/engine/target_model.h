@@ -17,7 +17,9 @@
 
 namespace kdtree::engine {
 
-enum class LogitRows { kNone, kAll, kLastPerSlot };
+// kPart: every row, this rank's vocabulary slice only, left in the vocab head (a split
+// model's round merges its argmax from there)
+enum class LogitRows { kNone, kAll, kLastPerSlot, kPart };
 
 struct TargetBatch {
   int first_slot = 0;

@@ -217,7 +217,9 @@ __global__ void __launch_bounds__(kTopkThreads, kTopkBlocksPerSM) topk_logprobs_
     const uint64_t v = ~order[i];
     p.logp[out0 + i] = ordered_to_float(static_cast<uint32_t>(v >> 32));
     p.tok[out0 + i] = static_cast<int32_t>(~static_cast<uint32_t>(v));
+    if (p.raw) p.raw[out0 + i] = x[~static_cast<uint32_t>(v)];
   }
+  if (p.lse && tid == 0) p.lse[blockIdx.x] = lse;
 }
 
 }  // namespace kdtree::kern

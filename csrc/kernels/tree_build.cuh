@@ -55,6 +55,9 @@ struct TopkLogprobsParams {
   const float* logits = nullptr; // [R, V], finite or -inf (not all -inf), no NaN
   float* logp = nullptr;         // [R, K] out
   int32_t* tok = nullptr;        // [R, K] out
+  // A vocabulary-split lm_head's part (vocab_merge.cuh) also needs, or null:
+  float* raw = nullptr;          // [R, K] out: each winner's logit
+  double* lse = nullptr;         // [R] out: the row's log-sum-exp (float64, as logp is formed)
 };
 
 // Dynamic shared memory a tree_build launch with these sizes takes on the current device

@@ -171,18 +171,20 @@ def test_split_kimi_slice_equals_the_whole_model(tmp_path_factory, native_varian
         assert not bad, f"{world} parts: outputs over {SPLIT_TOL} from the whole model: {bad}"
 
 
-def decode_all(eng: NativeEngine, prompts, ar: bool) -> tuple[list[list[int]], int]:
+def decode_all(eng: NativeEngine, prompts, ar: bool) -> tuple[list[list[int]], int, list]:
+    """Tokens per request, the collectives run, and every step's sampled tree."""
     ids = [eng.submit(p, DECODE_TOKENS, budget=0 if ar else DECODE_BUDGET, ar=ar) for p in prompts]
-    collectives = 0
+    collectives, trees = 0, []
     while True:
-        rep = eng.step()
+        rep = eng.step(want_tree=not ar)
         collectives += rep.collectives
+        trees.append(rep.tree and {k: rep.tree[k] for k in ("parent", "token", "accepted")})
         if rep.rounds == 0 and rep.waiting == 0 and rep.running == 0:
             break
     out = [eng.request(i).tokens for i in ids]
     for i in ids:
         eng.release(i)
-    return out, collectives
+    return out, collectives, trees
 
 
 @pytest.mark.parametrize("pair,world", [("demo", 2), ("kimi_like", 2), ("eight_way", 8)])
@@ -192,15 +194,17 @@ def test_split_ddtree_decoding_equals_the_whole_model(pair, world, split_pairs, 
     prompts = [rng.integers(0, vocab, int(rng.integers(5, 20))).tolist() for _ in range(DECODE_PROMPTS)]
     opts = dict(dtype="float32", max_slots=DECODE_PROMPTS, max_tokens=64, max_budget=DECODE_BUDGET)
     with NativeEngine(tdir, ddir, NativeOptions(**opts), variant=native_variant) as eng:
-        whole_ar, none = decode_all(eng, prompts, ar=True)
-        whole_tree, _ = decode_all(eng, prompts, ar=False)
+        whole_ar, none, _ = decode_all(eng, prompts, ar=True)
+        whole_tree, _, whole_trees = decode_all(eng, prompts, ar=False)
     assert none == 0, "one GPU runs no collectives"
     assert whole_tree == whole_ar, "the whole model's DDTree output differs from its AR output"
     with SplitModel(tdir, ddir, world, native_variant, **opts) as model:
         parts = run_parts(model.engines, lambda e: decode_all(e, prompts, ar=False))
-    for r, (tokens, collectives) in enumerate(parts):
+    for r, (tokens, collectives, trees) in enumerate(parts):
         assert tokens == whole_tree, f"part {r}'s DDTree tokens differ from the whole model's"
         assert collectives > 0, "a split round reports its collectives"
+        # the drafter's top-K merged from the parts builds the whole model's trees
+        assert trees == whole_trees, f"part {r}'s trees differ from the whole model's"
 
 
 def test_split_rejects_what_does_not_divide(split_pairs, native_variant):
