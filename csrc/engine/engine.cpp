@@ -51,6 +51,10 @@ Engine::Engine(const kd_target_config& target, const kd_drafter_config* drafter,
   target_ = std::make_unique<TargetModel>(tdims_, limits_, feature_layers, weights_, &gemm_, comm_.get());
   head_ = std::make_unique<VocabHead>(tdims_, target_->lm_head(), limits_.dtype, &gemm_, comm_.get());
   target_->set_vocab_head(head_.get());
+  if (comm_->split() && !options.serial_collectives) {
+    KD_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+    target_->set_collective_stream(comm_stream_);
+  }
   if (ddims_)
     drafter_ = std::make_unique<DrafterModel>(*ddims_, tdims_, limits_, weights_, target_->embedding(), head_.get(),
                                               &gemm_);
@@ -94,6 +98,10 @@ Engine::~Engine() {
     (void)cudaStreamSynchronize(stream_);
     (void)cudaStreamDestroy(stream_);
   }
+  if (comm_stream_) {
+    (void)cudaStreamSynchronize(comm_stream_);
+    (void)cudaStreamDestroy(comm_stream_);
+  }
 }
 
 kd_engine_options Engine::options() const {
@@ -111,6 +119,7 @@ kd_engine_options Engine::options() const {
   o.world_size = comm_->world();
   o.rank = comm_->rank();
   o.comm = comm_kind_;
+  o.serial_collectives = comm_stream_ ? 0 : 1;
   return o;
 }
 

@@ -96,6 +96,7 @@ class Engine {
   std::optional<DrafterDims> ddims_;
   EngineLimits limits_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t comm_stream_ = nullptr;  // a split model's all-reduces, overlapping compute
   Gemm gemm_;
   DeviceWeights weights_;
   std::unique_ptr<TargetModel> target_;

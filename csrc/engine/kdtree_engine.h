@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define KD_ENGINE_ABI 4        /* bumped whenever a struct below changes */
+#define KD_ENGINE_ABI 5        /* bumped whenever a struct below changes */
 #define KD_NCCL_ID_BYTES 128   /* ncclUniqueId */
 #define KD_MAX_WORLD 8         /* ranks of one split model (a simulated group's fixed arrays) */
 #define KD_MAX_TARGET_LAYER_IDS 16
@@ -108,6 +108,8 @@ typedef struct kd_engine_options {
   float collective_timeout_s; /* a collective (or a wait on one) longer than this fails the call (0: 300 s) */
   uint8_t nccl_id[KD_NCCL_ID_BYTES]; /* KD_COMM_NCCL: kd_nccl_unique_id of rank 0, the same on every rank */
   kd_sim_group* sim_group; /* KD_COMM_SIMULATED: the group every part was created in */
+  int32_t serial_collectives; /* 1: reduce in line; 0 (default): with several slots in a forward,
+                                 each all-reduce overlaps the other half of the slots' compute */
 } kd_engine_options;
 
 typedef enum kd_comm_kind {

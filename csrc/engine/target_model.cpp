@@ -80,6 +80,22 @@ TargetModel::TargetModel(const TargetDims& dims, const EngineLimits& limits, con
   inv_freq_host_ = dims.rope_inv_freq;
 }
 
+TargetModel::~TargetModel() {
+  for (auto* events : {&ready_, &reduced_})
+    for (auto& pair : *events)
+      for (cudaEvent_t e : pair)
+        if (e) (void)cudaEventDestroy(e);
+}
+
+void TargetModel::set_collective_stream(cudaStream_t stream) {
+  comm_stream_ = stream;
+  if (!stream) return;
+  for (auto* events : {&ready_, &reduced_})
+    for (auto& pair : *events)
+      for (cudaEvent_t& e : pair)
+        if (!e) KD_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+}
+
 size_t TargetModel::attention_workspace_bytes() const {
   // the largest split-KV workspace over every forward shape the engine runs: trees and AR
   // steps over any number of slots, prefill chunks of any length
@@ -201,43 +217,94 @@ void TargetModel::forward(const TargetBatch& b, const TargetCache& cache, const 
   n.eps = t.eps;
   n.weight = layers_[0].input_norm;
   check_kernel(rms_norm(n, stream));
-  AddRmsNormParams an;
-  an.dtype = dt_;
-  an.rows = rows;
-  an.dim = t.hidden;
-  an.x = x_;
-  an.x_stride = H;
-  an.y_stride = H;
-  an.out = hn_;
-  an.out_stride = H;
-  an.eps = t.eps;
 
+  // A split model with several slots runs the batch as two halves of slots, so that each
+  // all-reduce (on the collective stream) overlaps the other half's compute; otherwise one
+  // half, reduced in line. Per layer and half: attention, all-reduce, residual + norm, MLP,
+  // all-reduce; the residual + next norm (and the features) start the next layer.
+  const bool overlap = comm_->split() && comm_stream_ && b.batch >= 2;
+  const int halves = overlap ? 2 : 1;
+  Half half[2];
+  for (int h = 0; h < halves; ++h) {
+    const int s0 = h == 0 ? 0 : b.batch / 2, ns = halves == 1 ? b.batch : (h == 0 ? b.batch / 2 : b.batch - b.batch / 2);
+    half[h].b = b;
+    half[h].b.first_slot = b.first_slot + s0;
+    half[h].b.batch = ns;
+    half[h].b.token_ids = b.token_ids + static_cast<int64_t>(s0) * b.tokens;
+    half[h].b.positions = b.positions + static_cast<int64_t>(s0) * b.tokens;
+    half[h].b.vis = b.vis + static_cast<int64_t>(s0) * b.tokens * b.vis_words;
+    half[h].r0 = s0 * b.tokens;
+    half[h].rows = ns * b.tokens;
+  }
+  auto reduce = [&](int h, void* buf, int which) {  // buf's rows of half h, summed over the ranks
+    const size_t count = static_cast<size_t>(half[h].rows) * H;
+    void* rows_of = at(buf, half[h].r0 * H, dt_);
+    if (!overlap) return comm_->all_reduce_sum(rows_of, count, dt_, stream);
+    KD_CUDA_CHECK(cudaEventRecord(ready_[h][which], stream));
+    KD_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_[h][which], 0));
+    comm_->all_reduce_sum(rows_of, count, dt_, comm_stream_);
+    KD_CUDA_CHECK(cudaEventRecord(reduced_[h][which], comm_stream_));
+  };
+  auto await = [&](int h, int which) {
+    if (overlap) KD_CUDA_CHECK(cudaStreamWaitEvent(stream, reduced_[h][which], 0));
+  };
+  auto residual = [&](int h, const void* y, const void* weight) {  // x += y; hn = norm(x), the half's rows
+    AddRmsNormParams an;
+    an.dtype = dt_;
+    an.rows = half[h].rows;
+    an.dim = t.hidden;
+    an.x = at(x_, half[h].r0 * H, dt_);
+    an.x_stride = H;
+    an.y = at(y, half[h].r0 * H, dt_);
+    an.y_stride = H;
+    an.out = at(hn_, half[h].r0 * H, dt_);
+    an.out_stride = H;
+    an.eps = t.eps;
+    an.weight = weight;
+    check_kernel(add_rms_norm(an, stream));
+  };
+  auto features = [&](int h, int l) {  // the residual after layer l, where the drafter reads it
+    if (!b.features) return;
+    for (size_t f = 0; f < feature_layers_.size(); ++f) {
+      if (feature_layers_[f] != l) continue;
+      CopyRowsParams c;
+      c.in_dtype = c.out_dtype = dt_;
+      c.rows = half[h].rows;
+      c.cols = t.hidden;
+      c.in = at(x_, half[h].r0 * H, dt_);
+      c.in_stride = H;
+      c.out = at(features_, static_cast<int64_t>(half[h].r0) * feature_width() + static_cast<int64_t>(f) * H, dt_);
+      c.out_stride = feature_width();
+      check_kernel(copy_rows(c, stream));
+    }
+  };
+  constexpr int kAttn = 0, kFfn = 1;
   for (int l = 0; l < t.layers; ++l) {
     const Layer& w = layers_[l];
-    attention(w, l, b, cache, cache_len, stream);
-    an.y = attn_out_;
-    an.weight = w.post_norm;
-    check_kernel(add_rms_norm(an, stream));
-    if (t.moe_layer(l)) moe_ffn(w, rows, stream);
-    else dense_ffn(w.gate, w.down, t.local_dense_inter(), rows, ffn_out_, stream);
-    comm_->all_reduce_sum(ffn_out_, static_cast<size_t>(rows) * H, dt_, stream);  // the parts' partial sums
-    an.y = ffn_out_;
-    an.weight = l + 1 < t.layers ? layers_[l + 1].input_norm : norm_;  // the last layer's: the final norm
-    check_kernel(add_rms_norm(an, stream));
-    if (b.features) {
-      for (size_t f = 0; f < feature_layers_.size(); ++f) {
-        if (feature_layers_[f] != l) continue;
-        CopyRowsParams c;
-        c.in_dtype = c.out_dtype = dt_;
-        c.rows = rows;
-        c.cols = t.hidden;
-        c.in = x_;
-        c.in_stride = H;
-        c.out = at(features_, static_cast<int64_t>(f) * H, dt_);
-        c.out_stride = feature_width();
-        check_kernel(copy_rows(c, stream));
+    for (int h = 0; h < halves; ++h) {
+      if (l > 0) {
+        await(h, kFfn);
+        residual(h, ffn_out_, w.input_norm);
+        features(h, l - 1);
       }
+      attention(w, l, half[h].b, at(hn_, half[h].r0 * H, dt_), at(attn_out_, half[h].r0 * H, dt_), cache, cache_len,
+                stream);
+      reduce(h, attn_out_, kAttn);  // o_proj over the heads of all ranks
     }
+    for (int h = 0; h < halves; ++h) {
+      await(h, kAttn);
+      residual(h, attn_out_, w.post_norm);
+      const void* hn = at(hn_, half[h].r0 * H, dt_);
+      void* out = at(ffn_out_, half[h].r0 * H, dt_);
+      if (t.moe_layer(l)) moe_ffn(w, half[h].rows, hn, out, stream);
+      else dense_ffn(w.gate, w.down, t.local_dense_inter(), half[h].rows, hn, out, stream);
+      reduce(h, ffn_out_, kFfn);  // the parts' partial sums
+    }
+  }
+  for (int h = 0; h < halves; ++h) {
+    await(h, kFfn);
+    residual(h, ffn_out_, norm_);  // the last layer's: the final norm
+    features(h, t.layers - 1);
   }
   if (b.logits == LogitRows::kNone) return;
   if (!head_) fail(KD_INTERNAL, "the target has no vocab head");
@@ -250,15 +317,15 @@ void TargetModel::forward(const TargetBatch& b, const TargetCache& cache, const 
   }
 }
 
-void TargetModel::attention(const Layer& w, int layer, const TargetBatch& b, const TargetCache& cache,
-                            const int32_t* cache_len, cudaStream_t stream) {
+void TargetModel::attention(const Layer& w, int layer, const TargetBatch& b, const void* hn, void* attn_out,
+                            const TargetCache& cache, const int32_t* cache_len, cudaStream_t stream) {
   const TargetDims& t = dims_;
   const int rows = b.batch * b.tokens;
   const int64_t H = t.hidden, qk = t.qk(), heads = t.local_heads();  // this rank's heads
   // one GEMM for everything read from hn: [q_a | kv_a] (q LoRA) or [q | kv_a]
   const int64_t pw = proj_width();
   const int64_t qa = t.q_lora ? t.q_lora : heads * qk;  // width of the first part
-  gemm_->linear(rows, static_cast<int>(pw), t.hidden, mat(hn_, H, dt_), mat(w.q_a ? w.q_a : w.q_proj, H, dt_),
+  gemm_->linear(rows, static_cast<int>(pw), t.hidden, mat(hn, H, dt_), mat(w.q_a ? w.q_a : w.q_proj, H, dt_),
                 out(proj_, pw, dt_));
   const void* q = proj_;  // [rows, heads, nope + rope] at leading dimension q_ld
   int64_t q_ld = pw;
@@ -342,15 +409,14 @@ void TargetModel::attention(const Layer& w, int layer, const TargetBatch& b, con
                  mat(at(w.kv_b, static_cast<int64_t>(t.nope) * t.kv_lora, dt_), t.kv_lora, dt_), head_rows,
                  /*transpose_w=*/true, out(o_, heads * t.v_head, dt_), t.v_head);
   gemm_->linear(rows, t.hidden, static_cast<int>(heads * t.v_head), mat(o_, heads * t.v_head, dt_),
-                mat(w.o_proj, heads * t.v_head, dt_), out(attn_out_, H, dt_));
-  comm_->all_reduce_sum(attn_out_, static_cast<size_t>(rows) * H, dt_, stream);  // o_proj over the heads of all ranks
+                mat(w.o_proj, heads * t.v_head, dt_), out(attn_out, H, dt_));
 }
 
-void TargetModel::dense_ffn(const void* gate_up, const void* down, int inter, int rows, void* dst,
+void TargetModel::dense_ffn(const void* gate_up, const void* down, int inter, int rows, const void* hn, void* dst,
                             cudaStream_t stream) {
   const int64_t H = dims_.hidden;
   // gate and up are one [2I, H] matrix (weights.cpp): one GEMM, then silu(gate) * up
-  gemm_->linear(rows, 2 * inter, dims_.hidden, mat(hn_, H, dt_), mat(gate_up, H, dt_), out(gate_up_, 2 * inter, dt_));
+  gemm_->linear(rows, 2 * inter, dims_.hidden, mat(hn, H, dt_), mat(gate_up, H, dt_), out(gate_up_, 2 * inter, dt_));
   SiluMulParams s;
   s.dtype = dt_;
   s.rows = rows;
@@ -365,18 +431,18 @@ void TargetModel::dense_ffn(const void* gate_up, const void* down, int inter, in
   gemm_->linear(rows, dims_.hidden, inter, mat(act_, inter, dt_), mat(down, inter, dt_), out(dst, H, dt_));
 }
 
-void TargetModel::moe_ffn(const Layer& w, int rows, cudaStream_t stream) {
+void TargetModel::moe_ffn(const Layer& w, int rows, const void* hn, void* out_rows, cudaStream_t stream) {
   const TargetDims& t = dims_;
   const int64_t H = t.hidden;
   // the router runs in float32 on a float32 copy of the normalised hidden state
-  const float* h32 = static_cast<const float*>(hn_);
+  const float* h32 = static_cast<const float*>(hn);
   if (dt_ != ModelDType::kF32) {
     CopyRowsParams c;
     c.in_dtype = dt_;
     c.out_dtype = ModelDType::kF32;
     c.rows = rows;
     c.cols = t.hidden;
-    c.in = hn_;
+    c.in = hn;
     c.in_stride = H;
     c.out = h32_;
     c.out_stride = H;
@@ -419,7 +485,7 @@ void TargetModel::moe_ffn(const Layer& w, int rows, cudaStream_t stream) {
     up.n = t.moe_inter;
     up.k = t.hidden;
     up.max_rows_per_expert = rows;  // an expert is picked at most once per token
-    up.x = hn_;
+    up.x = hn;
     up.x_stride = H;
     up.x_row = row_token_;
     up.offsets = local_offsets;
@@ -448,7 +514,7 @@ void TargetModel::moe_ffn(const Layer& w, int rows, cudaStream_t stream) {
     up.rows = pairs;
     up.n = t.moe_inter;
     up.k = t.hidden;
-    up.x = hn_;
+    up.x = hn;
     up.x_stride = H;
     up.x_row = row_token_;
     up.offsets = local_offsets;
@@ -474,7 +540,7 @@ void TargetModel::moe_ffn(const Layer& w, int rows, cudaStream_t stream) {
     check_kernel(moe_gemm(down, stream));
   }
   if (t.shared_experts > 0)
-    dense_ffn(w.shared_gate, w.shared_down, t.local_shared_inter(), rows, shared_out_, stream);
+    dense_ffn(w.shared_gate, w.shared_down, t.local_shared_inter(), rows, hn, shared_out_, stream);
   MoeCombineParams c;
   c.dtype = dt_;
   c.tokens = rows;
@@ -487,7 +553,7 @@ void TargetModel::moe_ffn(const Layer& w, int rows, cudaStream_t stream) {
   c.expert_begin = t.expert_begin();
   c.expert_end = t.expert_begin() + El;
   c.shared_out = t.shared_experts > 0 ? shared_out_ : nullptr;
-  c.out = ffn_out_;
+  c.out = out_rows;
   check_kernel(moe_combine(c, stream));
 }
 

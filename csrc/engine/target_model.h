@@ -39,6 +39,10 @@ class TargetModel {
   TargetModel(const TargetDims& dims, const EngineLimits& limits, const std::vector<int>& feature_layers,
               const DeviceWeights& weights, Gemm* gemm, Collective* comm);
   void set_vocab_head(VocabHead* head) { head_ = head; }  // before the first forward
+  // A split model's all-reduces run on `stream` (owned by the caller), each overlapping the
+  // other half of the batch's compute; null: in line. Creates the events it needs.
+  void set_collective_stream(cudaStream_t stream);
+  ~TargetModel();
   void declare(Workspace* ws);
   void upload_constants(cudaStream_t stream);  // after the workspace is allocated
 
@@ -63,12 +67,19 @@ class TargetModel {
     const void *experts_gate, *experts_up, *experts_down;
     const void *shared_gate, *shared_up, *shared_down;
   };
-  void attention(const Layer& w, int layer, const TargetBatch& b, const TargetCache& cache, const int32_t* cache_len,
+  // b's rows of hn -> attn_out (this rank's part of o_proj; the caller reduces it)
+  void attention(const Layer& w, int layer, const TargetBatch& b, const void* hn, void* attn_out,
+                 const TargetCache& cache, const int32_t* cache_len, cudaStream_t stream);
+  void dense_ffn(const void* gate_up, const void* down, int inter, int rows, const void* hn, void* out,
                  cudaStream_t stream);
-  void dense_ffn(const void* gate_up, const void* down, int inter, int rows, void* out, cudaStream_t stream);
   int64_t proj_width() const;
   bool int4_packed() const { return dims_.experts_int4 && dt_ == ModelDType::kBF16; }  // [q_a | kv_a] or [q | kv_a]: the columns of the first projection
-  void moe_ffn(const Layer& w, int rows, cudaStream_t stream);
+  void moe_ffn(const Layer& w, int rows, const void* hn, void* out, cudaStream_t stream);
+  // a forward's slots, split in two halves when collectives overlap compute
+  struct Half {
+    TargetBatch b;
+    int r0 = 0, rows = 0;
+  };
 
   TargetDims dims_;
   EngineLimits limits_;
@@ -76,6 +87,8 @@ class TargetModel {
   Gemm* gemm_;
   Collective* comm_;
   VocabHead* head_ = nullptr;
+  cudaStream_t comm_stream_ = nullptr;
+  cudaEvent_t ready_[2][2] = {}, reduced_[2][2] = {};  // [half][attention, MLP]
   ModelDType dt_;
   const void *embed_, *norm_, *lm_head_;
   std::vector<Layer> layers_;

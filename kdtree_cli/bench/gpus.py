@@ -51,7 +51,7 @@ def _decode_rank(rank, job: dict) -> dict:
     opts = NativeOptions(dtype=job["dtype"], device=rank.device, max_slots=len(job["prompts"]),
                          max_tokens=max(map(len, job["prompts"])) + job["max_tokens"], max_budget=job["budget"],
                          world_size=rank.world_size, rank=rank.rank, comm=rank.comm if split else "none",
-                         nccl_id=rank.nccl_id if split else b"")
+                         nccl_id=rank.nccl_id if split else b"", overlap=job.get("overlap", True))
     t0 = time.perf_counter()
     with NativeEngine(job["target"], job["drafter"], opts, variant=job.get("variant", "gpu")) as eng:
         load_s = time.perf_counter() - t0
@@ -122,13 +122,15 @@ def run_gpus_bench(b: GpusBench) -> dict:
         prompts = _prompts(b, load_target_config(tdir).vocab_size, demo=model == "demo")
         m = out["models"][model] = {"target": str(tdir), "drafter": str(ddir), "runs": {}}
         # every dtype with all requests batched; on the Kimi slice also one request at budget
-        # 64 in bf16: the collectives' size and count of a batch-1 round on the real model
-        configs = [(dtype, dtype, prompts, b.budget) for dtype in b.dtypes]
+        # 64 in bf16 (the collectives' size and count of a batch-1 round on the real model),
+        # and the batch with its all-reduces in line rather than beside the other half's compute
+        configs = [(dtype, dtype, prompts, b.budget, True) for dtype in b.dtypes]
         if model == "kimi":
-            configs.append(("bfloat16_batch1_budget64", "bfloat16", prompts[:1], 64))
-        for key, dtype, config_prompts, budget in configs:
+            configs.append(("bfloat16_batch1_budget64", "bfloat16", prompts[:1], 64, True))
+            configs.append(("bfloat16_in_line", "bfloat16", prompts, b.budget, False))
+        for key, dtype, config_prompts, budget, overlap in configs:
             job = {"target": str(tdir), "drafter": str(ddir), "dtype": dtype, "prompts": config_prompts,
-                   "max_tokens": b.max_tokens, "budget": budget}
+                   "max_tokens": b.max_tokens, "budget": budget, "overlap": overlap}
             runs = {}
             for n in (1, b.gpus):
                 r = _run(b, n, job)

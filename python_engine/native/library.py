@@ -18,7 +18,7 @@ from pathlib import Path
 from python_engine.errors import KdtreeError
 from python_engine.project import PROJECT_ROOT
 
-ABI_VERSION = 4  # KD_ENGINE_ABI
+ABI_VERSION = 5  # KD_ENGINE_ABI
 NCCL_ID_BYTES = 128  # KD_NCCL_ID_BYTES
 MAX_WORLD = 8  # KD_MAX_WORLD
 COMMS = {"none": 0, "nccl": 1, "simulated": 2}  # kd_comm_kind
@@ -84,7 +84,8 @@ class EngineOptionsC(Structure):
     _fields_ = [(name, c_int32) for name in (
         "abi_version", "dtype", "device", "max_slots", "max_tokens", "max_budget", "max_block_size",
         "prefill_chunk", "use_graphs", "load_threads", "world_size", "rank", "comm")] + [
-        ("collective_timeout_s", c_float), ("nccl_id", c_uint8 * NCCL_ID_BYTES), ("sim_group", c_void_p)]
+        ("collective_timeout_s", c_float), ("nccl_id", c_uint8 * NCCL_ID_BYTES), ("sim_group", c_void_p),
+        ("serial_collectives", c_int32)]
 
 
 class MemoryReportC(Structure):

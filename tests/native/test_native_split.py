@@ -242,3 +242,30 @@ def test_a_failing_part_stops_the_others_instead_of_hanging(native_variant):
         assert time.perf_counter() - t0 < 30, "the good part waited for the timeout"
     assert "outside the vocabulary" in got[1]
     assert "simulated group stopped: part 1 failed" in got[0]
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_split_batched_forward_equals_the_whole_model(overlap, split_pairs, native_variant, rng):
+    """Three slots in one forward: with overlap the parts run the batch as two halves (one slot,
+    two slots), each half's all-reduces beside the other half's compute; without, in line."""
+    tdir, ddir = split_pairs["demo"]
+    vocab = load_target(tdir).cfg.vocab_size
+    prompts = [rng.integers(0, vocab, n).tolist() for n in (9, 14, 11)]
+    tokens = rng.integers(0, vocab, (3, 4))
+    opts = dict(dtype="float32", max_slots=3, max_tokens=64, max_budget=4)
+
+    def calls(eng: NativeEngine):
+        for slot, p in enumerate(prompts):
+            eng.prefill(slot, p)
+        positions = [[len(p) + j for j in range(tokens.shape[1])] for p in prompts]
+        return eng.forward(0, tokens, positions, hidden=True)
+
+    with NativeEngine(tdir, ddir, NativeOptions(**opts), variant=native_variant) as eng:
+        whole = calls(eng)
+    with SplitModel(tdir, ddir, 2, native_variant, overlap=overlap, **opts) as model:
+        assert all(e.options.overlap == overlap for e in model.engines)
+        parts = run_parts(model.engines, calls)
+    for k, name in enumerate(("logits", "hidden")):
+        assert np.array_equal(parts[1][k], parts[0][k]), f"the parts' {name} differ"
+        err = rel(parts[0][k], whole[k])
+        assert err <= SPLIT_TOL, f"{name}: {err:.2e} from the whole model (overlap {overlap})"
