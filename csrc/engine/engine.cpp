@@ -51,7 +51,7 @@ Engine::Engine(const kd_target_config& target, const kd_drafter_config* drafter,
   target_ = std::make_unique<TargetModel>(tdims_, limits_, feature_layers, weights_, &gemm_, comm_.get());
   head_ = std::make_unique<VocabHead>(tdims_, target_->lm_head(), limits_.dtype, &gemm_, comm_.get());
   target_->set_vocab_head(head_.get());
-  if (comm_->split() && !options.serial_collectives) {
+  if (comm_->split() && options.overlap_collectives) {
     KD_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     target_->set_collective_stream(comm_stream_);
   }
@@ -119,7 +119,7 @@ kd_engine_options Engine::options() const {
   o.world_size = comm_->world();
   o.rank = comm_->rank();
   o.comm = comm_kind_;
-  o.serial_collectives = comm_stream_ ? 0 : 1;
+  o.overlap_collectives = comm_stream_ ? 1 : 0;
   return o;
 }
 

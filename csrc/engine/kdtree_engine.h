@@ -108,8 +108,9 @@ typedef struct kd_engine_options {
   float collective_timeout_s; /* a collective (or a wait on one) longer than this fails the call (0: 300 s) */
   uint8_t nccl_id[KD_NCCL_ID_BYTES]; /* KD_COMM_NCCL: kd_nccl_unique_id of rank 0, the same on every rank */
   kd_sim_group* sim_group; /* KD_COMM_SIMULATED: the group every part was created in */
-  int32_t serial_collectives; /* 1: reduce in line; 0 (default): with several slots in a forward,
-                                 each all-reduce overlaps the other half of the slots' compute */
+  int32_t overlap_collectives; /* 1: a forward of several slots runs as two halves, each half's
+                                   all-reduce beside the other half's compute; 0 (default): in line
+                                   (the halves re-read the weights: slower where measured) */
 } kd_engine_options;
 
 typedef enum kd_comm_kind {

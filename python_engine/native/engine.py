@@ -45,7 +45,9 @@ class NativeOptions:
     nccl_id: bytes = b""        # nccl: rank 0's L.nccl_unique_id(), the same on every rank
     sim_group: L.SimGroup | None = None  # simulated: the group every part is created in
     collective_timeout_s: float = 0.0    # 0: the engine's default (300 s)
-    overlap: bool = True        # split, several slots: each all-reduce overlaps the other half's compute
+    # split, several slots: run them as two halves, each half's all-reduce beside the other
+    # half's compute (off by default: the halves re-read the weights, slower on two H200s)
+    overlap: bool = False
 
     def to_c(self) -> L.EngineOptionsC:
         if self.dtype not in L.DTYPES:
@@ -59,7 +61,7 @@ class NativeOptions:
             max_tokens=self.max_tokens, max_budget=self.max_budget, max_block_size=self.max_block_size,
             prefill_chunk=self.prefill_chunk, use_graphs=int(self.use_graphs), load_threads=self.load_threads,
             world_size=self.world_size, rank=self.rank, comm=L.COMMS[self.comm],
-            collective_timeout_s=self.collective_timeout_s, serial_collectives=int(not self.overlap))
+            collective_timeout_s=self.collective_timeout_s, overlap_collectives=int(self.overlap))
         if self.nccl_id:
             ctypes.memmove(opts.nccl_id, self.nccl_id, L.NCCL_ID_BYTES)
         if self.sim_group is not None:
@@ -167,7 +169,7 @@ class NativeEngine:
             prefill_chunk=got.prefill_chunk, use_graphs=bool(got.use_graphs), load_threads=got.load_threads,
             world_size=max(1, got.world_size), rank=got.rank, comm={v: k for k, v in L.COMMS.items()}.get(got.comm, "none"),
             nccl_id=options.nccl_id, sim_group=options.sim_group, collective_timeout_s=options.collective_timeout_s,
-            overlap=not got.serial_collectives if max(1, got.world_size) > 1 else options.overlap)
+            overlap=bool(got.overlap_collectives) if max(1, got.world_size) > 1 else options.overlap)
         self.vocab = self.target_config.vocab_size
         self.feature_width = (len(self.drafter_config.target_layer_ids) * self.target_config.hidden_size
                               if self.drafter_config else 0)

@@ -85,7 +85,7 @@ class EngineOptionsC(Structure):
         "abi_version", "dtype", "device", "max_slots", "max_tokens", "max_budget", "max_block_size",
         "prefill_chunk", "use_graphs", "load_threads", "world_size", "rank", "comm")] + [
         ("collective_timeout_s", c_float), ("nccl_id", c_uint8 * NCCL_ID_BYTES), ("sim_group", c_void_p),
-        ("serial_collectives", c_int32)]
+        ("overlap_collectives", c_int32)]
 
 
 class MemoryReportC(Structure):

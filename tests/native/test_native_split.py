@@ -187,8 +187,9 @@ def decode_all(eng: NativeEngine, prompts, ar: bool) -> tuple[list[list[int]], i
     return out, collectives, trees
 
 
-@pytest.mark.parametrize("pair,world", [("demo", 2), ("kimi_like", 2), ("eight_way", 8)])
-def test_split_ddtree_decoding_equals_the_whole_model(pair, world, split_pairs, native_variant, rng):
+@pytest.mark.parametrize("pair,world,overlap", [("demo", 2, False), ("demo", 2, True), ("kimi_like", 2, False),
+                                                ("eight_way", 8, False)])
+def test_split_ddtree_decoding_equals_the_whole_model(pair, world, overlap, split_pairs, native_variant, rng):
     tdir, ddir = split_pairs[pair]
     vocab = load_target(tdir).cfg.vocab_size
     prompts = [rng.integers(0, vocab, int(rng.integers(5, 20))).tolist() for _ in range(DECODE_PROMPTS)]
@@ -198,7 +199,7 @@ def test_split_ddtree_decoding_equals_the_whole_model(pair, world, split_pairs, 
         whole_tree, _, whole_trees = decode_all(eng, prompts, ar=False)
     assert none == 0, "one GPU runs no collectives"
     assert whole_tree == whole_ar, "the whole model's DDTree output differs from its AR output"
-    with SplitModel(tdir, ddir, world, native_variant, **opts) as model:
+    with SplitModel(tdir, ddir, world, native_variant, overlap=overlap, **opts) as model:
         parts = run_parts(model.engines, lambda e: decode_all(e, prompts, ar=False))
     for r, (tokens, collectives, trees) in enumerate(parts):
         assert tokens == whole_tree, f"part {r}'s DDTree tokens differ from the whole model's"
