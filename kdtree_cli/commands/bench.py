@@ -122,6 +122,19 @@ def engine(
         raise typer.Exit(1)
 
 
+def _several_gpus_out(command: str, n: int, out: Optional[Path]) -> Path:
+    """Checks there is a GPU; the output folder: --out, else results/<device>x<N>/."""
+    from kdtree_cli.bench.gpu import device_facts, require_gpu
+    from kdtree_cli.bench.kernels import default_out_dir
+    from python_engine.project import PROJECT_ROOT
+
+    require_gpu(command)
+    if out is not None:
+        return out
+    one = default_out_dir(device_facts(PROJECT_ROOT)).parent
+    return one.with_name(f"{one.name}x{n}")
+
+
 @bench_app.command("gpus", help="The native engine whole on 1 GPU and split over --gpus N (NCCL, a process per "
                    "GPU), on the demo pair and a random Kimi K2-shaped slice (written by this command): DDTree "
                    "float32 output equal token for token, tokens/s and round stage times with the collectives' "
@@ -137,15 +150,9 @@ def gpus(
     out: Annotated[Optional[Path], typer.Option(
         "--out", help="Output folder \\[default: results/<device>x<N>/].", file_okay=False, show_default=False)] = None,
 ) -> None:
-    from kdtree_cli.bench.gpu import device_facts, require_gpu
     from kdtree_cli.bench.gpus import GpusBench, run_gpus_bench
-    from kdtree_cli.bench.kernels import default_out_dir
-    from python_engine.project import PROJECT_ROOT
 
-    require_gpu("kdtree bench gpus")
-    if out is None:
-        one = default_out_dir(device_facts(PROJECT_ROOT)).parent
-        out = one.with_name(f"{one.name}x{n}")
+    out = _several_gpus_out("kdtree bench gpus", n, out)
     r = run_gpus_bench(GpusBench(gpus=n, prompts=prompts, max_tokens=max_tokens, budget=budget,
                                  models=tuple(m.strip() for m in models.split(",") if m.strip()), scratch=scratch,
                                  out_dir=out))
@@ -163,14 +170,8 @@ def collectives(
         "--out", help="Output folder \\[default: results/<device>x<N>/].", file_okay=False, show_default=False)] = None,
 ) -> None:
     from kdtree_cli.bench.collectives import run_collectives_bench
-    from kdtree_cli.bench.gpu import device_facts, require_gpu
-    from kdtree_cli.bench.kernels import default_out_dir
-    from python_engine.project import PROJECT_ROOT
 
-    require_gpu("kdtree bench collectives")
-    if out is None:
-        one = default_out_dir(device_facts(PROJECT_ROOT)).parent
-        out = one.with_name(f"{one.name}x{n}")
+    out = _several_gpus_out("kdtree bench collectives", n, out)
     run_collectives_bench(n, out)
     typer.echo((out / "collectives.md").read_text())
 
