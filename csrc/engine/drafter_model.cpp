@@ -21,8 +21,8 @@ MatrixOut out(void* p, int64_t ld, ModelDType t) { return MatrixOut{p, ld, t}; }
 
 DrafterModel::DrafterModel(const DrafterDims& dims, const TargetDims& target, const EngineLimits& limits,
                            const DeviceWeights& w, const void* embedding, VocabHead* head, Gemm* gemm)
-    : dims_(dims), vocab_(target.vocab), target_world_(target.world), limits_(limits), gemm_(gemm), dt_(limits.dtype),
-      embed_(embedding), head_(head) {
+    : dims_(dims), vocab_(target.vocab), limits_(limits), gemm_(gemm), dt_(limits.dtype), embed_(embedding),
+      head_(head) {
   fc_ = w.get("drafter.fc.weight");
   hidden_norm_ = w.get("drafter.hidden_norm.weight");
   norm_ = w.get("drafter.norm.weight");
@@ -283,7 +283,7 @@ void DrafterModel::draft(int first_slot, int batch, int block, const SlotTable& 
   if (part) {  // elementwise: the transform applies to a slice as to the whole row
     head_->project_part(drafts, hs_, H, stream);
     lt.logits = head_->part();
-    lt.cols = lt.stride = vocab_ / target_world_;
+    lt.cols = lt.stride = head_->part_vocab();
   } else {
     head_->project(drafts, hs_, H, logits_, stream);
     lt.logits = logits_;

@@ -52,7 +52,6 @@ class DrafterModel {
 
   DrafterDims dims_;
   int vocab_;
-  int target_world_;  // the vocab head's parts (lm_head split by vocabulary)
   EngineLimits limits_;
   Gemm* gemm_;
   ModelDType dt_;

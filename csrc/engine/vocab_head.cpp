@@ -21,8 +21,12 @@ void VocabHead::declare(Workspace* ws, int max_rows, int max_topk) {
   ws->declare(&send_, block);
 }
 
-void VocabHead::project_part(int rows, const void* x, int64_t x_ld, cudaStream_t stream) {
+void VocabHead::check_rows(int rows) const {
   if (rows > max_rows_) fail(KD_INTERNAL, "lm_head over " + std::to_string(rows) + " rows, sized for " + std::to_string(max_rows_));
+}
+
+void VocabHead::project_part(int rows, const void* x, int64_t x_ld, cudaStream_t stream) {
+  check_rows(rows);
   if (!comm_->split()) fail(KD_INTERNAL, "project_part on one GPU");
   const int Vl = t_.local_vocab();
   gemm_->linear(rows, Vl, t_.hidden, Matrix{x, x_ld, dt_}, Matrix{w_, t_.hidden, dt_}, MatrixOut{part_, Vl, ModelDType::kF32});
@@ -73,14 +77,14 @@ void VocabHead::topk(int rows, int k, float* logp, int32_t* tok, cudaStream_t st
 }
 
 void VocabHead::project(int rows, const void* x, int64_t x_ld, float* logits, cudaStream_t stream) {
-  if (rows > max_rows_) fail(KD_INTERNAL, "lm_head over " + std::to_string(rows) + " rows, sized for " + std::to_string(max_rows_));
-  const Matrix xm{x, x_ld, dt_}, wm{w_, t_.hidden, dt_};
   if (!comm_->split()) {
-    gemm_->linear(rows, t_.vocab, t_.hidden, xm, wm, MatrixOut{logits, t_.vocab, ModelDType::kF32});
+    check_rows(rows);
+    gemm_->linear(rows, t_.vocab, t_.hidden, Matrix{x, x_ld, dt_}, Matrix{w_, t_.hidden, dt_},
+                  MatrixOut{logits, t_.vocab, ModelDType::kF32});
     return;
   }
+  project_part(rows, x, x_ld, stream);
   const int Vl = t_.local_vocab();
-  gemm_->linear(rows, Vl, t_.hidden, xm, wm, MatrixOut{part_, Vl, ModelDType::kF32});
   comm_->all_gather(part_, gathered_, static_cast<size_t>(rows) * Vl * sizeof(float), stream);
   for (int q = 0; q < t_.world; ++q) {  // rank q's [rows, Vl] block -> columns q*Vl .. of every row
     CopyRowsParams c;

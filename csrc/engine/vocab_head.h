@@ -34,6 +34,7 @@ class VocabHead {
   // this rank's logits [rows, local_vocab] into part() (on one GPU: the whole rows)
   void project_part(int rows, const void* x, int64_t x_ld, cudaStream_t stream);
   float* part() { return comm_->split() ? part_ : nullptr; }
+  int part_vocab() const { return t_.local_vocab(); }  // part()'s row length
   // whether topk(k) can merge: each part must hold k tokens
   bool merges_topk(int k) const { return comm_->split() && k <= t_.local_vocab() && k <= max_topk_; }
   // after project_part on a split model: choice[r] = the whole row r's argmax
@@ -42,6 +43,8 @@ class VocabHead {
   void topk(int rows, int k, float* logp, int32_t* tok, cudaStream_t stream);
 
  private:
+  void check_rows(int rows) const;
+
   TargetDims t_;
   const void* w_;
   ModelDType dt_;

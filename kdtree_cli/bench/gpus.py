@@ -93,7 +93,7 @@ def _prompts(b: GpusBench, vocab: int, demo: bool) -> list[list[int]]:
     return [[rng.randrange(vocab) for _ in range(rng.randrange(16, 64))] for _ in range(b.prompts)]
 
 
-def _run(b: GpusBench, n: int, job: dict) -> dict:
+def _run(n: int, job: dict) -> dict:
     from python_engine.native.multi_gpu import check_ranks_agree, launch_ranks
 
     results = launch_ranks(n, _decode_rank, job, comm="nccl" if n > 1 else "none")
@@ -133,7 +133,7 @@ def run_gpus_bench(b: GpusBench) -> dict:
                    "max_tokens": b.max_tokens, "budget": budget, "overlap": overlap}
             runs = {}
             for n in (1, b.gpus):
-                r = _run(b, n, job)
+                r = _run(n, job)
                 total = sum(r["stage_us_per_round"][k] for k in STAGES if k != "host")
                 r["collective_share"] = r["collective_us_per_round"] / total if total > 0 else 0.0
                 runs[n] = r

@@ -19,6 +19,7 @@ from native_cases import DEMO_DRAFTER, DEMO_TARGET, random_pair, rel
 from native_sizes import GPU, PREFILL_TOKENS, TREE_NODES
 from test_native_forward import keep_path, native_run, random_tree
 
+from python_engine.ddtree import visibility_packed
 from python_engine.model.drafter import load_drafter
 from python_engine.testing.random_drafter import write_random_drafter
 from python_engine.testing.random_target import tiny_config, write_random_target
@@ -109,8 +110,6 @@ def split_forwards(tdir, ddir, world, variant, case) -> list[dict[str, np.ndarra
         out["decode_logits"], out["decode_features"] = lg[0, 0], hd[0, 0]
         out["drafter_logits"] = eng.draft(0, [bonus], case["block_size"], ctx_features=hd.reshape(1, 1, -1),
                                           ctx_count=[1])[0]
-        from python_engine.ddtree import visibility_packed
-
         past = P + 1
         lt, ht = eng.forward(0, tree.tokens[None], tree.positions(past)[None], visibility_packed(tree)[None],
                              commit=False, hidden=True)
