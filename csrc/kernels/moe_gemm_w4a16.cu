@@ -32,9 +32,11 @@ constexpr int kW4Threads = kW4Warps * kWarpSize;
 // CTAs per SM that __launch_bounds__ asks registers for: three at one 8-row fragment (<= 80
 // registers: 24 warps stream weights), two otherwise (<= 128: the wider accumulators)
 constexpr int w4_min_blocks(int frags) { return frags == 1 ? 3 : 2; }
-// Row tiles per CTA: 2 x 16 output features share each x row read (L1), 4 column slices
-// give a decode launch (8 experts x 2048 / 32 = 512 CTAs) ~30 warps per SM.
-constexpr int kW4WarpsN = 2;
+// The automatic slice count: the most slices (of 4, 2, 1) that leave each warp at least this
+// many 64-column chunks, so that its cp.async ring (4-8 blocks deep) reaches a steady state
+// instead of one fill and drain per CTA. Kimi's gate/up (k = 7168, 112 chunks) gets 4 slices
+// x 2 row tiles: 8 decode experts x 2048 / 32 = 512 CTAs; its down (k = 2048, 32 chunks) 2.
+constexpr int kW4MinChunksPerSlice = 16;
 constexpr int kW4MaxExpertWords = kMoeMaxExperts / kWarpSize;
 constexpr size_t kW4StaticSmemLimit = 48 * 1024;  // above this a launch must opt in
 // bf16 bit patterns: 0x4300 | n is the bf16 128 + n for a nibble n (128's ulp is 1), so
@@ -72,17 +74,42 @@ KD_DEVICE uint32_t as_u32(__nv_bfloat162 v) {
   return u;
 }
 
+// (a & mask) | magic in one LOP3: the compiler splits it into an AND and an OR when both
+// constants are immediates (one LOP3 takes a single immediate), a third of the dequant's ALU work
+KD_DEVICE uint32_t and_or(uint32_t a, uint32_t mask, uint32_t magic) {
+#if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
+  constexpr int kLutAndOr = (0xf0 & 0xcc) | 0xaa;  // LOP3 truth table of (a & b) | c
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, %4;" : "=r"(r) : "r"(a), "r"(mask), "r"(magic), "n"(kLutAndOr));
+  return r;
+#else
+  return (a & mask) | magic;
+#endif
+}
+
 // The four A-fragment registers of one mma step from one word of eight nibbles: pair i from
 // nibble positions (i, i + 4), times the scale of row g (i even) or g + 8 (i odd), each
-// product rounded once to bf16.
-KD_DEVICE void dequant_word(uint32_t (&a)[4], uint32_t word, __nv_bfloat162 scale_g, __nv_bfloat162 scale_g8) {
+// product rounded once to bf16. mask2 / magic2 hold kNibbleMask2 / kBf16x2Magic128 (registers,
+// see and_or).
+KD_DEVICE void dequant_word(uint32_t (&a)[4], uint32_t word, __nv_bfloat162 scale_g, __nv_bfloat162 scale_g8,
+                            uint32_t mask2, uint32_t magic2) {
   const __nv_bfloat162 minus = as_bf162(kBf16x2Minus136);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const uint32_t biased = ((word >> (4 * i)) & kNibbleMask2) | kBf16x2Magic128;
+    const uint32_t biased = and_or(word >> (4 * i), mask2, magic2);
     const __nv_bfloat162 q = __hsub2_rn(as_bf162(biased), minus);
     a[i] = as_u32(__hmul2_rn(q, (i & 1) ? scale_g8 : scale_g));
   }
+}
+
+// bf16 half `hi` of a scale word, in both halves (the scale of one row for a bf16x2 pair)
+KD_DEVICE __nv_bfloat162 dup_half(uint32_t w, bool hi) {
+#if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
+  return as_bf162(__byte_perm(w, 0, hi ? 0x3232 : 0x1010));
+#else
+  const uint32_t h = hi ? w >> 16 : w & 0xffffu;
+  return as_bf162(h | (h << 16));
+#endif
 }
 
 // 16-byte read-only load (x rows, written by an earlier kernel).
@@ -125,21 +152,32 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
   const int tile = static_cast<int>(blockIdx.x) * kWarpsN + wn;
   // chunks of this warp's slice (0 for a warp past the last row tile: it still meets the barriers)
   const int my_chunks = tile < tiles && wk < chunks ? ceil_div(chunks - wk, kWarpsK) : 0;
-  const uint32_t* wsrc[kMats];
-  wsrc[0] = p.w + e * p.w_expert_stride + static_cast<int64_t>(tile) * chunks * kW4BlockWords;
-  if constexpr (kSwiglu) wsrc[kMats - 1] = p.w_up + e * p.w_expert_stride + static_cast<int64_t>(tile) * chunks * kW4BlockWords;
-  uint32_t* ring = smem + warp * kStages * kMats * kW4BlockWords;
+  // this lane's 16 bytes of block j (chunk wk + j * kWarpsK) sit at src[m] + j * kChunkStride;
+  // the lane's ring words of slot j % kStages at ring_lane + (j % kStages) * kSlotWords
+  constexpr int kSlotWords = kMats * kW4BlockWords;
+  const int64_t chunk_stride = static_cast<int64_t>(kWarpsK) * kW4BlockWords;
+  const uint32_t* src[kMats];
+  src[0] = p.w + e * p.w_expert_stride + (static_cast<int64_t>(tile) * chunks + wk) * kW4BlockWords + 4 * lane;
+  if constexpr (kSwiglu)
+    src[kMats - 1] = p.w_up + e * p.w_expert_stride + (static_cast<int64_t>(tile) * chunks + wk) * kW4BlockWords + 4 * lane;
+  uint32_t* const ring = smem + warp * kStages * kSlotWords;
+  const bool scale_lane = lane < kW4ScaleWords / 4;  // lanes 0..3 also copy the 16 scale words
   const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(p.x);
+  // a chunk past k (k % 64 == 32: the last chunk's upper 32 columns) reads no x
+  const int tail_chunk = p.k % kW4TileCols ? chunks - 1 : -1;
+  const uint32_t mask2 = kNibbleMask2, magic2 = kBf16x2Magic128;
 
-  // block j of the slice (chunk wk + j * kWarpsK) -> ring slot j % kStages
-  auto issue = [&](int j) {
-    const int64_t c = wk + static_cast<int64_t>(j) * kWarpsK;
+  // the copies of the next block into ring slot `slot` (a compile-time index in the unrolled
+  // loop below, so every shared address is the lane's base plus a constant); the global
+  // pointers advance by one chunk of the slice per call
+  const uint32_t* next_src[kMats];
+  auto issue_next = [&](int slot) {
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
-      const uint32_t* src = wsrc[m] + c * kW4BlockWords;
-      uint32_t* dst = ring + ((j % kStages) * kMats + m) * kW4BlockWords;
-      cp_async_16(dst + 4 * lane, src + 4 * lane, true);
-      if (lane < kW4ScaleWords / 4) cp_async_16(dst + kW4WeightWords + 4 * lane, src + kW4WeightWords + 4 * lane, true);
+      uint32_t* dst = ring + slot * kSlotWords + m * kW4BlockWords;
+      cp_async_16(dst + 4 * lane, next_src[m], true);
+      if (scale_lane) cp_async_16(dst + kW4WeightWords + 4 * lane, next_src[m] + kW4WeightWords, true);
+      next_src[m] += chunk_stride;
     }
   };
 
@@ -147,61 +185,70 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
     const int pass_rows = min(Tile::kPassRows, row_end - r0);
     const int frags = ceil_div(pass_rows, 8);
     // B operand rows: lane (g, quad) reads grouped row r0 + 8f + g (the last row stands in
-    // past the end: its results are not stored), columns 16 quad .. 16 quad + 15 of a chunk
-    const __nv_bfloat16* xrow[kFrags];
+    // past the end: its results are not stored), columns 16 quad .. 16 quad + 15 of a chunk;
+    // the pointers advance by one chunk of this warp's slice per step
+    const __nv_bfloat16* xp[kFrags];
 #pragma unroll
     for (int f = 0; f < kFrags; ++f) {
       const int r = min(r0 + 8 * f + g, row_end - 1);
-      const int src = p.x_row ? p.x_row[r] : r;
-      xrow[f] = x + src * p.x_stride + 16 * quad;
+      const int row = p.x_row ? p.x_row[r] : r;
+      xp[f] = x + row * p.x_stride + 16 * quad + wk * kW4TileCols;
     }
     float acc[kMats][kFrags][4] = {};
 
 #pragma unroll
+    for (int m = 0; m < kMats; ++m) next_src[m] = src[m];
+#pragma unroll
     for (int j = 0; j < kStages - 1; ++j) {
-      if (j < my_chunks) issue(j);
+      if (j < my_chunks) issue_next(j);
       cp_async_commit();  // empty groups too: the wait below counts groups
     }
-    for (int j = 0; j < my_chunks; ++j) {
-      if (j + kStages - 1 < my_chunks) issue(j + kStages - 1);
-      cp_async_commit();
-      const int k0 = (wk + j * kWarpsK) * kW4TileCols;
-      const bool k_in = k0 + 16 * quad < p.k;  // the 32 padding columns of a k % 64 == 32 tail
-      uint4 xv[kFrags][2];
+    // block j sits in slot j % kStages: the loop runs kStages blocks per trip, unrolled
+    for (int j0 = 0; j0 < my_chunks; j0 += kStages) {
 #pragma unroll
-      for (int f = 0; f < kFrags; ++f) {
-        if (f < frags && k_in) {
-          xv[f][0] = load16(xrow[f] + k0);
-          xv[f][1] = load16(xrow[f] + k0 + 8);
-        } else {
-          xv[f][0] = xv[f][1] = make_uint4(0, 0, 0, 0);
+      for (int slot = 0; slot < kStages; ++slot) {
+        const int j = j0 + slot;
+        if (j >= my_chunks) break;
+        if (j + kStages - 1 < my_chunks) issue_next((slot + kStages - 1) % kStages);
+        cp_async_commit();
+        const bool x_in = wk + j * kWarpsK != tail_chunk || quad < 2;
+        uint4 xv[kFrags][2];
+#pragma unroll
+        for (int f = 0; f < kFrags; ++f) {
+          if ((f == 0 || f < frags) && x_in) {
+            xv[f][0] = load16(xp[f]);
+            xv[f][1] = load16(xp[f] + 8);
+          } else {
+            xv[f][0] = xv[f][1] = make_uint4(0, 0, 0, 0);
+          }
+          xp[f] += kWarpsK * kW4TileCols;
         }
-      }
-      cp_async_wait<kStages - 1>();
-      __syncwarp();  // the scale words were copied by lanes 0..3
-      uint4 wv[kMats];
-      uint32_t sv[kMats];
-#pragma unroll
-      for (int m = 0; m < kMats; ++m) {
-        const uint32_t* blk = ring + ((j % kStages) * kMats + m) * kW4BlockWords;
-        wv[m] = *reinterpret_cast<const uint4*>(blk + 4 * lane);
-        sv[m] = blk[kW4WeightWords + (quad / 2) * 8 + g];
-      }
-      __syncwarp();  // everyone has read the slot before the next issue overwrites it
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
+        cp_async_wait<kStages - 1>();
+        __syncwarp();  // the scale words were copied by lanes 0..3
+        uint4 wv[kMats];
+        uint32_t sv[kMats];
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
-          const uint32_t word = s == 0 ? wv[m].x : s == 1 ? wv[m].y : s == 2 ? wv[m].z : wv[m].w;
-          const uint32_t lo = sv[m] & 0xffffu, hi = sv[m] >> 16;
-          uint32_t a[4];
-          dequant_word(a, word, as_bf162(lo | (lo << 16)), as_bf162(hi | (hi << 16)));
+          const uint32_t* blk = ring + slot * kSlotWords + m * kW4BlockWords;
+          wv[m] = *reinterpret_cast<const uint4*>(blk + 4 * lane);
+          sv[m] = blk[kW4WeightWords + (quad / 2) * 8 + g];
+        }
+        __syncwarp();  // everyone has read the slot before the next issue overwrites it
 #pragma unroll
-          for (int f = 0; f < kFrags; ++f) {
-            if (f > 0 && f >= frags) continue;  // frags >= 1: fragment 0 always runs
-            const uint4& v = xv[f][s / 2];
-            const uint32_t b0 = (s % 2) ? v.z : v.x, b1 = (s % 2) ? v.w : v.y;
-            mma_bf16_16816(acc[m][f], a, b0, b1);
+        for (int m = 0; m < kMats; ++m) {
+          const __nv_bfloat162 scale_g = dup_half(sv[m], false), scale_g8 = dup_half(sv[m], true);
+#pragma unroll
+          for (int s = 0; s < 4; ++s) {
+            const uint32_t word = s == 0 ? wv[m].x : s == 1 ? wv[m].y : s == 2 ? wv[m].z : wv[m].w;
+            uint32_t a[4];
+            dequant_word(a, word, scale_g, scale_g8, mask2, magic2);
+#pragma unroll
+            for (int f = 0; f < kFrags; ++f) {
+              if (f > 0 && f >= frags) continue;  // frags >= 1: fragment 0 always runs
+              const uint4& v = xv[f][s / 2];
+              const uint32_t b0 = (s % 2) ? v.z : v.x, b1 = (s % 2) ? v.w : v.y;
+              mma_bf16_16816(acc[m][f], a, b0, b1);
+            }
           }
         }
       }
@@ -248,20 +295,34 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
   }
 }
 
-template <bool kSwiglu, int kFrags>
+template <bool kSwiglu, int kWarpsN, int kFrags>
 void launch_moe_w4a16(const MoeW4a16Params& p, int slots, cudaStream_t stream) {
-  constexpr int kWarpsN = kW4WarpsN;
   using Tile = W4Tile<kSwiglu, kWarpsN, kFrags>;
   const dim3 grid(ceil_div(ceil_div(p.n, kW4TileRows), kWarpsN), slots);
   auto* kernel = moe_w4a16_kernel<kSwiglu, kWarpsN, kFrags>;
   KD_LAUNCH(kernel, grid, kW4Threads, Tile::kSmemBytes, stream, p);
 }
 
+template <bool kSwiglu, int kFrags>
+void launch_moe_w4a16_slices(const MoeW4a16Params& p, int slices, int slots, cudaStream_t stream) {
+  if (slices == 4) launch_moe_w4a16<kSwiglu, kW4Warps / 4, kFrags>(p, slots, stream);
+  else if (slices == 2) launch_moe_w4a16<kSwiglu, kW4Warps / 2, kFrags>(p, slots, stream);
+  else launch_moe_w4a16<kSwiglu, kW4Warps, kFrags>(p, slots, stream);
+}
+
 template <bool kSwiglu>
-void launch_moe_w4a16_rows(const MoeW4a16Params& p, int pass_rows, int slots, cudaStream_t stream) {
-  if (pass_rows <= 8) launch_moe_w4a16<kSwiglu, 1>(p, slots, stream);
-  else if (pass_rows <= 16) launch_moe_w4a16<kSwiglu, 2>(p, slots, stream);
-  else launch_moe_w4a16<kSwiglu, 4>(p, slots, stream);
+void launch_moe_w4a16_rows(const MoeW4a16Params& p, int pass_rows, int slices, int slots, cudaStream_t stream) {
+  if (pass_rows <= 8) launch_moe_w4a16_slices<kSwiglu, 1>(p, slices, slots, stream);
+  else if (pass_rows <= 16) launch_moe_w4a16_slices<kSwiglu, 2>(p, slices, slots, stream);
+  else launch_moe_w4a16_slices<kSwiglu, 4>(p, slices, slots, stream);
+}
+
+// slices for k input columns when not forced (see kW4MinChunksPerSlice)
+inline int auto_k_slices(int k) {
+  const int chunks = ceil_div(k, kW4TileCols);
+  for (int slices = 4; slices > 1; slices /= 2)
+    if (chunks >= slices * kW4MinChunksPerSlice) return slices;
+  return 1;
 }
 
 }  // namespace kern
@@ -283,8 +344,9 @@ KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
   const int auto_rows = most <= kW4SmallTileMaxTokens ? std::min(most, 8) : most;
   const int pass_rows = p.row_tile != W4RowTile::kAuto ? static_cast<int>(p.row_tile) : auto_rows;
   const int slots = std::min(p.experts, p.rows);  // experts that can own rows
-  if (p.w_up) kern::launch_moe_w4a16_rows<true>(p, pass_rows, slots, stream);
-  else kern::launch_moe_w4a16_rows<false>(p, pass_rows, slots, stream);
+  const int slices = p.k_slices ? p.k_slices : kern::auto_k_slices(p.k);
+  if (p.w_up) kern::launch_moe_w4a16_rows<true>(p, pass_rows, slices, slots, stream);
+  else kern::launch_moe_w4a16_rows<false>(p, pass_rows, slices, slots, stream);
   return launch_status("moe_w4a16_kernel launch");
 }
 

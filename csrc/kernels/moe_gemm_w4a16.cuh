@@ -71,6 +71,11 @@ struct MoeW4a16Params {
   // once per token); 0 = unknown (rows). Picks the row-tile width; results do not depend on it.
   int max_rows_per_expert = 0;
   W4RowTile row_tile = W4RowTile::kAuto;
+  // Slices of the input columns per CTA (its 8 warps = 8 / k_slices row tiles x k_slices
+  // slices, partial sums added in slice order): 0 = auto (from k alone, so results never depend
+  // on the routing), 1, 2 or 4 force one (benchmarks). Results differ in the last bits between
+  // slice counts.
+  int k_slices = 0;
   const void* x = nullptr;         // bf16; grouped row r reads x row (x_row ? x_row[r] : r)
   int64_t x_stride = 0;            // elements, a multiple of 8 (16-byte row loads); x 16-byte aligned
   const int32_t* x_row = nullptr;  // [rows] or null
@@ -108,6 +113,8 @@ inline KernelResult check_moe_w4a16_params(const MoeW4a16Params& p) {
   const int t = static_cast<int>(p.row_tile);
   if (t != 0 && t != 8 && t != 16 && t != 32)
     return KernelResult::invalid("moe_gemm_w4a16: row_tile " + s(t) + " is not one of 0 (auto), 8, 16, 32");
+  if (p.k_slices != 0 && p.k_slices != 1 && p.k_slices != 2 && p.k_slices != 4)
+    return KernelResult::invalid("moe_gemm_w4a16: k_slices " + s(p.k_slices) + " is not one of 0 (auto), 1, 2, 4");
   return KernelResult::success();
 }
 

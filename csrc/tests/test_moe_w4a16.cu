@@ -149,6 +149,7 @@ struct Problem {
   int64_t out_stride = 0;
   int max_rows_per_expert = 0;
   W4RowTile row_tile = W4RowTile::kAuto;
+  int k_slices = 0;  // 0 = automatic
 };
 
 // Runs the kernel; the output rows [rows, out_stride] as bf16 bits.
@@ -168,6 +169,7 @@ std::vector<uint16_t> run_gpu(const Problem& pb) {
   p.k = w.k;
   p.max_rows_per_expert = pb.max_rows_per_expert;
   p.row_tile = pb.row_tile;
+  p.k_slices = pb.k_slices;
   p.x = x.get();
   p.x_stride = pb.x_stride;
   p.x_row = x_row.get();
@@ -264,6 +266,10 @@ void run_ragged_case(const std::string& name, bool swiglu, int n, int k, const s
   const Routing rt = ragged_routing(counts, tokens, rng);
   Problem pb{&w, swiglu ? &u : nullptr, &x, x_stride, &rt, out_stride};
   expect_matches_reference(name, pb, run_gpu(pb));
+  for (int slices : {1, 2, 4}) {  // every CTA shape, whatever the automatic choice for this k
+    pb.k_slices = slices;
+    expect_matches_reference(name + " k_slices=" + std::to_string(slices), pb, run_gpu(pb));
+  }
 }
 
 }  // namespace

@@ -87,7 +87,7 @@ class W4Lib:
         lib.kd_w4a16_expert_words.argtypes = [i32, i32]
         lib.kd_w4a16_expert_words.restype = i64
         lib.kd_w4a16_repack.argtypes = [p, p, i32, i32, p, ctypes.c_char_p, i32]
-        lib.kd_w4a16_gemm.argtypes = [i32] * 6 + [p, i64, p, p, p, p, i64, p, i64, ctypes.c_char_p, i32]
+        lib.kd_w4a16_gemm.argtypes = [i32] * 7 + [p, i64, p, p, p, p, i64, p, i64, ctypes.c_char_p, i32]
         self.lib = lib
 
     def expert_words(self, n: int, k: int) -> int:
@@ -107,7 +107,7 @@ class W4Lib:
 
     def gemm(self, *, x: torch.Tensor, x_row: np.ndarray | None, offsets: np.ndarray, w: np.ndarray,
              w_up: np.ndarray | None, n: int, k: int, out_stride: int | None = None, row_tile: int = 0,
-             max_rows_per_expert: int = 0, x_ptr_offset: int = 0) -> tuple[int, str, torch.Tensor]:
+             k_slices: int = 0, max_rows_per_expert: int = 0, x_ptr_offset: int = 0) -> tuple[int, str, torch.Tensor]:
         """(status, message, out bf16 [rows, out_stride]) of one launch; x is [tokens, x_stride] bf16."""
         rows = int(offsets[-1])
         out_stride = out_stride or n
@@ -120,7 +120,7 @@ class W4Lib:
             rows_ptr = x_row.ctypes.data
         err = ctypes.create_string_buffer(512)
         status = self.lib.kd_w4a16_gemm(
-            w.shape[0], rows, n, k, max_rows_per_expert, row_tile, xn.ctypes.data + x_ptr_offset, x.shape[1],
+            w.shape[0], rows, n, k, max_rows_per_expert, row_tile, k_slices, xn.ctypes.data + x_ptr_offset, x.shape[1],
             rows_ptr, offsets.ctypes.data, w.ctypes.data, None if w_up is None else w_up.ctypes.data, w.shape[1],
             out.ctypes.data, out_stride, err, 512)
         return status, err.value.decode(), torch.from_numpy(out[:rows].view(np.int16)).view(torch.bfloat16)
@@ -190,9 +190,10 @@ def check_against_reference(out: torch.Tensor, x: torch.Tensor, x_row: np.ndarra
     return worst / ref_max
 
 
+@pytest.mark.parametrize("k_slices", [0, 1, 2, 4], ids=lambda s: f"slices{s or '-auto'}")
 @pytest.mark.parametrize("form", ["plain", "swiglu"])
 @pytest.mark.parametrize("n,k", [(64, 256), (80, 224), (48, 96)], ids=["aligned", "n%16,k%64=32", "small"])
-def test_ragged_routing_matches_dequantized_reference(w4, seed, form, n, k):
+def test_ragged_routing_matches_dequantized_reference(w4, seed, form, n, k, k_slices):
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
     experts, tokens = 10, 64
@@ -204,7 +205,7 @@ def test_ragged_routing_matches_dequantized_reference(w4, seed, form, n, k):
     x = torch.randn(tokens, k + 16, generator=gen).to(torch.bfloat16)  # rows longer than k
     status, message, out = w4.gemm(x=x, x_row=x_row, offsets=offsets, w=w4.repack(gate.packed, gate.scale, k),
                                    w_up=None if up is None else w4.repack(up.packed, up.scale, k), n=n, k=k,
-                                   out_stride=n + 5)
+                                   out_stride=n + 5, k_slices=k_slices)
     assert status == 0, message
     assert (out[:, n:].view(torch.int16) == np.int16(POISON)).all(), "wrote past n"
     rel = check_against_reference(out, x, x_row, offsets, gate, up, n)
@@ -323,6 +324,8 @@ def test_bad_arguments_are_reported(w4):
     assert status == 1 and "16-byte aligned" in message, message
     status, message, _ = w4.gemm(x=x, x_row=None, offsets=offsets, w=w, w_up=None, n=32, k=64, row_tile=12)
     assert status == 1 and "row_tile 12" in message, message
+    status, message, _ = w4.gemm(x=x, x_row=None, offsets=offsets, w=w, w_up=None, n=32, k=64, k_slices=3)
+    assert status == 1 and "k_slices 3" in message, message
     err = ctypes.create_string_buffer(512)
     dst = np.zeros(w4.expert_words(32, 64), dtype=np.uint32)
     pk = gate.packed[0].numpy()
@@ -358,7 +361,8 @@ def test_bench_program_on_emulator(built, tmp_path, seed):
     assert shape_rec["bf16_expert_bytes"] == 2 * 3 * 64 * 128
     moe_recs = [r for r in records if r["kind"] == "moe"]
     assert {(r["tokens"], r["impl"]) for r in moe_recs} == {
-        (n, impl) for n in tokens for impl in ("int4", "int4_tile8", "int4_tile16", "int4_tile32", "bf16")}
+        (n, impl) for n in tokens for impl in ("int4", "int4_tile8", "int4_tile16", "int4_tile32", "int4_slices1",
+                                              "int4_slices2", "int4_slices4", "bf16")}
     for r in moe_recs:
         ids = [routing[f"n{r['tokens']}.s{s}.topk_ids"] for s in range(sets)]
         assert r["distinct_experts"] == pytest.approx(np.mean([len(np.unique(i)) for i in ids]), abs=0.01)
