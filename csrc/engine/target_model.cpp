@@ -506,6 +506,7 @@ void TargetModel::moe_ffn(const Layer& w, int rows, const void* hn, void* out_ro
     down.w_expert_stride = moe_w4a16_expert_words(t.hidden, t.moe_inter);
     down.out = expert_out_;
     down.out_stride = H;
+    down.overlap_previous = true;  // the gate/up launch just above wrote only its x
     check_kernel(moe_gemm_w4a16(down, stream));
   } else {
     MoeGemmParams up;

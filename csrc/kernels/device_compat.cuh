@@ -22,6 +22,9 @@
   ::kdemu::launch(dim3(grid), dim3(block), (smem), kernel, __VA_ARGS__)
 #define KD_LAUNCH_FLAT(kernel, grid, block, smem, stream, ...) \
   ::kdemu::launch_flat(dim3(grid), dim3(block), (smem), kernel, __VA_ARGS__)
+// a programmatic dependent launch (see kd_launch_overlapped below): everything is serial here
+#define KD_LAUNCH_OVERLAPPED(overlap, kernel, grid, block, smem, stream, ...) \
+  (::kdemu::launch(dim3(grid), dim3(block), (smem), kernel, __VA_ARGS__), 0)
 #else
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -35,6 +38,27 @@
 // `kernel` may be a template instance without commas, or a function pointer to one
 #define KD_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
 #define KD_LAUNCH_FLAT KD_LAUNCH
+// Launch `kernel` so that, when `overlap` is set, it may start before the previous kernel on
+// the stream has finished (programmatic dependent launch, sm_90+): its blocks run their
+// prologue early and call grid_dependency_wait() before touching what that kernel writes.
+// Returns the launch's cudaError_t (0 = success).
+template <typename... KArgs, typename... Args>
+inline cudaError_t kd_launch_overlapped(bool overlap, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                        cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = overlap ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+}
+#define KD_LAUNCH_OVERLAPPED(overlap, kernel, grid, block, smem, stream, ...) \
+  ::kd_launch_overlapped((overlap), kernel, dim3(grid), dim3(block), (smem), (stream), __VA_ARGS__)
 #endif
 
 // Phase marks inside kernels, for the emulator's profile tool (emu/emu_tree_build_profile.cpp,
@@ -44,6 +68,21 @@
 #endif
 
 namespace kdtree::kern {
+
+// Programmatic dependent launch, device side (sm_90+; nothing elsewhere and in the emulator):
+// wait until the kernel this one overlaps has finished and its writes are visible ...
+KD_DEVICE void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(KD_SIMT_EMULATION)
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+// ... and let the kernel launched after this one with overlap start once every block of this
+// grid has called this (or exited)
+KD_DEVICE void grid_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(KD_SIMT_EMULATION)
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
 
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;

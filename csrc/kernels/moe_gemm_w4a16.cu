@@ -29,14 +29,17 @@ namespace kern {
 
 constexpr int kW4Warps = 8;
 constexpr int kW4Threads = kW4Warps * kWarpSize;
-// CTAs per SM that __launch_bounds__ asks registers for: three at one 8-row fragment (<= 80
-// registers: 24 warps stream weights), two otherwise (<= 128: the wider accumulators)
-constexpr int w4_min_blocks(int frags) { return frags == 1 ? 3 : 2; }
+// CTAs per SM that __launch_bounds__ asks registers for: four at one 8-row fragment (<= 64
+// registers: 32 warps stream weights, and a decode gate/up launch of 8 experts x 64 CTAs fits
+// one wave of 132 SMs), two otherwise (<= 128: the wider accumulators)
+constexpr int w4_min_blocks(int frags) { return frags == 1 ? 4 : 2; }
 // The automatic slice count: the most slices (of 4, 2, 1) that leave each warp at least this
 // many 64-column chunks, so that its cp.async ring (4-8 blocks deep) reaches a steady state
 // instead of one fill and drain per CTA. Kimi's gate/up (k = 7168, 112 chunks) gets 4 slices
-// x 2 row tiles: 8 decode experts x 2048 / 32 = 512 CTAs; its down (k = 2048, 32 chunks) 2.
-constexpr int kW4MinChunksPerSlice = 16;
+// x 2 row tiles: 8 decode experts x 2048 / 32 = 512 CTAs; its down (k = 2048, 32 chunks) 1
+// slice x 8 row tiles. Measured on the H200 (results/h200/bench/moe.md, int4_slices*): these
+// were the fastest or within a few percent at n = 1 .. 128 for each GEMM.
+constexpr int kW4MinChunksPerSlice = 28;
 constexpr int kW4MaxExpertWords = kMoeMaxExperts / kWarpSize;
 constexpr size_t kW4StaticSmemLimit = 48 * 1024;  // above this a launch must opt in
 // bf16 bit patterns: 0x4300 | n is the bf16 128 + n for a nibble n (128's ulp is 1), so
@@ -121,6 +124,8 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
   constexpr int kMats = Tile::kMats, kWarpsK = Tile::kWarpsK, kStages = Tile::kStages;
   KD_DYNAMIC_SMEM(uint32_t, smem);
   __shared__ unsigned owns_rows[kW4MaxExpertWords];  // bit e % 32 of word e / 32: expert e has rows
+  // a launch with p.overlap_previous after this one may start as our last blocks start
+  grid_dependents_launch();
   const int tid = static_cast<int>(threadIdx.x), warp = tid / kWarpSize, lane = tid % kWarpSize;
 
   // which expert: the blockIdx.y-th one that owns rows (one pass over offsets, all warps)
@@ -203,6 +208,9 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
       if (j < my_chunks) issue_next(j);
       cp_async_commit();  // empty groups too: the wait below counts groups
     }
+    // everything above read only the weights, offsets and x_row; x may come from the kernel
+    // this launch overlaps (p.overlap_previous)
+    if (r0 == row_begin) grid_dependency_wait();
     // block j sits in slot j % kStages: the loop runs kStages blocks per trip, unrolled
     for (int j0 = 0; j0 < my_chunks; j0 += kStages) {
 #pragma unroll
@@ -300,7 +308,8 @@ void launch_moe_w4a16(const MoeW4a16Params& p, int slots, cudaStream_t stream) {
   using Tile = W4Tile<kSwiglu, kWarpsN, kFrags>;
   const dim3 grid(ceil_div(ceil_div(p.n, kW4TileRows), kWarpsN), slots);
   auto* kernel = moe_w4a16_kernel<kSwiglu, kWarpsN, kFrags>;
-  KD_LAUNCH(kernel, grid, kW4Threads, Tile::kSmemBytes, stream, p);
+  // its error, if any, is the runtime's last error: launch_status reports it
+  (void)KD_LAUNCH_OVERLAPPED(p.overlap_previous, kernel, grid, kW4Threads, Tile::kSmemBytes, stream, p);
 }
 
 template <bool kSwiglu, int kFrags>

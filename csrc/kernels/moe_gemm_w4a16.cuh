@@ -76,6 +76,11 @@ struct MoeW4a16Params {
   // on the routing), 1, 2 or 4 force one (benchmarks). Results differ in the last bits between
   // slice counts.
   int k_slices = 0;
+  // The previous kernel on the stream wrote only x (nothing else this launch reads, and it
+  // reads nothing this launch writes): this launch may start before it ends (programmatic
+  // dependent launch, sm_90+), find its expert and fill its weight ring, then wait for it
+  // before the first x load. The engine sets it on the down GEMM, after the gate/up GEMM.
+  bool overlap_previous = false;
   const void* x = nullptr;         // bf16; grouped row r reads x row (x_row ? x_row[r] : r)
   int64_t x_stride = 0;            // elements, a multiple of 8 (16-byte row loads); x 16-byte aligned
   const int32_t* x_row = nullptr;  // [rows] or null
