@@ -157,38 +157,44 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
   const int tile = static_cast<int>(blockIdx.x) * kWarpsN + wn;
   // chunks of this warp's slice (0 for a warp past the last row tile: it still meets the barriers)
   const int my_chunks = tile < tiles && wk < chunks ? ceil_div(chunks - wk, kWarpsK) : 0;
-  // this lane's 16 bytes of block j (chunk wk + j * kWarpsK) sit at src[m] + j * kChunkStride;
-  // the lane's ring words of slot j % kStages at ring_lane + (j % kStages) * kSlotWords
+  // this lane's 16 bytes of block j (chunk wk + j * kWarpsK) sit at src[m] + j * kChunkStride
+  // (a compile-time stride: in the unrolled loop below every copy's global and shared
+  // addresses are a base register plus a constant)
   constexpr int kSlotWords = kMats * kW4BlockWords;
-  const int64_t chunk_stride = static_cast<int64_t>(kWarpsK) * kW4BlockWords;
+  constexpr int kChunkStride = kWarpsK * kW4BlockWords;
   const uint32_t* src[kMats];
   src[0] = p.w + e * p.w_expert_stride + (static_cast<int64_t>(tile) * chunks + wk) * kW4BlockWords + 4 * lane;
   if constexpr (kSwiglu)
     src[kMats - 1] = p.w_up + e * p.w_expert_stride + (static_cast<int64_t>(tile) * chunks + wk) * kW4BlockWords + 4 * lane;
-  uint32_t* const ring = smem + warp * kStages * kSlotWords;
+  uint32_t* const ring = smem + warp * kStages * kSlotWords + 4 * lane;
   const bool scale_lane = lane < kW4ScaleWords / 4;  // lanes 0..3 also copy the 16 scale words
   const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(p.x);
   // a chunk past k (k % 64 == 32: the last chunk's upper 32 columns) reads no x
-  const int tail_chunk = p.k % kW4TileCols ? chunks - 1 : -1;
+  const int tail_chunk = p.k % kW4TileCols ? chunks - 1 : -1;  // (see x_back below)
   const uint32_t mask2 = kNibbleMask2, magic2 = kBf16x2Magic128;
 
-  // the copies of the next block into ring slot `slot` (a compile-time index in the unrolled
-  // loop below, so every shared address is the lane's base plus a constant); the global
-  // pointers advance by one chunk of the slice per call
-  const uint32_t* next_src[kMats];
-  auto issue_next = [&](int slot) {
+  // the copies of block `block` (relative to `base`, a compile-time index in the unrolled
+  // loop) into ring slot `slot`; a block past the slice copies nothing (src-size 0: no read,
+  // the free slot zero-filled), so no branch
+  auto issue = [&](const uint32_t* const (&base)[kMats], int block, int slot, bool valid) {
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
       uint32_t* dst = ring + slot * kSlotWords + m * kW4BlockWords;
-      cp_async_16(dst + 4 * lane, next_src[m], true);
-      if (scale_lane) cp_async_16(dst + kW4WeightWords + 4 * lane, next_src[m] + kW4WeightWords, true);
-      next_src[m] += chunk_stride;
+      const uint32_t* from = base[m] + block * kChunkStride;
+      cp_async_16(dst, from, valid);
+      if (scale_lane) cp_async_16(dst + kW4WeightWords, from + kW4WeightWords, valid);
     }
   };
 
   for (int r0 = row_begin; r0 < row_end; r0 += Tile::kPassRows) {
     const int pass_rows = min(Tile::kPassRows, row_end - r0);
     const int frags = ceil_div(pass_rows, 8);
+    // the weights first: their addresses depend on nothing loaded (the x_row lookups below do)
+#pragma unroll
+    for (int j = 0; j < kStages - 1; ++j) {
+      issue(src, j, j, j < my_chunks);
+      cp_async_commit();  // one group per block: the wait below counts groups
+    }
     // B operand rows: lane (g, quad) reads grouped row r0 + 8f + g (the last row stands in
     // past the end: its results are not stored), columns 16 quad .. 16 quad + 15 of a chunk;
     // the pointers advance by one chunk of this warp's slice per step
@@ -201,47 +207,50 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
     }
     float acc[kMats][kFrags][4] = {};
 
-#pragma unroll
-    for (int m = 0; m < kMats; ++m) next_src[m] = src[m];
-#pragma unroll
-    for (int j = 0; j < kStages - 1; ++j) {
-      if (j < my_chunks) issue_next(j);
-      cp_async_commit();  // empty groups too: the wait below counts groups
-    }
     // everything above read only the weights, offsets and x_row; x may come from the kernel
     // this launch overlaps (p.overlap_previous)
     if (r0 == row_begin) grid_dependency_wait();
-    // block j sits in slot j % kStages: the loop runs kStages blocks per trip, unrolled
+    // block j sits in slot j % kStages: the loop runs kStages blocks per trip, unrolled;
+    // trip_src points at block j0 of the trip
+    const uint32_t* trip_src[kMats];
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) trip_src[m] = src[m];
     for (int j0 = 0; j0 < my_chunks; j0 += kStages) {
 #pragma unroll
       for (int slot = 0; slot < kStages; ++slot) {
         const int j = j0 + slot;
         if (j >= my_chunks) break;
-        if (j + kStages - 1 < my_chunks) issue_next((slot + kStages - 1) % kStages);
-        cp_async_commit();
-        const bool x_in = wk + j * kWarpsK != tail_chunk || quad < 2;
+        // x first (its latency overlaps the wait). In a chunk past k (k % 64 == 32: the last
+        // chunk's upper half) lanes 2..3 of each quad read the chunk's lower half instead: the
+        // repacked weights of those columns are exactly 0 (q = 0, scale 0), so the products
+        // are too, and no load is predicated or zero-filled
+        const int x_back = wk + j * kWarpsK == tail_chunk && quad >= 2 ? kW4TileCols / 2 : 0;
         uint4 xv[kFrags][2];
 #pragma unroll
         for (int f = 0; f < kFrags; ++f) {
-          if ((f == 0 || f < frags) && x_in) {
-            xv[f][0] = load16(xp[f]);
-            xv[f][1] = load16(xp[f] + 8);
+          if (f == 0 || f < frags) {
+            const __nv_bfloat16* xs = xp[f] + slot * (kWarpsK * kW4TileCols) - x_back;
+            xv[f][0] = load16(xs);
+            xv[f][1] = load16(xs + 8);
           } else {
             xv[f][0] = xv[f][1] = make_uint4(0, 0, 0, 0);
           }
-          xp[f] += kWarpsK * kW4TileCols;
         }
-        cp_async_wait<kStages - 1>();
-        __syncwarp();  // the scale words were copied by lanes 0..3
+        // block j has landed (kStages - 2 younger groups may still be in flight); after the
+        // barrier every lane's copies, the scale words of lanes 0..3 included, are visible and
+        // every lane has read slot j - 1, which the next copy refills
+        cp_async_wait<kStages - 2>();
+        __syncwarp();
+        issue(trip_src, slot + kStages - 1, (slot + kStages - 1) % kStages, j + kStages - 1 < my_chunks);
+        cp_async_commit();
         uint4 wv[kMats];
         uint32_t sv[kMats];
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
-          const uint32_t* blk = ring + slot * kSlotWords + m * kW4BlockWords;
+          const uint32_t* blk = ring - 4 * lane + slot * kSlotWords + m * kW4BlockWords;
           wv[m] = *reinterpret_cast<const uint4*>(blk + 4 * lane);
           sv[m] = blk[kW4WeightWords + (quad / 2) * 8 + g];
         }
-        __syncwarp();  // everyone has read the slot before the next issue overwrites it
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
           const __nv_bfloat162 scale_g = dup_half(sv[m], false), scale_g8 = dup_half(sv[m], true);
@@ -260,6 +269,10 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
           }
         }
       }
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) trip_src[m] += kStages * kChunkStride;
+#pragma unroll
+      for (int f = 0; f < kFrags; ++f) xp[f] += kStages * (kWarpsK * kW4TileCols);
     }
     cp_async_wait<0>();
 
