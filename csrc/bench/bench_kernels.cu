@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_blocker.cuh"
 #include "bench/bench_cases.h"
 #include "bench/tree_heap.h"
 #include "common/cuda_check.h"
@@ -106,13 +107,15 @@ class Timer {
     cudaEventDestroy(b_);
   }
 
-  // Each of `reps` runs of fn(i) timed alone, after `warm` untimed runs.
+  // Each of `reps` runs of fn(i) timed alone (its GPU time: queued behind a blocker), after
+  // `warm` untimed runs.
   Timing each(const std::function<void(int)>& fn, int warm, int reps) {
     KD_CUDA_CHECK(cudaDeviceSynchronize());  // inputs uploaded on the legacy stream have landed
     for (int i = 0; i < warm; ++i) fn(i);
     KD_CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::vector<float> ms(static_cast<size_t>(reps));
     for (int i = 0; i < reps; ++i) {
+      bench::launch_blocker(stream_);
       KD_CUDA_CHECK(cudaEventRecord(a_, stream_));
       fn(warm + i);
       KD_CUDA_CHECK(cudaEventRecord(b_, stream_));

@@ -40,6 +40,10 @@ constexpr int w4_min_blocks(int frags) { return frags == 1 ? 4 : 2; }
 // slice x 8 row tiles. Measured on the H200 (results/h200/bench/moe.md, int4_slices*): these
 // were the fastest or within a few percent at n = 1 .. 128 for each GEMM.
 constexpr int kW4MinChunksPerSlice = 28;
+#ifndef KD_W4_PREFETCH_X
+#define KD_W4_PREFETCH_X 1
+#endif
+constexpr bool kW4PrefetchX = KD_W4_PREFETCH_X;  // TEMPORARY A/B switch
 constexpr int kW4MaxExpertWords = kMoeMaxExperts / kWarpSize;
 constexpr size_t kW4StaticSmemLimit = 48 * 1024;  // above this a launch must opt in
 // bf16 bit patterns: 0x4300 | n is the bf16 128 + n for a nibble n (128's ulp is 1), so
@@ -215,26 +219,38 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
     const uint32_t* trip_src[kMats];
 #pragma unroll
     for (int m = 0; m < kMats; ++m) trip_src[m] = src[m];
+    // x of block j, loaded one block ahead (an L2 round trip is longer than one block's math).
+    // In a chunk past k (k % 64 == 32: the last chunk's upper half) lanes 2..3 of each quad
+    // read the chunk's lower half instead: the repacked weights of those columns are exactly 0
+    // (q = 0, scale 0), so the products are too, and no load is predicated or zero-filled.
+    // `ahead` is j's distance from the trip's first block (a constant in the unrolled loop).
+    auto load_x = [&](uint4 (&dst)[kFrags][2], int j, int ahead) {
+      const int x_back = wk + j * kWarpsK == tail_chunk && quad >= 2 ? kW4TileCols / 2 : 0;
+#pragma unroll
+      for (int f = 0; f < kFrags; ++f) {
+        if (f == 0 || f < frags) {
+          const __nv_bfloat16* xs = xp[f] + ahead * (kWarpsK * kW4TileCols) - x_back;
+          dst[f][0] = load16(xs);
+          dst[f][1] = load16(xs + 8);
+        } else {
+          dst[f][0] = dst[f][1] = make_uint4(0, 0, 0, 0);
+        }
+      }
+    };
+    uint4 x_next[kFrags][2];
+    if (kW4PrefetchX && my_chunks > 0) load_x(x_next, 0, 0);
     for (int j0 = 0; j0 < my_chunks; j0 += kStages) {
 #pragma unroll
       for (int slot = 0; slot < kStages; ++slot) {
         const int j = j0 + slot;
         if (j >= my_chunks) break;
-        // x first (its latency overlaps the wait). In a chunk past k (k % 64 == 32: the last
-        // chunk's upper half) lanes 2..3 of each quad read the chunk's lower half instead: the
-        // repacked weights of those columns are exactly 0 (q = 0, scale 0), so the products
-        // are too, and no load is predicated or zero-filled
-        const int x_back = wk + j * kWarpsK == tail_chunk && quad >= 2 ? kW4TileCols / 2 : 0;
         uint4 xv[kFrags][2];
+        if constexpr (kW4PrefetchX) {
 #pragma unroll
-        for (int f = 0; f < kFrags; ++f) {
-          if (f == 0 || f < frags) {
-            const __nv_bfloat16* xs = xp[f] + slot * (kWarpsK * kW4TileCols) - x_back;
-            xv[f][0] = load16(xs);
-            xv[f][1] = load16(xs + 8);
-          } else {
-            xv[f][0] = xv[f][1] = make_uint4(0, 0, 0, 0);
-          }
+          for (int f = 0; f < kFrags; ++f) xv[f][0] = x_next[f][0], xv[f][1] = x_next[f][1];
+          if (j + 1 < my_chunks) load_x(x_next, j + 1, slot + 1);
+        } else {
+          load_x(xv, j, slot);
         }
         // block j has landed (kStages - 2 younger groups may still be in flight); after the
         // barrier every lane's copies, the scale words of lanes 0..3 included, are visible and

@@ -226,7 +226,8 @@ def markdown(facts: dict, rows: list[Row], meta: dict) -> str:
         "",
         f"{facts['device']}; copy bandwidth {facts['copy_gbps']:.0f} GB/s (read + write, measured in this run); "
         f"commit {meta['commit']}; {meta['date']}; torch {meta['torch']}.",
-        "Times in ms (CUDA events, medians); floor = distinct active experts' bytes / copy bandwidth.",
+        "Times in ms (CUDA events, medians; each run queued behind a spin kernel, so GPU time without the "
+        "host's launch cost); floor = distinct active experts' bytes / copy bandwidth.",
         "",
         "| n | experts | INT4 | INT4 floor | INT4/floor | bf16 (ours) | bf16 floor | bf16/floor | torch bf16 | torch/floor | torch/INT4 |",
         "|---|---|---|---|---|---|---|---|---|---|---|",

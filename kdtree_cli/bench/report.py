@@ -127,7 +127,8 @@ def markdown(res: BenchResult) -> str:
         f"commit {f.get('commit')}; torch {f.get('torch')} (CUDA {f.get('torch_cuda')}); "
         f"SM clock {clk.get('sm_clock_mhz', '?')} / {clk.get('sm_clock_max_mhz', '?')} MHz, "
         f"memory {clk.get('mem_clock_mhz', '?')} MHz, driver {clk.get('driver', '?')}, {f.get('sms')} SMs", "",
-        "Every time is a median of CUDA-event-timed runs after warm-up; the baselines ran in the same "
+        "Every time is a median of CUDA-event-timed runs after warm-up, each queued behind a spin kernel so that "
+        "the GPU time is timed, not the host's launches; the baselines ran in the same "
         "process on the same GPU. Ratios > 1 mean kdtree is faster.", "",
         "## Goals", "", "| goal | measured | met |", "|---|---|---|",
     ]
@@ -161,7 +162,7 @@ def markdown(res: BenchResult) -> str:
         lines.append("")
     if res.rows.get("tree"):
         lines += ["## tree_build (D=15, K=N)", "",
-                  "kdtree: one launch timed alone (host launch cost included); in graph: per launch inside a CUDA "
+                  "kdtree: one launch timed alone (its GPU time, the host launch cost not included); in graph: per launch inside a CUDA "
                   "graph of 20. heap: the reference heap in C++, the B trees one after another on one core; "
                   "python: python_engine.ddtree.build_tree, per tree x B.", "",
                   "| input | B | N | kdtree | in graph | C++ heap | python | vs heap | depth | trees != heap |",

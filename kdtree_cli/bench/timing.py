@@ -1,10 +1,16 @@
 """CUDA-event timing of torch work, the same way bench_kernels times the kernels: warm-up
-runs, then each run timed alone on the current stream; the median (and p10, p90)."""
+runs, then each run timed alone on the current stream; the median (and p10, p90). Each run
+is queued behind a spin kernel (csrc/bench/bench_blocker.cuh), so the events measure the GPU's
+time for the run and not Python's cost of launching its kernels."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
+
+# GPU cycles the blocker spins before each timed run: ~1 ms at ~2 GHz, longer than Python
+# needs to launch a baseline's few kernels (the C++ benches need less: 0.2 ms)
+BLOCKER_CYCLES = 2_000_000
 
 
 @dataclass
@@ -26,6 +32,7 @@ def time_cuda(fn: Callable[[int], object], reps: int, warm: int = 3) -> Timing:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for i in range(reps):
+        torch.cuda._sleep(BLOCKER_CYCLES)
         start.record()
         fn(warm + i)
         end.record()
