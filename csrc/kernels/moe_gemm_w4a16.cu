@@ -40,10 +40,14 @@ constexpr int w4_min_blocks(int frags) { return frags == 1 ? 4 : 2; }
 // slice x 8 row tiles. Measured on the H200 (results/h200/bench/moe.md, int4_slices*): these
 // were the fastest or within a few percent at n = 1 .. 128 for each GEMM.
 constexpr int kW4MinChunksPerSlice = 28;
-#ifndef KD_W4_PREFETCH_X
-#define KD_W4_PREFETCH_X 1
+#ifndef KD_W4_ACC2
+#define KD_W4_ACC2 0
 #endif
-constexpr bool kW4PrefetchX = KD_W4_PREFETCH_X;  // TEMPORARY A/B switch
+#ifndef KD_W4_PLAIN_STAGES
+#define KD_W4_PLAIN_STAGES 8
+#endif
+constexpr bool kW4Acc2 = KD_W4_ACC2;  // TEMPORARY A/B switches
+constexpr int kW4PlainStages = KD_W4_PLAIN_STAGES;
 constexpr int kW4MaxExpertWords = kMoeMaxExperts / kWarpSize;
 constexpr size_t kW4StaticSmemLimit = 48 * 1024;  // above this a launch must opt in
 // bf16 bit patterns: 0x4300 | n is the bf16 128 + n for a nibble n (128's ulp is 1), so
@@ -59,7 +63,7 @@ struct W4Tile {
   // blocks in flight per warp: ~4.6 KB of weights per warp either way, ~37 KB per CTA, so
   // two or more CTAs per SM keep > 70 KB per SM in flight; the estimate of what an H200
   // needs (Little's law: ~20 B/clk/SM of DRAM bandwidth x ~1.5 K clk of loaded latency) is ~30 KB
-  static constexpr int kStages = kSwiglu ? 4 : 8;
+  static constexpr int kStages = kSwiglu ? 4 : kW4PlainStages;
   static constexpr int kPassRows = 8 * kFrags;
   static constexpr int kRingWords = kW4Warps * kStages * kMats * kW4BlockWords;
   // partial sums: [slice][row tile][matrix][frag][lane][4] floats
@@ -210,6 +214,7 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
       xp[f] = x + row * p.x_stride + 16 * quad + wk * kW4TileCols;
     }
     float acc[kMats][kFrags][4] = {};
+    float acc2[kMats][kFrags][4] = {};  // odd k-steps when kW4Acc2 (a second mma chain)
 
     // everything above read only the weights, offsets and x_row; x may come from the kernel
     // this launch overlaps (p.overlap_previous)
@@ -219,8 +224,8 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
     const uint32_t* trip_src[kMats];
 #pragma unroll
     for (int m = 0; m < kMats; ++m) trip_src[m] = src[m];
-    // x of block j, loaded one block ahead (an L2 round trip is longer than one block's math).
-    // In a chunk past k (k % 64 == 32: the last chunk's upper half) lanes 2..3 of each quad
+    // x of block j (loading it a block ahead measured slower: more instructions, no stall
+    // saved). In a chunk past k (k % 64 == 32: the last chunk's upper half) lanes 2..3 of each quad
     // read the chunk's lower half instead: the repacked weights of those columns are exactly 0
     // (q = 0, scale 0), so the products are too, and no load is predicated or zero-filled.
     // `ahead` is j's distance from the trip's first block (a constant in the unrolled loop).
@@ -237,21 +242,13 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
         }
       }
     };
-    uint4 x_next[kFrags][2];
-    if (kW4PrefetchX && my_chunks > 0) load_x(x_next, 0, 0);
     for (int j0 = 0; j0 < my_chunks; j0 += kStages) {
 #pragma unroll
       for (int slot = 0; slot < kStages; ++slot) {
         const int j = j0 + slot;
         if (j >= my_chunks) break;
         uint4 xv[kFrags][2];
-        if constexpr (kW4PrefetchX) {
-#pragma unroll
-          for (int f = 0; f < kFrags; ++f) xv[f][0] = x_next[f][0], xv[f][1] = x_next[f][1];
-          if (j + 1 < my_chunks) load_x(x_next, j + 1, slot + 1);
-        } else {
-          load_x(xv, j, slot);
-        }
+        load_x(xv, j, slot);
         // block j has landed (kStages - 2 younger groups may still be in flight); after the
         // barrier every lane's copies, the scale words of lanes 0..3 included, are visible and
         // every lane has read slot j - 1, which the next copy refills
@@ -280,7 +277,7 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
               if (f > 0 && f >= frags) continue;  // frags >= 1: fragment 0 always runs
               const uint4& v = xv[f][s / 2];
               const uint32_t b0 = (s % 2) ? v.z : v.x, b1 = (s % 2) ? v.w : v.y;
-              mma_bf16_16816(acc[m][f], a, b0, b1);
+              mma_bf16_16816((kW4Acc2 && (s & 1)) ? acc2[m][f] : acc[m][f], a, b0, b1);
             }
           }
         }
@@ -301,7 +298,7 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
       for (int f = 0; f < kFrags; ++f) {
         float* d = red + ((((wk * kWarpsN + wn) * kMats + m) * kFrags + f) * kWarpSize + lane) * 4;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) d[i] = acc[m][f][i];
+        for (int i = 0; i < 4; ++i) d[i] = kW4Acc2 ? acc[m][f][i] + acc2[m][f][i] : acc[m][f][i];
       }
     __syncthreads();
     // element (row tile, frag, lane, i) of the mma D fragment: output feature 16 tile + g + 8 (i / 2),
