@@ -40,14 +40,10 @@ constexpr int w4_min_blocks(int frags) { return frags == 1 ? 4 : 2; }
 // slice x 8 row tiles. Measured on the H200 (results/h200/bench/moe.md, int4_slices*): these
 // were the fastest or within a few percent at n = 1 .. 128 for each GEMM.
 constexpr int kW4MinChunksPerSlice = 28;
-#ifndef KD_W4_ACC2
-#define KD_W4_ACC2 0
+#ifndef KD_W4_L2_PREFETCH
+#define KD_W4_L2_PREFETCH 0
 #endif
-#ifndef KD_W4_PLAIN_STAGES
-#define KD_W4_PLAIN_STAGES 8
-#endif
-constexpr bool kW4Acc2 = KD_W4_ACC2;  // TEMPORARY A/B switches
-constexpr int kW4PlainStages = KD_W4_PLAIN_STAGES;
+
 constexpr int kW4MaxExpertWords = kMoeMaxExperts / kWarpSize;
 constexpr size_t kW4StaticSmemLimit = 48 * 1024;  // above this a launch must opt in
 // bf16 bit patterns: 0x4300 | n is the bf16 128 + n for a nibble n (128's ulp is 1), so
@@ -63,7 +59,7 @@ struct W4Tile {
   // blocks in flight per warp: ~4.6 KB of weights per warp either way, ~37 KB per CTA, so
   // two or more CTAs per SM keep > 70 KB per SM in flight; the estimate of what an H200
   // needs (Little's law: ~20 B/clk/SM of DRAM bandwidth x ~1.5 K clk of loaded latency) is ~30 KB
-  static constexpr int kStages = kSwiglu ? 4 : kW4PlainStages;
+  static constexpr int kStages = kSwiglu ? 4 : 8;
   static constexpr int kPassRows = 8 * kFrags;
   static constexpr int kRingWords = kW4Warps * kStages * kMats * kW4BlockWords;
   // partial sums: [slice][row tile][matrix][frag][lane][4] floats
@@ -120,6 +116,18 @@ KD_DEVICE __nv_bfloat162 dup_half(uint32_t w, bool hi) {
 #else
   const uint32_t h = hi ? w >> 16 : w & 0xffffu;
   return as_bf162(h | (h << 16));
+#endif
+}
+
+// cp.async of 16 weight bytes; with KD_W4_L2_PREFETCH the L2 fetches the surrounding 256 bytes
+// from DRAM at once (TEMPORARY A/B switch)
+KD_DEVICE void cp_async_w16(void* smem_dst, const void* gmem_src, bool valid) {
+#if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION) && KD_W4_L2_PREFETCH
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem_dst)), "l"(gmem_src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+#else
+  cp_async_16(smem_dst, gmem_src, valid);
 #endif
 }
 
@@ -189,8 +197,8 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
     for (int m = 0; m < kMats; ++m) {
       uint32_t* dst = ring + slot * kSlotWords + m * kW4BlockWords;
       const uint32_t* from = base[m] + block * kChunkStride;
-      cp_async_16(dst, from, valid);
-      if (scale_lane) cp_async_16(dst + kW4WeightWords, from + kW4WeightWords, valid);
+      cp_async_w16(dst, from, valid);
+      if (scale_lane) cp_async_w16(dst + kW4WeightWords, from + kW4WeightWords, valid);
     }
   };
 
@@ -214,7 +222,6 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
       xp[f] = x + row * p.x_stride + 16 * quad + wk * kW4TileCols;
     }
     float acc[kMats][kFrags][4] = {};
-    float acc2[kMats][kFrags][4] = {};  // odd k-steps when kW4Acc2 (a second mma chain)
 
     // everything above read only the weights, offsets and x_row; x may come from the kernel
     // this launch overlaps (p.overlap_previous)
@@ -277,7 +284,7 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
               if (f > 0 && f >= frags) continue;  // frags >= 1: fragment 0 always runs
               const uint4& v = xv[f][s / 2];
               const uint32_t b0 = (s % 2) ? v.z : v.x, b1 = (s % 2) ? v.w : v.y;
-              mma_bf16_16816((kW4Acc2 && (s & 1)) ? acc2[m][f] : acc[m][f], a, b0, b1);
+              mma_bf16_16816(acc[m][f], a, b0, b1);
             }
           }
         }
@@ -298,7 +305,7 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
       for (int f = 0; f < kFrags; ++f) {
         float* d = red + ((((wk * kWarpsN + wn) * kMats + m) * kFrags + f) * kWarpSize + lane) * 4;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) d[i] = kW4Acc2 ? acc[m][f][i] + acc2[m][f][i] : acc[m][f][i];
+        for (int i = 0; i < 4; ++i) d[i] = acc[m][f][i];
       }
     __syncthreads();
     // element (row tile, frag, lane, i) of the mma D fragment: output feature 16 tile + g + 8 (i / 2),
