@@ -13,8 +13,12 @@
 // repeat for experts with more rows. The slices' partial sums meet in shared memory, added
 // in slice order, so a row's result depends on neither the tile nor the other rows.
 //
-// Bytes: the decode case is memory-bound; each weight byte is read once per pass (once per
-// forward when an expert owns <= 32 rows), and the x rows of an expert once per CTA.
+// Bytes: each weight byte is read once per pass (once per forward when an expert owns <= 32
+// rows), and the x rows of an expert once per CTA. Instructions: the dequantization costs ~1.9
+// per weight, so at decode sizes the kernel runs near the issue limit and the memory limit at
+// once; the loop around it is kept to a few instructions per block (docs/int4.md has the
+// counts). Tried and measured no faster on the H200 (results/h200/bench/README.md): x loaded
+// a block ahead, a second mma chain, a 10-deep plain ring, an L2 256-byte prefetch hint.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -40,9 +44,6 @@ constexpr int w4_min_blocks(int frags) { return frags == 1 ? 4 : 2; }
 // slice x 8 row tiles. Measured on the H200 (results/h200/bench/moe.md, int4_slices*): these
 // were the fastest or within a few percent at n = 1 .. 128 for each GEMM.
 constexpr int kW4MinChunksPerSlice = 28;
-#ifndef KD_W4_L2_PREFETCH
-#define KD_W4_L2_PREFETCH 0
-#endif
 
 constexpr int kW4MaxExpertWords = kMoeMaxExperts / kWarpSize;
 constexpr size_t kW4StaticSmemLimit = 48 * 1024;  // above this a launch must opt in
@@ -119,18 +120,6 @@ KD_DEVICE __nv_bfloat162 dup_half(uint32_t w, bool hi) {
 #endif
 }
 
-// cp.async of 16 weight bytes; with KD_W4_L2_PREFETCH the L2 fetches the surrounding 256 bytes
-// from DRAM at once (TEMPORARY A/B switch)
-KD_DEVICE void cp_async_w16(void* smem_dst, const void* gmem_src, bool valid) {
-#if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION) && KD_W4_L2_PREFETCH
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem_dst)), "l"(gmem_src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-#else
-  cp_async_16(smem_dst, gmem_src, valid);
-#endif
-}
-
 // 16-byte read-only load (x rows, written by an earlier kernel).
 KD_DEVICE uint4 load16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
@@ -197,8 +186,8 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
     for (int m = 0; m < kMats; ++m) {
       uint32_t* dst = ring + slot * kSlotWords + m * kW4BlockWords;
       const uint32_t* from = base[m] + block * kChunkStride;
-      cp_async_w16(dst, from, valid);
-      if (scale_lane) cp_async_w16(dst + kW4WeightWords, from + kW4WeightWords, valid);
+      cp_async_16(dst, from, valid);
+      if (scale_lane) cp_async_16(dst + kW4WeightWords, from + kW4WeightWords, valid);
     }
   };
 
