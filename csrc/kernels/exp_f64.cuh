@@ -33,11 +33,11 @@ KD_DEVICE_TABLE double kExp2Table[kExp2TableSize] = {
     0x1.ea4afa2a490dap+0, 0x1.efa1bee615a27p+0, 0x1.f50765b6e4540p+0, 0x1.fa7c1819e90d8p+0,
 };
 
-// e^d for d <= 0 (-inf included). `table` is kExp2Table, copied where reads are cheap
-// (shared memory in the kernel). Below -708 the result is taken as 0: such a term is under
-// 1e-307 of a sum that is at least 1.
-KD_DEVICE double exp_nonpositive(double d, const double* table) {
-  if (!(d > -708.0)) return 0.0;
+// e^d for -708 < d <= 0, without the range check: the caller has clamped d. `table` holds
+// kExp2Table with entry j at table[j * Stride] (Stride > 1: copies interleaved so that the
+// lanes of a half-warp read distinct shared-memory banks).
+template <int Stride = 1>
+KD_DEVICE double exp_nonpositive_in_range(double d, const double* table) {
   constexpr double kInvLn2x64 = 0x1.71547652b82fep+6;  // 64 / ln 2
   constexpr double kRound = 0x1.8p52;                  // adding it rounds to an integer held in the low bits
   constexpr double kLn2HiOver64 = 0x1.62e42feep-7;     // ln2/64, high part: q * it is exact for |q| < 2^21
@@ -54,8 +54,17 @@ KD_DEVICE double exp_nonpositive(double d, const double* table) {
   const double em1 = p * r;  // e^r - 1, small: its rounding error hardly reaches the result
   // 2^(qi >> 6) * table[qi & 63]: add the power to the table entry's exponent field
   const long long scale = static_cast<long long>(qi >> 6) * (1LL << 52);
-  const double t = __longlong_as_double(__double_as_longlong(table[qi & (kExp2TableSize - 1)]) + scale);
+  const double t = __longlong_as_double(__double_as_longlong(table[(qi & (kExp2TableSize - 1)) * Stride]) + scale);
   return fma(t, em1, t);
+}
+
+// e^d for d <= 0 (-inf included). `table` is kExp2Table, copied where reads are cheap
+// (shared memory in the kernel). Below -708 the result is taken as 0: such a term is under
+// 1e-307 of a sum that is at least 1.
+template <int Stride = 1>
+KD_DEVICE double exp_nonpositive(double d, const double* table) {
+  if (!(d > -708.0)) return 0.0;
+  return exp_nonpositive_in_range<Stride>(d, table);
 }
 
 }  // namespace kdtree::kern

@@ -3,12 +3,17 @@
 // id asc) order with their log-probabilities, formed like python_engine/ddtree/topk.py:
 // lse = max + log(sum exp(x - max)) in float64, logp = float32(x - lse).
 //
-// One block per row, several rows per SM, ONE read of the logits:
-//   1. scan: each thread streams a float4 per step; it keeps an online (max, sum of exp) in
-//      float64 (exp_f64.cuh) and appends the logits above the current threshold to a
-//      candidate buffer in shared memory. When a step could overflow the buffer, the block
-//      keeps the K largest (logit, lower id first) and raises the threshold to the K-th.
-//      In a row in random order only ~K ln(V/K) logits ever pass.
+// One block per row (128, 256 or 512 threads: the plan takes more threads per row when there
+// are fewer rows than SMs), ONE read of the logits:
+//   1. scan: each thread loads four float4 per step (the next step's are in flight while this
+//      one computes). Per step it takes the float32 max of its 16 logits, rescales its
+//      float64 sums when the max rose (rare), then adds exp(x - max) of each logit, clamped
+//      from below so the exp needs no range check (exp_f64.cuh, table copies per lane: no
+//      bank conflicts). The step's max also decides, once per 16 logits, whether any logit
+//      beats the candidate threshold; those that do are appended to a candidate buffer in
+//      shared memory. When the buffer is full, the block keeps the K largest (logit, lower id
+//      first), raises the threshold to the K-th and appends what did not fit. In a row in
+//      random order only ~K ln(V/K) logits ever pass.
 //   2. lse from the threads' partial sums; every candidate becomes its float32 log-
 //      probability, and the K largest by (logp, lower id first) are selected.
 //   3. float32 rounding can give neighbouring logits the same logp, and the reference then
@@ -29,25 +34,35 @@
 
 namespace kdtree::kern {
 
-constexpr int kTopkThreads = 256;
-constexpr int kTopkWarps = kTopkThreads / kWarpSize;
-constexpr int kTopkChunk = 4 * kTopkThreads;  // logits per scan step: one float4 per thread
-constexpr int kTopkBlocksPerSM = 4;           // rows resident per SM (caps registers at 64)
+constexpr int kTopkThreadsPerSM = 512;     // threads x resident blocks per SM: caps registers at 128
+constexpr int kTopkMinThreads = 128;       // block sizes: 128 (many rows), 256, 512 (few rows)
+constexpr int kTopkMaxThreads = 512;
+constexpr int kTopkVecs = 4;               // float4 loads per thread per step, issued together
+constexpr int kTopkPerThread = 4 * kTopkVecs;  // logits per thread per step
+constexpr int kTopkSlack = 2048;           // candidate slots beyond the K kept: appends between compactions
+constexpr int kTopkTableCopies = 16;       // exp table copies: a half-warp's 8-byte reads hit 16 bank pairs
+// Logits more than this below the thread's max are raised to it before the exp: their terms
+// (< e^-640 of the max's) vanish in a float64 sum that holds the max's 1, and the exp's
+// argument stays above -708 (float rounding of max - 672 is at most 32 below |max| < 2^29).
+constexpr float kTopkClampBelowMax = 672.0f;
+constexpr float kTopkClampMaxAbs = 0x1p29f;  // beyond it: the exp with its own range check
 
-// Candidate slots: the K kept (rounded up so the sort keys that reuse the slack stay 8-byte
-// aligned), one step's worth of new candidates and one more step of slack.
+// Candidate slots: the K kept (rounded up to a warp) and the slack.
 KD_HOST_DEVICE constexpr int topk_kept_slots(int k) { return round_up(k, kWarpSize); }
-KD_HOST_DEVICE constexpr int topk_capacity(int k) { return topk_kept_slots(k) + 2 * kTopkChunk; }
+KD_HOST_DEVICE constexpr int topk_capacity(int k) { return topk_kept_slots(k) + kTopkSlack; }
 KD_HOST_DEVICE constexpr size_t topk_smem_bytes(int k) { return static_cast<size_t>(topk_capacity(k)) * 2 * sizeof(uint32_t); }
-static_assert(2 * kTopkChunk >= kTreeMaxNodes, "the sort keys of K winners fit in the buffer's slack");
+// The final sort reuses the buffer: its keys (8 bytes each, a power of two < 2K) must fit.
+static_assert(2 * kTreeMaxNodes <= kTopkSlack, "the sort keys of K winners fit in the candidate buffer");
+static_assert(kTreeMaxNodes <= kTopkMinThreads * 8, "the K winners fit in 8 registers per thread before the sort");
 
+template <int Threads>
 struct TopkShared {
-  double exp_table[kExp2TableSize];
+  double exp_table[kExp2TableSize * kTopkTableCopies];  // entry j, copy c at [j * copies + c]
   SelectScratch select;
   BlockScratch<double> dsum;
   BlockScratch<float> fmax;
-  int count;                 // candidates in the buffer
-  int eq_warp[kTopkWarps];   // re-read: tied logits per warp in this chunk
+  int count;                        // candidates in the buffer (may pass capacity while appending)
+  int eq_warp[Threads / kWarpSize]; // re-read: tied logits per warp in this chunk
 };
 
 KD_DEVICE float logp_of(float x, double lse) { return static_cast<float>(static_cast<double>(x) - lse); }
@@ -55,11 +70,11 @@ KD_DEVICE float logp_of(float x, double lse) { return static_cast<float>(static_
 // Keep the buffer entries for which keep(value) holds, packed to the front in any order;
 // s.count becomes their number. The buffer is walked in chunks of one entry per thread: a
 // chunk's kept entries land below its end, so no unread entry is overwritten.
-template <class Keep>
-KD_DEVICE void topk_keep_if(TopkShared& s, uint32_t* keys, uint32_t* rids, int n, Keep keep) {
+template <int Threads, class Keep>
+KD_DEVICE void topk_keep_if(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, int n, Keep keep) {
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
   if (tid == 0) s.count = 0;
-  for (int base = 0; base < n; base += kTopkThreads) {
+  for (int base = 0; base < n; base += Threads) {
     const int i = base + tid;
     const uint32_t k = i < n ? keys[i] : 0u, r = i < n ? rids[i] : 0u;
     const bool w = i < n && keep((static_cast<uint64_t>(k) << 32) | r);
@@ -78,9 +93,12 @@ KD_DEVICE void topk_keep_if(TopkShared& s, uint32_t* keys, uint32_t* rids, int n
   __syncthreads();
 }
 
-template <bool Vec4>
-__global__ void __launch_bounds__(kTopkThreads, kTopkBlocksPerSM) topk_logprobs_kernel(const TopkLogprobsParams p) {
-  __shared__ TopkShared s;
+template <bool Vec4, int Threads>
+__global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_logprobs_kernel(const TopkLogprobsParams p) {
+  static_assert(Threads >= kTopkMinThreads && Threads <= kTopkMaxThreads && Threads % kWarpSize == 0, "block size");
+  constexpr int kWarps = Threads / kWarpSize;
+  constexpr int kChunk = kTopkPerThread * Threads;  // logits per step
+  __shared__ TopkShared<Threads> s;
   KD_DYNAMIC_SMEM(uint32_t, buf);
   const int K = p.k, V = p.vocab;
   const int capacity = topk_capacity(K);
@@ -89,109 +107,157 @@ __global__ void __launch_bounds__(kTopkThreads, kTopkBlocksPerSM) topk_logprobs_
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
   const float* x = p.logits + static_cast<int64_t>(blockIdx.x) * V;
 
-  if (tid < kExp2TableSize) s.exp_table[tid] = kExp2Table[tid];
+  for (int i = tid; i < kExp2TableSize * kTopkTableCopies; i += Threads) s.exp_table[i] = kExp2Table[i / kTopkTableCopies];
   if (tid == 0) s.count = 0;
   __syncthreads();
+  const double* table = s.exp_table + lane % kTopkTableCopies;  // this lane's copy
 
   // 1. the scan
-  float m = -INFINITY;  // running max of this thread's logits
-  double sum = 0.0;     // sum of exp(x - m) over them
-  uint32_t thr = 0;     // candidates need an ordered key above it (0: every logit passes)
-  bool dropped = false; // whether a compaction has dropped candidates (block-uniform)
-  const int steps = ceil_div(V, kTopkChunk);
-  auto index = [&](int step, int e) { return step * kTopkChunk + (Vec4 ? 4 * tid + e : tid + e * kTopkThreads); };
-  auto load = [&](int step, float (&v)[4]) {
-    if constexpr (Vec4) {
-      const int i = index(step, 0);  // V % 4 == 0: a float4 is all in or all out
-      const float4 f = i < V ? load_streaming(reinterpret_cast<const float4*>(x + i))
-                             : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-      v[0] = f.x;
-      v[1] = f.y;
-      v[2] = f.z;
-      v[3] = f.w;
-    } else {
+  float m = -INFINITY;            // running max of this thread's logits
+  double sum[kTopkVecs] = {};     // sums of exp(x - m) over them (several: shorter chains, less rounding)
+  float lo = -INFINITY;           // logits below it are raised to it (m - kTopkClampBelowMax)
+  bool clamp = true;              // |m| small enough for the clamped exp
+  float thr = NAN;                // candidates need a logit above it (NaN: every logit passes)
+  bool dropped = false;           // whether a compaction has dropped candidates (block-uniform)
+  const int steps = ceil_div(V, kChunk);
+  // element k of this thread's 16 in a step: float4 (k / 4) is coalesced across the block
+  auto index = [&](int step, int k) {
+    return step * kChunk + (Vec4 ? ((k / 4) * Threads + tid) * 4 + k % 4 : k * Threads + tid);
+  };
+  auto load = [&](int step, float (&v)[kTopkPerThread]) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = index(step, e);
-        v[e] = i < V ? x[i] : -INFINITY;
+    for (int u = 0; u < kTopkVecs; ++u) {
+      if constexpr (Vec4) {
+        const int i = index(step, 4 * u);  // V % 4 == 0: a float4 is all in or all out
+        const float4 f = i < V ? load_streaming(reinterpret_cast<const float4*>(x + i))
+                               : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+        v[4 * u] = f.x;
+        v[4 * u + 1] = f.y;
+        v[4 * u + 2] = f.z;
+        v[4 * u + 3] = f.w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = index(step, 4 * u + e);
+          v[4 * u + e] = i < V ? x[i] : -INFINITY;
+        }
       }
     }
   };
-  float next[4];
+  // Append this thread's logits flagged in `pass` (a warp-uniform call); returns those that
+  // did not fit in the buffer.
+  auto append = [&](unsigned pass, int step, const float (&v)[kTopkPerThread]) {
+    const int c = __popc(pass);
+    const int incl = warp_inclusive_sum(c);
+    int base = 0;
+    if (lane == kWarpSize - 1 && incl > 0) base = atomicAdd(&s.count, incl);
+    int slot = __shfl_sync(kFullMask, base, kWarpSize - 1) + incl - c;
+    unsigned left = 0;
+#pragma unroll
+    for (int k = 0; k < kTopkPerThread; ++k)
+      if ((pass >> k) & 1u) {
+        if (slot < capacity) {
+          keys[slot] = float_to_ordered(v[k]);
+          rids[slot] = ~static_cast<uint32_t>(index(step, k));
+        } else {
+          left |= 1u << k;
+        }
+        ++slot;
+      }
+    return left;
+  };
+
+  float next[kTopkPerThread];
   load(0, next);
   for (int step = 0; step < steps; ++step) {
-    float cur[4];
+    float v[kTopkPerThread];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) cur[e] = next[e];
+    for (int k = 0; k < kTopkPerThread; ++k) v[k] = next[k];
     if (step + 1 < steps) load(step + 1, next);  // in flight while this step computes
-    unsigned pass = 0;
+
+    float vmax = v[0];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      if (index(step, e) >= V) continue;
-      const float v = cur[e];
-      if (v > m) {  // rare after the first steps
-        sum = sum * exp_nonpositive(static_cast<double>(m) - v, s.exp_table) + 1.0;
-        m = v;
-      } else {  // -inf - -inf is NaN, which exp_nonpositive takes as 0
-        sum += exp_nonpositive(static_cast<double>(v) - m, s.exp_table);
+    for (int k = 1; k < kTopkPerThread; ++k) vmax = fmaxf(vmax, v[k]);
+    if (vmax > m) {  // rare after the first steps
+      // e^(m - vmax) (0 while m is -inf) rescales the sums to the new max
+      const double f = exp_nonpositive<kTopkTableCopies>(static_cast<double>(m) - vmax, table);
+#pragma unroll
+      for (int u = 0; u < kTopkVecs; ++u) sum[u] *= f;
+      m = vmax;
+      clamp = fabsf(m) < kTopkClampMaxAbs;
+      lo = m - kTopkClampBelowMax;
+    }
+    if (m > -INFINITY) {  // else every logit so far is -inf: nothing to add
+      const double md = m;
+      if (clamp) {
+#pragma unroll
+        for (int k = 0; k < kTopkPerThread; ++k)
+          sum[k / 4] += exp_nonpositive_in_range<kTopkTableCopies>(static_cast<double>(fmaxf(v[k], lo)) - md, table);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kTopkPerThread; ++k)
+          sum[k / 4] += exp_nonpositive<kTopkTableCopies>(static_cast<double>(v[k]) - md, table);
       }
-      if (float_to_ordered(v) > thr) pass |= 1u << e;
     }
-    const int c = __popc(pass);
-    int full = 0;
-    if (__any_sync(kFullMask, c != 0)) {
-      const int incl = warp_inclusive_sum(c);
-      int base = 0;
-      if (lane == kWarpSize - 1) base = atomicAdd(&s.count, incl);
-      base = __shfl_sync(kFullMask, base, kWarpSize - 1);
-      int slot = base + incl - c;
+
+    // candidates: one test per 16 logits decides whether any of them passes
+    unsigned left = 0;
+    const bool any = !(vmax <= thr);
+    if (__any_sync(kFullMask, any)) {
+      unsigned pass = 0;
+      if (any) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if ((pass >> e) & 1u) {
-          keys[slot] = float_to_ordered(cur[e]);
-          rids[slot] = ~static_cast<uint32_t>(index(step, e));
-          ++slot;
-        }
-      // the last warp to append sees the step's final count
-      if (lane == kWarpSize - 1) full = base + incl > capacity - kTopkChunk;
+        for (int k = 0; k < kTopkPerThread; ++k)
+          if (!(v[k] <= thr) && index(step, k) < V) pass |= 1u << k;
+      }
+      left = append(pass, step, v);
     }
-    if (__syncthreads_or(full)) {  // the next step could overflow: keep the K largest
-      const int n = s.count;
+    while (__syncthreads_or(left != 0)) {  // the buffer is full: keep the K largest
+      const int n = capacity;  // every slot below capacity was written
       const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select);
-      topk_keep_if(s, keys, rids, n, [kth](uint64_t v) { return v >= kth; });
-      thr = static_cast<uint32_t>(kth >> 32);
+      topk_keep_if(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; });
+      thr = ordered_to_float(static_cast<uint32_t>(kth >> 32));
       dropped = true;
+      unsigned pass = 0;
+#pragma unroll
+      for (int k = 0; k < kTopkPerThread; ++k)
+        if (((left >> k) & 1u) && v[k] > thr) pass |= 1u << k;
+      left = 0;
+      if (__any_sync(kFullMask, pass != 0)) left = append(pass, step, v);
     }
   }
 
   // 2. lse, candidates' log-probabilities, the K-th by (logp, lower id first)
+  double mysum = 0.0;
+#pragma unroll
+  for (int u = 0; u < kTopkVecs; ++u) mysum += sum[u];
   const float row_max = block_max(m, -INFINITY, s.fmax);
-  const double mine = m == -INFINITY ? 0.0 : sum * exp_nonpositive(static_cast<double>(m) - row_max, s.exp_table);
+  const double mine = m == -INFINITY ? 0.0 : mysum * exp_nonpositive<kTopkTableCopies>(static_cast<double>(m) - row_max, table);
   const double lse = static_cast<double>(row_max) + log(block_sum(mine, s.dsum));
-  const int n = s.count;  // >= K: every logit passes until K are held
-  for (int i = tid; i < n; i += kTopkThreads) keys[i] = float_to_ordered(logp_of(ordered_to_float(keys[i]), lse));
+  const int n = s.count;  // >= K: every logit passes until K are held; < capacity: no overflow is left
+  for (int i = tid; i < n; i += Threads) keys[i] = float_to_ordered(logp_of(ordered_to_float(keys[i]), lse));
   __syncthreads();
   const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select);
   const uint32_t kth_logp = static_cast<uint32_t>(kth >> 32);
 
   // 3. could a dropped logit share the K-th's logp? (they are all <= thr)
-  const bool reread = dropped && float_to_ordered(logp_of(ordered_to_float(thr), lse)) >= kth_logp;
+  const bool reread = dropped && float_to_ordered(logp_of(thr, lse)) >= kth_logp;
   if (!reread) {
-    topk_keep_if(s, keys, rids, n, [kth](uint64_t v) { return v >= kth; });
+    topk_keep_if(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; });
   } else {
     // keep everything above the K-th's logp, then take its group's lowest ids from the row
-    topk_keep_if(s, keys, rids, n, [kth_logp](uint64_t v) { return static_cast<uint32_t>(v >> 32) > kth_logp; });
+    topk_keep_if(s, keys, rids, n, [kth_logp](uint64_t val) { return static_cast<uint32_t>(val >> 32) > kth_logp; });
     const int above = s.count;
     const int need = K - above;
     int seen = 0;  // tied logits met so far (block-uniform)
-    for (int base = 0; base < V && seen < need; base += kTopkThreads) {
+    for (int base = 0; base < V && seen < need; base += Threads) {
       const int i = base + tid;
       const bool eq = i < V && float_to_ordered(logp_of(x[i], lse)) == kth_logp;
       const unsigned ballot = __ballot_sync(kFullMask, eq);
       if (lane == 0) s.eq_warp[warp] = __popc(ballot);
       __syncthreads();
       int before = seen, chunk = 0;
-      for (int w = 0; w < kTopkWarps; ++w) {
+      for (int w = 0; w < kWarps; ++w) {
         if (w < warp) before += s.eq_warp[w];
         chunk += s.eq_warp[w];
       }
@@ -205,15 +271,27 @@ __global__ void __launch_bounds__(kTopkThreads, kTopkBlocksPerSM) topk_logprobs_
     }
   }
 
-  // 4. sort the K winners (ascending ~(logp, rid) = the wanted order) in the buffer's slack
-  uint64_t* order = reinterpret_cast<uint64_t*>(keys + topk_kept_slots(K));
+  // 4. sort the K winners (ascending ~(logp, rid) = the wanted order) at the buffer's start:
+  // read them into registers first, as the sort keys overwrite them
+  constexpr int kWinnersPerThread = ceil_div(kTreeMaxNodes, Threads);
+  uint64_t mine_w[kWinnersPerThread];
+#pragma unroll
+  for (int j = 0; j < kWinnersPerThread; ++j) {
+    const int i = j * Threads + tid;
+    mine_w[j] = i < K ? ~((static_cast<uint64_t>(keys[i]) << 32) | rids[i]) : ~uint64_t{0};
+  }
+  __syncthreads();
+  uint64_t* order = reinterpret_cast<uint64_t*>(buf);
   const int sort_n = block_sort_length(K);
-  for (int i = tid; i < sort_n; i += kTopkThreads)
-    order[i] = i < K ? ~((static_cast<uint64_t>(keys[i]) << 32) | rids[i]) : ~uint64_t{0};
+#pragma unroll
+  for (int j = 0; j < kWinnersPerThread; ++j) {
+    const int i = j * Threads + tid;
+    if (i < sort_n) order[i] = mine_w[j];
+  }
   __syncthreads();
   block_sort_ascending(order, sort_n);
   const int64_t out0 = static_cast<int64_t>(blockIdx.x) * K;
-  for (int i = tid; i < K; i += kTopkThreads) {
+  for (int i = tid; i < K; i += Threads) {
     const uint64_t v = ~order[i];
     p.logp[out0 + i] = ordered_to_float(static_cast<uint32_t>(v >> 32));
     p.tok[out0 + i] = static_cast<int32_t>(~static_cast<uint32_t>(v));

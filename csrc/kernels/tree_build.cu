@@ -31,8 +31,8 @@ KernelResult topk_logprobs(const TopkLogprobsParams& p, cudaStream_t stream) {
   if (KernelResult r = check_topk_logprobs_params(p); !r.ok()) return r;
   if (KernelResult r = current_device_limits(&dev); !r.ok()) return r;
   TopkLogprobsPlan plan;
-  if (KernelResult r = make_topk_logprobs_plan(p, static_cast<size_t>(dev.smem_optin), &plan); !r.ok()) return r;
-  auto* kernel = plan.vec4 ? kern::topk_logprobs_kernel<true> : kern::topk_logprobs_kernel<false>;
+  if (KernelResult r = make_topk_logprobs_plan(p, static_cast<size_t>(dev.smem_optin), dev.sms, &plan); !r.ok()) return r;
+  const TopkLogprobsKernel kernel = topk_logprobs_kernel_for(plan);
   if (KernelResult r = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), plan.smem_bytes, "topk_logprobs");
       !r.ok())
     return r;

@@ -51,6 +51,19 @@ KD_TEST(tree_build_fuzz) {
   }
 }
 
+// topk_logprobs on fresh random rows (seed from KD_SEED or the clock, printed) against the
+// host reference, with the pretend device's SM count set so that the rows take each block
+// size (512, 256, 128 threads).
+KD_TEST(topk_random_rows) {
+  const char* env = std::getenv("KD_SEED");
+  const uint64_t seed = env && *env ? std::strtoull(env, nullptr, 10) : static_cast<uint64_t>(std::random_device{}());
+  for (const int sms : {132, 1}) {
+    EmuTreeRunner runner;
+    runner.sms = sms;  // 132: <= 4 rows -> 512 threads; 1: 2 rows -> 256, 3-4 rows -> 128
+    run_random_topk_cases(runner, seed, false);
+  }
+}
+
 // topk_logprobs' float64 exp against the C library's (correctly rounded on glibc): within
 // one ulp on random arguments across the range it is used on, exact at 0, 0 below -708.
 KD_TEST(exp_nonpositive_within_one_ulp) {
