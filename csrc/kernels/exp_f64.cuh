@@ -33,18 +33,29 @@ KD_DEVICE_TABLE double kExp2Table[kExp2TableSize] = {
     0x1.ea4afa2a490dap+0, 0x1.efa1bee615a27p+0, 0x1.f50765b6e4540p+0, 0x1.fa7c1819e90d8p+0,
 };
 
-// e^d for -708 < d <= 0, without the range check: the caller has clamped d. `table` holds
-// kExp2Table with entry j at table[j * Stride] (Stride > 1: copies interleaved so that the
-// lanes of a half-warp read distinct shared-memory banks).
-template <int Stride = 1>
-KD_DEVICE double exp_nonpositive_in_range(double d, const double* table) {
+// kExp2Table[j] with (j << 14) taken from its high word (mod 2^32): adding qi << 14 to that
+// word then adds (qi >> 6) << 20, the power of two, in one integer multiply-add.
+constexpr int kExp2PreShift = 14;  // 20 (the exponent field's place) - 6 (log2 of the table size)
+KD_DEVICE double exp2_table_preshifted(int j) {
+  const double e = kExp2Table[j];
+  return __hiloint2double(static_cast<int>(static_cast<uint32_t>(__double2hiint(e)) - (static_cast<uint32_t>(j) << kExp2PreShift)),
+                          __double2loint(e));
+}
+
+// e^d for -708 < d <= 0, without the range check: the caller has clamped d. Entry j of the
+// table is read at byte (j << TableShift) + lane_bytes of `table` (TableShift > 3: copies
+// interleaved so that the lanes of a half-warp read distinct shared-memory banks; lane_bytes
+// must be below 1 << TableShift, it is OR-ed in). PreShifted: the entries are
+// exp2_table_preshifted(j), else kExp2Table[j].
+template <int TableShift = 3, bool PreShifted = false>
+KD_DEVICE double exp_nonpositive_in_range(double d, const double* table, int lane_bytes = 0) {
   constexpr double kInvLn2x64 = 0x1.71547652b82fep+6;  // 64 / ln 2
   constexpr double kRound = 0x1.8p52;                  // adding it rounds to an integer held in the low bits
   constexpr double kLn2HiOver64 = 0x1.62e42feep-7;     // ln2/64, high part: q * it is exact for |q| < 2^21
   constexpr double kLn2LoOver64 = 0x1.a39ef35793c76p-39;  // ln2/64 - high part
   const double shifted = fma(d, kInvLn2x64, kRound);
   const double q = shifted - kRound;
-  const int qi = static_cast<int>(static_cast<uint32_t>(__double_as_longlong(shifted)));  // q, two's complement
+  const int qi = __double2loint(shifted);  // q, two's complement
   double r = fma(-q, kLn2HiOver64, d);
   r = fma(-q, kLn2LoOver64, r);
   double p = fma(r, 1.0 / 120.0, 1.0 / 24.0);
@@ -52,19 +63,21 @@ KD_DEVICE double exp_nonpositive_in_range(double d, const double* table) {
   p = fma(p, r, 0.5);
   p = fma(p, r, 1.0);
   const double em1 = p * r;  // e^r - 1, small: its rounding error hardly reaches the result
-  // 2^(qi >> 6) * table[qi & 63]: add the power to the table entry's exponent field
-  const long long scale = static_cast<long long>(qi >> 6) * (1LL << 52);
-  const double t = __longlong_as_double(__double_as_longlong(table[(qi & (kExp2TableSize - 1)) * Stride]) + scale);
+  // 2^(qi >> 6) * table[qi & 63]: add the power to the table entry's exponent field (high word)
+  const int offset = static_cast<int>((static_cast<uint32_t>(qi) << TableShift) & ((kExp2TableSize - 1u) << TableShift)) | lane_bytes;
+  const double entry = *reinterpret_cast<const double*>(reinterpret_cast<const char*>(table) + offset);
+  const uint32_t power = PreShifted ? static_cast<uint32_t>(qi) << kExp2PreShift : static_cast<uint32_t>(qi >> 6) << 20;
+  const double t = __hiloint2double(static_cast<int>(static_cast<uint32_t>(__double2hiint(entry)) + power), __double2loint(entry));
   return fma(t, em1, t);
 }
 
 // e^d for d <= 0 (-inf included). `table` is kExp2Table, copied where reads are cheap
 // (shared memory in the kernel). Below -708 the result is taken as 0: such a term is under
 // 1e-307 of a sum that is at least 1.
-template <int Stride = 1>
-KD_DEVICE double exp_nonpositive(double d, const double* table) {
+template <int TableShift = 3, bool PreShifted = false>
+KD_DEVICE double exp_nonpositive(double d, const double* table, int lane_bytes = 0) {
   if (!(d > -708.0)) return 0.0;
-  return exp_nonpositive_in_range<Stride>(d, table);
+  return exp_nonpositive_in_range<TableShift, PreShifted>(d, table, lane_bytes);
 }
 
 }  // namespace kdtree::kern

@@ -2,6 +2,7 @@
 // Built and run by tests/kernels/test_emulated_kernels.py; no GPU needed.
 #include <cmath>
 #include <random>
+#include <vector>
 
 #include "emu_runners.h"
 #include "kernels/exp_f64.cuh"
@@ -84,6 +85,17 @@ KD_TEST(exp_nonpositive_within_one_ulp) {
   KD_EXPECT_EQ(kern::exp_nonpositive(0.0, kern::kExp2Table), 1.0);
   KD_EXPECT_EQ(kern::exp_nonpositive(-INFINITY, kern::kExp2Table), 0.0);
   KD_EXPECT_EQ(kern::exp_nonpositive(-708.5, kern::kExp2Table), 0.0);
+  // the kernel's layout (16 interleaved copies of the pre-shifted table) gives the same bits
+  constexpr int kCopies = 16, kShift = 7;
+  std::vector<double> copies(kern::kExp2TableSize * kCopies);
+  for (size_t i = 0; i < copies.size(); ++i) copies[i] = kern::exp2_table_preshifted(static_cast<int>(i / kCopies));
+  int differ = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const double d = i % 2 ? wide(rng) : narrow(rng);
+    const int lane_bytes = (i % kCopies) * 8;
+    differ += kern::exp_nonpositive<kShift, true>(d, copies.data(), lane_bytes) != kern::exp_nonpositive(d, kern::kExp2Table);
+  }
+  KD_EXPECT_EQ(differ, 0);
 }
 
 KD_TEST_MAIN()
