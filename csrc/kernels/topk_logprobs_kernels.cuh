@@ -40,8 +40,9 @@ constexpr int kTopkMaxThreads = 512;
 constexpr int kTopkVecs = 4;               // float4 loads per thread per step, issued together
 constexpr int kTopkPerThread = 4 * kTopkVecs;  // logits per thread per step
 constexpr int kTopkSlack = 2048;           // candidate slots beyond the K kept: appends between compactions
-constexpr int kTopkTableCopies = 16;       // exp table copies: a half-warp's 8-byte reads hit 16 bank pairs
-constexpr int kTopkTableShift = 7;         // entry j's copies start at byte j << 7 (16 copies x 8 bytes)
+constexpr int kTopkExpBits = 8;            // the exp's 256-entry table: one float64 operation fewer than 64
+constexpr int kTopkTableCopies = 8;        // interleaved copies: a half-warp's 8-byte reads at most 2-way conflicted
+constexpr int kTopkTableShift = 6;         // entry j's copies start at byte j << 6 (8 copies x 8 bytes)
 static_assert((1 << kTopkTableShift) == kTopkTableCopies * static_cast<int>(sizeof(double)), "table layout");
 // Logits more than this below the thread's max are raised to it before the exp: their terms
 // (< e^-640 of the max's) vanish in a float64 sum that holds the max's 1, and the exp's
@@ -59,7 +60,7 @@ static_assert(kTreeMaxNodes <= kTopkMinThreads * 8, "the K winners fit in 8 regi
 
 template <int Threads>
 struct TopkShared {
-  double exp_table[kExp2TableSize * kTopkTableCopies];  // exp2_table_preshifted(j), copy c at [j * copies + c]
+  double exp_table[kExp2FineTableSize * kTopkTableCopies];  // exp2_table_preshifted<8>(j), copy c at [j * copies + c]
   SelectScratch select;
   BlockScratch<double> dsum;
   BlockScratch<float> fmax;
@@ -109,7 +110,8 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
   const float* x = p.logits + static_cast<int64_t>(blockIdx.x) * V;
 
-  for (int i = tid; i < kExp2TableSize * kTopkTableCopies; i += Threads) s.exp_table[i] = exp2_table_preshifted(i / kTopkTableCopies);
+  for (int i = tid; i < kExp2FineTableSize * kTopkTableCopies; i += Threads)
+    s.exp_table[i] = exp2_table_preshifted<kTopkExpBits>(i / kTopkTableCopies);
   if (tid == 0) s.count = 0;
   __syncthreads();
   const double* table = s.exp_table;
@@ -183,7 +185,7 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
     for (int k = 1; k < kTopkPerThread; ++k) vmax = fmaxf(vmax, v[k]);
     if (vmax > m) {  // rare after the first steps
       // e^(m - vmax) (0 while m is -inf) rescales the sums to the new max
-      const double f = exp_nonpositive<kTopkTableShift, true>(static_cast<double>(m) - vmax, table, lane_bytes);
+      const double f = exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(m) - vmax, table, lane_bytes);
 #pragma unroll
       for (int u = 0; u < kTopkVecs; ++u) sum[u] *= f;
       m = vmax;
@@ -195,11 +197,11 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
       if (clamp) {
 #pragma unroll
         for (int k = 0; k < kTopkPerThread; ++k)
-          sum[k / 4] += exp_nonpositive_in_range<kTopkTableShift, true>(static_cast<double>(fmaxf(v[k], lo)) - md, table, lane_bytes);
+          sum[k / 4] += exp_nonpositive_in_range<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(fmaxf(v[k], lo)) - md, table, lane_bytes);
       } else {
 #pragma unroll
         for (int k = 0; k < kTopkPerThread; ++k)
-          sum[k / 4] += exp_nonpositive<kTopkTableShift, true>(static_cast<double>(v[k]) - md, table, lane_bytes);
+          sum[k / 4] += exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(v[k]) - md, table, lane_bytes);
       }
     }
 
@@ -235,7 +237,7 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
 #pragma unroll
   for (int u = 0; u < kTopkVecs; ++u) mysum += sum[u];
   const float row_max = block_max(m, -INFINITY, s.fmax);
-  const double mine = m == -INFINITY ? 0.0 : mysum * exp_nonpositive<kTopkTableShift, true>(static_cast<double>(m) - row_max, table, lane_bytes);
+  const double mine = m == -INFINITY ? 0.0 : mysum * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(m) - row_max, table, lane_bytes);
   const double lse = static_cast<double>(row_max) + log(block_sum(mine, s.dsum));
   const int n = s.count;  // >= K: every logit passes until K are held; < capacity: no overflow is left
   for (int i = tid; i < n; i += Threads) keys[i] = float_to_ordered(logp_of(ordered_to_float(keys[i]), lse));
