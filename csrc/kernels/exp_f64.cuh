@@ -130,9 +130,11 @@ KD_DEVICE double exp2_table_preshifted(int j) {
 // 2^TableBits table is read at byte (j << TableShift) + lane_bytes of `table` (TableShift > 3:
 // copies interleaved so that the lanes of a half-warp read distinct shared-memory banks;
 // lane_bytes must be below 1 << TableShift, it is OR-ed in). PreShifted: the entries are
-// exp2_table_preshifted<TableBits>(j), else exp2_table_entry<TableBits>(j).
+// exp2_table_preshifted<TableBits>(j), else exp2_table_entry<TableBits>(j). `power` is added
+// to the result's exponent field (high word): the result is 2^(power >> 20) e^d, which the
+// caller keeps a normal float64.
 template <int TableBits = 6, int TableShift = 3, bool PreShifted = false>
-KD_DEVICE double exp_nonpositive_in_range(double d, const double* table, int lane_bytes = 0) {
+KD_DEVICE double exp_nonpositive_in_range(double d, const double* table, int lane_bytes = 0, uint32_t power = 0) {
   constexpr int kSize = 1 << TableBits;
   constexpr double kInvLn2xN = 0x1.71547652b82fep+0 * kSize;         // N / ln 2
   constexpr double kRound = 0x1.8p52;                                 // adding it rounds to an integer held in the low bits
@@ -156,8 +158,8 @@ KD_DEVICE double exp_nonpositive_in_range(double d, const double* table, int lan
   // 2^(qi >> b) * table[qi & (N-1)]: add the power to the table entry's exponent field
   const int offset = static_cast<int>((static_cast<uint32_t>(qi) << TableShift) & ((kSize - 1u) << TableShift)) | lane_bytes;
   const double entry = *reinterpret_cast<const double*>(reinterpret_cast<const char*>(table) + offset);
-  const uint32_t power = PreShifted ? static_cast<uint32_t>(qi) << (kExponentShift - TableBits)
-                                    : static_cast<uint32_t>(qi >> TableBits) << kExponentShift;
+  power += PreShifted ? static_cast<uint32_t>(qi) << (kExponentShift - TableBits)
+                      : static_cast<uint32_t>(qi >> TableBits) << kExponentShift;
   const double t = __hiloint2double(static_cast<int>(static_cast<uint32_t>(__double2hiint(entry)) + power), __double2loint(entry));
   return fma(t, em1, t);
 }

@@ -44,11 +44,17 @@ constexpr int kTopkExpBits = 8;            // the exp's 256-entry table: one flo
 constexpr int kTopkTableCopies = 8;        // interleaved copies: a half-warp's 8-byte reads at most 2-way conflicted
 constexpr int kTopkTableShift = 6;         // entry j's copies start at byte j << 6 (8 copies x 8 bytes)
 static_assert((1 << kTopkTableShift) == kTopkTableCopies * static_cast<int>(sizeof(double)), "table layout");
-// Logits more than this below the thread's max are raised to it before the exp: their terms
-// (< e^-640 of the max's) vanish in a float64 sum that holds the max's 1, and the exp's
-// argument stays above -708 (float rounding of max - 672 is at most 32 below |max| < 2^29).
+// The scan's exp sums: while a thread's max m has |m| < kTopkFastMaxAbs, it sums e^x 2^-mk with
+// mk = floor(m / ln2) (a power-of-two reference: no x - m per logit, exact rescales), the
+// exp's q ln2/256 staying exact (|q| < 2^21). Logits more than kTopkClampBelowMax below m are
+// raised to m - kTopkClampBelowMax first: their terms (< e^-640 of the max's) vanish in a
+// float64 sum that holds the max's, and the exp needs no range check. Otherwise (absurd
+// logits) the sum is of e^(x - m) with the range-checked exp.
+constexpr float kTopkFastMaxAbs = 4096.0f;
 constexpr float kTopkClampBelowMax = 672.0f;
-constexpr float kTopkClampMaxAbs = 0x1p29f;  // beyond it: the exp with its own range check
+constexpr double kTopkInvLn2 = 0x1.71547652b82fep+0;
+constexpr double kTopkLn2Hi = 0x1.62e42feep-1;          // mk * it is exact for |mk| < 2^21
+constexpr double kTopkLn2Lo = 0x1.a39ef35793c76p-33;    // ln2 - kTopkLn2Hi
 
 // Candidate slots: the K kept (rounded up to a warp) and the slack.
 KD_HOST_DEVICE constexpr int topk_kept_slots(int k) { return round_up(k, kWarpSize); }
@@ -119,9 +125,13 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
 
   // 1. the scan
   float m = -INFINITY;            // running max of this thread's logits
-  double sum[kTopkVecs] = {};     // sums of exp(x - m) over them (several: shorter chains, less rounding)
+  double sum[kTopkVecs] = {};     // sums of e^x 2^-mk while |m| < kTopkFastMaxAbs (several: shorter chains)
+  int mk = 0;                     // their power-of-two reference
+  bool fast = false;              // |m| < kTopkFastMaxAbs now
+  bool had_fast = false;          // sum[] holds terms
   float lo = -INFINITY;           // logits below it are raised to it (m - kTopkClampBelowMax)
-  bool clamp = true;              // |m| small enough for the clamped exp
+  double slow = 0.0;              // sum of e^(x - slow_ref) over the logits met while m was outside
+  float slow_ref = -INFINITY;     //   (m only rises: it is in the fast range over one stretch)
   float thr = NAN;                // candidates need a logit above it (NaN: every logit passes)
   bool dropped = false;           // whether a compaction has dropped candidates (block-uniform)
   const int steps = ceil_div(V, kChunk);
@@ -184,25 +194,35 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
 #pragma unroll
     for (int k = 1; k < kTopkPerThread; ++k) vmax = fmaxf(vmax, v[k]);
     if (vmax > m) {  // rare after the first steps
-      // e^(m - vmax) (0 while m is -inf) rescales the sums to the new max
-      const double f = exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(m) - vmax, table, lane_bytes);
-#pragma unroll
-      for (int u = 0; u < kTopkVecs; ++u) sum[u] *= f;
       m = vmax;
-      clamp = fabsf(m) < kTopkClampMaxAbs;
-      lo = m - kTopkClampBelowMax;
-    }
-    if (m > -INFINITY) {  // else every logit so far is -inf: nothing to add
-      const double md = m;
-      if (clamp) {
+      fast = fabsf(m) < kTopkFastMaxAbs;
+      if (fast) {
+        const int mk_new = static_cast<int>(floor(static_cast<double>(m) * kTopkInvLn2));
+        if (had_fast) {  // 2^(mk - mk_new) <= 1 rescales the sums (0 below float64's range)
+          const int e = mk - mk_new + 1023;  // its biased exponent
+          const double f = e > 0 ? __hiloint2double(e << kExponentShift, 0) : 0.0;
 #pragma unroll
-        for (int k = 0; k < kTopkPerThread; ++k)
-          sum[k / 4] += exp_nonpositive_in_range<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(fmaxf(v[k], lo)) - md, table, lane_bytes);
+          for (int u = 0; u < kTopkVecs; ++u) sum[u] *= f;
+        }
+        mk = mk_new;
+        had_fast = true;
+        lo = m - kTopkClampBelowMax;
       } else {
-#pragma unroll
-        for (int k = 0; k < kTopkPerThread; ++k)
-          sum[k / 4] += exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(v[k]) - md, table, lane_bytes);
+        slow *= exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - m, table, lane_bytes);
+        slow_ref = m;
       }
+    }
+    if (fast) {
+      const uint32_t power = static_cast<uint32_t>(-mk) << kExponentShift;  // the 2^-mk
+#pragma unroll
+      for (int k = 0; k < kTopkPerThread; ++k)
+        sum[k / 4] += exp_nonpositive_in_range<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(fmaxf(v[k], lo)), table,
+                                                                                    lane_bytes, power);
+    } else if (m > -INFINITY) {  // else every logit so far is -inf: nothing to add
+      const double md = m;
+#pragma unroll
+      for (int k = 0; k < kTopkPerThread; ++k)
+        slow += exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(v[k]) - md, table, lane_bytes);
     }
 
     // candidates: one test per 16 logits decides whether any of them passes
@@ -233,11 +253,18 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   }
 
   // 2. lse, candidates' log-probabilities, the K-th by (logp, lower id first)
-  double mysum = 0.0;
-#pragma unroll
-  for (int u = 0; u < kTopkVecs; ++u) mysum += sum[u];
   const float row_max = block_max(m, -INFINITY, s.fmax);
-  const double mine = m == -INFINITY ? 0.0 : mysum * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(m) - row_max, table, lane_bytes);
+  double mine = 0.0;  // this thread's sum of e^(x - row_max)
+  if (had_fast) {
+    // e^(mk ln2 - row_max): the difference formed exactly (mk ln2 <= m <= row_max, up to rounding of the floor)
+    const double delta = fma(static_cast<double>(mk), kTopkLn2Lo, fma(static_cast<double>(mk), kTopkLn2Hi, -static_cast<double>(row_max)));
+    double fsum = 0.0;
+#pragma unroll
+    for (int u = 0; u < kTopkVecs; ++u) fsum += sum[u];
+    mine = fsum * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(delta, table, lane_bytes);
+  }
+  if (slow_ref > -INFINITY)
+    mine += slow * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - row_max, table, lane_bytes);
   const double lse = static_cast<double>(row_max) + log(block_sum(mine, s.dsum));
   const int n = s.count;  // >= K: every logit passes until K are held; < capacity: no overflow is left
   for (int i = tid; i < n; i += Threads) keys[i] = float_to_ordered(logp_of(ordered_to_float(keys[i]), lse));

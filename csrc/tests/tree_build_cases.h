@@ -249,7 +249,9 @@ void run_bad_budget_case(Runner& runner) {
 // python_engine/ddtree/topk.py (float64 lse, one rounding to float32, order by (logp desc, id
 // asc)). Styles: "normal" N(0, 2.5); "ascending" (every logit passes: the buffer overflows
 // every step); "ninf" (99% -inf, often fewer finite logits than K); "ties" (integers in
-// [-3, 1]: exact ties across the K-th); "huge" (|logits| ~ 1e9: the exp's unclamped path).
+// [-3, 1]: exact ties across the K-th); "huge" (|logits| ~ 1e9: the exp's unclamped path);
+// "rising" (thirds near -5000, 0, +5000: the scan's sums change reference mid-row);
+// "straddle" (N(-+4096, 2.5) in alternate rows: both of the scan's sums hold weight).
 template <class Runner>
 void run_random_topk_case(Runner& runner, const std::string& style, int rows, int vocab, int k, uint64_t seed) {
   const std::string label = "topk " + style + " rows=" + std::to_string(rows) + " V=" + std::to_string(vocab) +
@@ -268,6 +270,8 @@ void run_random_topk_case(Runner& runner, const std::string& style, int rows, in
       if (style == "ties") x[i] = static_cast<float>(static_cast<int>(rng() % 5) - 3);
       else if (style == "huge") x[i] = 1e9f + 4.0f * normal(rng) * 64.0f;
       else if (style == "ninf") x[i] = unit(rng) < 0.99 ? -INFINITY : normal(rng);
+      else if (style == "straddle") x[i] = (r % 2 ? 4096.0f : -4096.0f) + normal(rng);
+      else if (style == "rising") x[i] = 5000.0f * static_cast<float>(3 * i / vocab - 1) + normal(rng);
       else x[i] = normal(rng);
     }
     if (style == "ascending") std::sort(x, x + vocab);
@@ -314,6 +318,9 @@ void run_random_topk_cases(Runner& runner, uint64_t seed, bool large) {
   run_random_topk_case(runner, "ninf", 3, 50000, 1024, seed + 5);
   run_random_topk_case(runner, "ties", 2, 30001, 256, seed + 6);
   run_random_topk_case(runner, "huge", 2, 20000, 64, seed + 7);
+  run_random_topk_case(runner, "rising", 2, 30000, 256, seed + 11);
+  run_random_topk_case(runner, "straddle", 2, 30000, 256, seed + 13);
+  run_random_topk_case(runner, "normal", 1, 5003, 5, seed + 12);
   run_random_topk_case(runner, "normal", 4, 97, 97, seed + 8);
 }
 
