@@ -6,12 +6,12 @@
 // One block per row (128, 256 or 512 threads: the plan takes more threads per row when there
 // are fewer rows than SMs), ONE read of the logits:
 //   1. scan: each thread loads four float4 per step (the next step's are in flight while this
-//      one computes). Per step it takes the float32 max of its 16 logits, rescales its
-//      float64 sums when the max rose (rare), then adds exp(x - max) of each logit, clamped
-//      from below so the exp needs no range check (exp_f64.cuh, table copies per lane: no
-//      bank conflicts). The step's max also decides, once per 16 logits, whether any logit
-//      beats the candidate threshold; those that do are appended to a candidate buffer in
-//      shared memory. When the buffer is full, the block keeps the K largest (logit, lower id
+//      one computes). Per step it takes the float32 max of its 16 logits, moves its float64
+//      sums' power-of-two reference when the max rose (rare), then adds e^x 2^-mk of each
+//      logit, clamped from below so the exp needs no range check (exp_f64.cuh; interleaved
+//      table copies keep bank conflicts low). The step's max also decides, once per 16
+//      logits, whether any logit beats the candidate threshold; those that do are appended
+//      to a candidate buffer in shared memory. When the buffer is full, the block keeps the K largest (logit, lower id
 //      first), raises the threshold to the K-th and appends what did not fit. In a row in
 //      random order only ~K ln(V/K) logits ever pass.
 //   2. lse from the threads' partial sums; every candidate becomes its float32 log-

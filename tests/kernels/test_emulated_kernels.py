@@ -58,9 +58,10 @@ def _run(exe: Path, *args: str, env: dict[str, str] | None = None) -> str:
     return out
 
 
-def test_tree_build_on_emulator(emulated):
-    _run(emulated["emu_tree_build_test"], "tree_build_single", "tree_build_batches", "tree_build_bad",
-         "exp_nonpositive")
+def test_tree_build_on_emulator(emulated, seed):
+    out = _run(emulated["emu_tree_build_test"], "tree_build_single", "tree_build_batches", "tree_build_bad",
+               "topk_random", "exp_nonpositive", env={"KD_SEED": str(seed)})
+    assert "5 passed" in out
 
 
 def test_tree_build_fuzz_on_emulator(emulated, tmp_path, seed):
