@@ -77,25 +77,36 @@ struct TopkShared {
 KD_DEVICE float logp_of(float x, double lse) { return static_cast<float>(static_cast<double>(x) - lse); }
 
 // Keep the buffer entries for which keep(value) holds, packed to the front in any order;
-// s.count becomes their number. The buffer is walked in chunks of one entry per thread: a
-// chunk's kept entries land below its end, so no unread entry is overwritten.
+// s.count becomes their number. The buffer is walked in chunks of kTopkKeepPerThread entries
+// per thread, one barrier each: a chunk's kept entries land below its end, so no unread entry
+// is overwritten.
+constexpr int kTopkKeepPerThread = 4;
 template <int Threads, class Keep>
 KD_DEVICE void topk_keep_if(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, int n, Keep keep) {
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
   if (tid == 0) s.count = 0;
-  for (int base = 0; base < n; base += Threads) {
-    const int i = base + tid;
-    const uint32_t k = i < n ? keys[i] : 0u, r = i < n ? rids[i] : 0u;
-    const bool w = i < n && keep((static_cast<uint64_t>(k) << 32) | r);
+  for (int base = 0; base < n; base += kTopkKeepPerThread * Threads) {
+    uint32_t k[kTopkKeepPerThread], r[kTopkKeepPerThread];
+    bool w[kTopkKeepPerThread];
+#pragma unroll
+    for (int j = 0; j < kTopkKeepPerThread; ++j) {
+      const int i = base + j * Threads + tid;
+      k[j] = i < n ? keys[i] : 0u;
+      r[j] = i < n ? rids[i] : 0u;
+      w[j] = i < n && keep((static_cast<uint64_t>(k[j]) << 32) | r[j]);
+    }
     __syncthreads();  // the chunk is read (and, the first time, the count reset)
-    const unsigned ballot = __ballot_sync(kFullMask, w);
-    if (ballot != 0) {  // warp-uniform
-      int slot = 0;
-      if (lane == 0) slot = atomicAdd(&s.count, __popc(ballot));
-      slot = __shfl_sync(kFullMask, slot, 0) + __popc(ballot & ((1u << lane) - 1u));
-      if (w) {
-        keys[slot] = k;
-        rids[slot] = r;
+#pragma unroll
+    for (int j = 0; j < kTopkKeepPerThread; ++j) {
+      const unsigned ballot = __ballot_sync(kFullMask, w[j]);
+      if (ballot != 0) {  // warp-uniform
+        int slot = 0;
+        if (lane == 0) slot = atomicAdd(&s.count, __popc(ballot));
+        slot = __shfl_sync(kFullMask, slot, 0) + __popc(ballot & ((1u << lane) - 1u));
+        if (w[j]) {
+          keys[slot] = k[j];
+          rids[slot] = r[j];
+        }
       }
     }
   }
