@@ -71,6 +71,7 @@ struct TopkShared {
   BlockScratch<double> dsum;
   BlockScratch<float> fmax;
   int count;                        // candidates in the buffer (may pass capacity while appending)
+  uint32_t drop_key;                // largest ordered key a scan compaction removed (0: none)
   int eq_warp[Threads / kWarpSize]; // re-read: tied logits per warp in this chunk
 };
 
@@ -81,9 +82,11 @@ KD_DEVICE float logp_of(float x, double lse) { return static_cast<float>(static_
 // per thread, one barrier each: a chunk's kept entries land below its end, so no unread entry
 // is overwritten.
 constexpr int kTopkKeepPerThread = 4;
-template <int Threads, class Keep>
+// TrackDropped: also raise s.drop_key to the largest key not kept.
+template <bool TrackDropped = false, int Threads, class Keep>
 KD_DEVICE void topk_keep_if(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, int n, Keep keep) {
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
+  uint32_t dropped_max = 0;
   if (tid == 0) s.count = 0;
   for (int base = 0; base < n; base += kTopkKeepPerThread * Threads) {
     uint32_t k[kTopkKeepPerThread], r[kTopkKeepPerThread];
@@ -94,6 +97,7 @@ KD_DEVICE void topk_keep_if(TopkShared<Threads>& s, uint32_t* keys, uint32_t* ri
       k[j] = i < n ? keys[i] : 0u;
       r[j] = i < n ? rids[i] : 0u;
       w[j] = i < n && keep((static_cast<uint64_t>(k[j]) << 32) | r[j]);
+      if (TrackDropped && i < n && !w[j]) dropped_max = k[j] > dropped_max ? k[j] : dropped_max;
     }
     __syncthreads();  // the chunk is read (and, the first time, the count reset)
 #pragma unroll
@@ -110,7 +114,24 @@ KD_DEVICE void topk_keep_if(TopkShared<Threads>& s, uint32_t* keys, uint32_t* ri
       }
     }
   }
+  if constexpr (TrackDropped) {
+    dropped_max = warp_max(dropped_max);
+    if (lane == 0 && dropped_max != 0) atomicMax(&s.drop_key, dropped_max);
+  }
   __syncthreads();
+}
+
+// v[k] for a k known only at run time, without local memory: a tree of selects on k's bits.
+KD_DEVICE float topk_pick(const float (&v)[kTopkPerThread], int k) {
+  static_assert(kTopkPerThread == 16, "four levels of selects");
+  float a[8], b[4], c[2];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) a[j] = (k & 1) ? v[2 * j + 1] : v[2 * j];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) b[j] = (k & 2) ? a[2 * j + 1] : a[2 * j];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) c[j] = (k & 4) ? b[2 * j + 1] : b[2 * j];
+  return (k & 8) ? c[1] : c[0];
 }
 
 template <bool Vec4, int Threads>
@@ -129,7 +150,10 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
 
   for (int i = tid; i < kExp2FineTableSize * kTopkTableCopies; i += Threads)
     s.exp_table[i] = exp2_table_preshifted<kTopkExpBits>(i / kTopkTableCopies);
-  if (tid == 0) s.count = 0;
+  if (tid == 0) {
+    s.count = 0;
+    s.drop_key = 0;
+  }
   __syncthreads();
   const double* table = s.exp_table;
   const int lane_bytes = (lane % kTopkTableCopies) * static_cast<int>(sizeof(double));  // this lane's copy
@@ -144,6 +168,7 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   double slow = 0.0;              // sum of e^(x - slow_ref) over the logits met while m was outside
   float slow_ref = -INFINITY;     //   (m only rises: it is in the fast range over one stretch)
   float thr = NAN;                // candidates need a logit above it (NaN: every logit passes)
+  float drop = -INFINITY;         // the largest of this thread's logits left out of the buffer
   bool dropped = false;           // whether a compaction has dropped candidates (block-uniform)
   const int steps = ceil_div(V, kChunk);
   // element k of this thread's 16 in a step: float4 (k / 4) is coalesced across the block
@@ -179,17 +204,17 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
     if (lane == kWarpSize - 1 && incl > 0) base = atomicAdd(&s.count, incl);
     int slot = __shfl_sync(kFullMask, base, kWarpSize - 1) + incl - c;
     unsigned left = 0;
-#pragma unroll
-    for (int k = 0; k < kTopkPerThread; ++k)
-      if ((pass >> k) & 1u) {
-        if (slot < capacity) {
-          keys[slot] = float_to_ordered(v[k]);
-          rids[slot] = ~static_cast<uint32_t>(index(step, k));
-        } else {
-          left |= 1u << k;
-        }
-        ++slot;
+    // walk the set bits only: past the first steps a thread rarely has more than one
+    for (unsigned bits = pass; bits != 0; bits &= bits - 1) {
+      const int k = __ffs(static_cast<int>(bits)) - 1;
+      if (slot < capacity) {
+        keys[slot] = float_to_ordered(topk_pick(v, k));
+        rids[slot] = ~static_cast<uint32_t>(index(step, k));
+      } else {
+        left |= 1u << k;
       }
+      ++slot;
+    }
     return left;
   };
 
@@ -239,25 +264,38 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
     // candidates: one test per 16 logits decides whether any of them passes
     unsigned left = 0;
     const bool any = !(vmax <= thr);
+    if (!any) drop = fmaxf(drop, vmax);  // all 16 stay out
     if (__any_sync(kFullMask, any)) {
       unsigned pass = 0;
       if (any) {
 #pragma unroll
-        for (int k = 0; k < kTopkPerThread; ++k)
-          if (!(v[k] <= thr) && index(step, k) < V) pass |= 1u << k;
+        for (int k = 0; k < kTopkPerThread; ++k) {
+          const bool p = !(v[k] <= thr);
+          pass |= static_cast<unsigned>(p) << k;
+          drop = fmaxf(drop, p ? -INFINITY : v[k]);
+        }
+        // logits past the row (-inf) pass only while thr is NaN
+        if ((step + 1) * kChunk > V) {
+#pragma unroll
+          for (int k = 0; k < kTopkPerThread; ++k)
+            if (index(step, k) >= V) pass &= ~(1u << k);
+        }
       }
       left = append(pass, step, v);
     }
     while (__syncthreads_or(left != 0)) {  // the buffer is full: keep the K largest
       const int n = capacity;  // every slot below capacity was written
       const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select);
-      topk_keep_if(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; });
+      topk_keep_if<true>(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; });
       thr = ordered_to_float(static_cast<uint32_t>(kth >> 32));
       dropped = true;
       unsigned pass = 0;
 #pragma unroll
       for (int k = 0; k < kTopkPerThread; ++k)
-        if (((left >> k) & 1u) && v[k] > thr) pass |= 1u << k;
+        if ((left >> k) & 1u) {
+          if (v[k] > thr) pass |= 1u << k;
+          else drop = fmaxf(drop, v[k]);
+        }
       left = 0;
       if (__any_sync(kFullMask, pass != 0)) left = append(pass, step, v);
     }
@@ -283,8 +321,12 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select);
   const uint32_t kth_logp = static_cast<uint32_t>(kth >> 32);
 
-  // 3. could a dropped logit share the K-th's logp? (they are all <= thr)
-  const bool reread = dropped && float_to_ordered(logp_of(thr, lse)) >= kth_logp;
+  // 3. could a dropped logit share the K-th's logp? The largest one tells (dropped logits
+  // are all <= thr; the K-th of the last compaction is often the row's K-th, so thr alone
+  // would send many rows to the re-read)
+  float drop_max = block_max(drop, -INFINITY, s.fmax);
+  if (s.drop_key != 0) drop_max = fmaxf(drop_max, ordered_to_float(s.drop_key));
+  const bool reread = dropped && float_to_ordered(logp_of(drop_max, lse)) >= kth_logp;
   if (!reread) {
     topk_keep_if(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; });
   } else {
