@@ -72,7 +72,7 @@ struct TopkShared {
   BlockScratch<float> fmax;
   int count;                        // candidates in the buffer (may pass capacity while appending)
   uint32_t drop_key;                // largest ordered key a scan compaction removed (0: none)
-  int eq_warp[Threads / kWarpSize]; // re-read: tied logits per warp in this chunk
+  uint64_t eq_warp[Threads / kWarpSize];  // re-read: tied logits per warp in this chunk (4 packed counts)
 };
 
 KD_DEVICE float logp_of(float x, double lse) { return static_cast<float>(static_cast<double>(x) - lse); }
@@ -82,6 +82,8 @@ KD_DEVICE float logp_of(float x, double lse) { return static_cast<float>(static_
 // per thread, one barrier each: a chunk's kept entries land below its end, so no unread entry
 // is overwritten.
 constexpr int kTopkKeepPerThread = 4;
+constexpr int kTopkRereadPer = 4;  // re-read: logits per thread per chunk (four 16-bit counts fit 64 bits)
+static_assert(kTopkRereadPer * 16 <= 64 && kTopkMaxThreads < (1 << 16), "packed per-j tie counts");
 // TrackDropped: also raise s.drop_key to the largest key not kept.
 template <bool TrackDropped = false, int Threads, class Keep>
 KD_DEVICE void topk_keep_if(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, int n, Keep keep) {
@@ -334,24 +336,52 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
     topk_keep_if(s, keys, rids, n, [kth_logp](uint64_t val) { return static_cast<uint32_t>(val >> 32) > kth_logp; });
     const int above = s.count;
     const int need = K - above;
+    // The row in chunks of kTopkRereadPer x Threads logits, element j of a thread at
+    // base + j * Threads + tid (coalesced; the next chunk's loads in flight). A tie's rank in
+    // id order is the ties of the chunk's earlier j, plus those of earlier threads at the same
+    // j (one block scan of the four 16-bit counts packed in 64 bits), plus the earlier chunks'.
+    constexpr int kStride = kTopkRereadPer * Threads;
+    auto load_r = [&](int base, float (&v)[kTopkRereadPer]) {
+#pragma unroll
+      for (int j = 0; j < kTopkRereadPer; ++j) {
+        const int i = base + j * Threads + tid;
+        v[j] = i < V ? x[i] : -INFINITY;
+      }
+    };
+    float nxt[kTopkRereadPer];
+    load_r(0, nxt);
     int seen = 0;  // tied logits met so far (block-uniform)
-    for (int base = 0; base < V && seen < need; base += Threads) {
-      const int i = base + tid;
-      const bool eq = i < V && float_to_ordered(logp_of(x[i], lse)) == kth_logp;
-      const unsigned ballot = __ballot_sync(kFullMask, eq);
-      if (lane == 0) s.eq_warp[warp] = __popc(ballot);
+    for (int base = 0; base < V && seen < need; base += kStride) {
+      float v[kTopkRereadPer];
+#pragma unroll
+      for (int j = 0; j < kTopkRereadPer; ++j) v[j] = nxt[j];
+      if (base + kStride < V) load_r(base + kStride, nxt);
+      uint64_t packed = 0;  // 16 bits per j: this thread's tie (0 or 1)
+      bool eq[kTopkRereadPer];
+#pragma unroll
+      for (int j = 0; j < kTopkRereadPer; ++j) {
+        eq[j] = base + j * Threads + tid < V && float_to_ordered(logp_of(v[j], lse)) == kth_logp;
+        packed |= static_cast<uint64_t>(eq[j]) << (16 * j);
+      }
+      const uint64_t incl = warp_inclusive_sum(packed);
+      if (lane == kWarpSize - 1) s.eq_warp[warp] = incl;
       __syncthreads();
-      int before = seen, chunk = 0;
+      uint64_t before = incl - packed, chunk = 0;
       for (int w = 0; w < kWarps; ++w) {
         if (w < warp) before += s.eq_warp[w];
         chunk += s.eq_warp[w];
       }
-      const int rank = before + __popc(ballot & ((1u << lane) - 1u));
-      if (eq && rank < need) {
-        keys[above + rank] = kth_logp;
-        rids[above + rank] = ~static_cast<uint32_t>(i);
+      int earlier = seen;  // ties at smaller j in this chunk, and in earlier chunks
+#pragma unroll
+      for (int j = 0; j < kTopkRereadPer; ++j) {
+        const int rank = earlier + static_cast<int>((before >> (16 * j)) & 0xffffu);
+        if (eq[j] && rank < need) {
+          keys[above + rank] = kth_logp;
+          rids[above + rank] = ~static_cast<uint32_t>(base + j * Threads + tid);
+        }
+        earlier += static_cast<int>((chunk >> (16 * j)) & 0xffffu);
       }
-      seen += chunk;
+      seen = earlier;
       __syncthreads();  // eq_warp is rewritten by the next chunk
     }
   }
