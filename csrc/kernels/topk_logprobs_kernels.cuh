@@ -324,8 +324,8 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   const uint32_t kth_logp = static_cast<uint32_t>(kth >> 32);
 
   // 3. could a dropped logit share the K-th's logp? The largest one tells (dropped logits
-  // are all <= thr; the K-th of the last compaction is often the row's K-th, so thr alone
-  // would send many rows to the re-read)
+  // are all <= thr, but after a late compaction thr can still be the row's K-th: bounding by
+  // thr sent ~1% of random rows to the re-read)
   float drop_max = block_max(drop, -INFINITY, s.fmax);
   if (s.drop_key != 0) drop_max = fmaxf(drop_max, ordered_to_float(s.drop_key));
   const bool reread = dropped && float_to_ordered(logp_of(drop_max, lse)) >= kth_logp;
