@@ -39,6 +39,43 @@
 
 namespace kdtree::kern {
 
+// Per-phase cycle counts on the GPU (a measuring build only: -DKD_TREE_PHASE_CLOCKS, e.g.
+// through NVCC_APPEND_FLAGS): thread 0 of block 0 sums clock64() deltas per phase over
+// launches and prints the averages every kTreeClkEvery launches. Off: no code at all.
+#if defined(KD_TREE_PHASE_CLOCKS) && defined(__CUDACC__) && !defined(KD_SIMT_EMULATION)
+constexpr int kTreeClkSlots = 16;
+constexpr unsigned kTreeClkEvery = 40;
+__device__ unsigned long long g_tree_clk[kTreeClkSlots];
+__device__ unsigned g_tree_clk_launches;
+KD_DEVICE bool tree_clk_on() { return threadIdx.x == 0 && blockIdx.x == 0; }
+#define TREE_CLK_BEGIN(var) long long var = tree_clk_on() ? clock64() : 0
+#define TREE_CLK_END(var, slot)                                                          \
+  do {                                                                                   \
+    if (tree_clk_on()) g_tree_clk[slot] += static_cast<unsigned long long>(clock64() - var); \
+  } while (0)
+KD_DEVICE void tree_clk_report(int budget) {
+  if (!tree_clk_on()) return;
+  g_tree_clk[15] += 1;
+  if (++g_tree_clk_launches % kTreeClkEvery != 0) return;
+  const double c = static_cast<double>(g_tree_clk[15]);
+  printf("tree_clk B=%d N=%d launches=%.0f | stage %.0f sweep %.0f (grow %.0f x%.1f, raise %.0f x%.1f) bisect %.0f "
+         "ties %.0f narrow %.0f keys %.0f sort %.0f emit %.0f vis %.0f | total %.0f cycles\n",
+         gridDim.x, budget, c, g_tree_clk[0] / c, g_tree_clk[1] / c, g_tree_clk[9] / c, g_tree_clk[11] / c,
+         g_tree_clk[10] / c, g_tree_clk[12] / c, g_tree_clk[2] / c, g_tree_clk[3] / c, g_tree_clk[4] / c,
+         g_tree_clk[5] / c, g_tree_clk[6] / c, g_tree_clk[7] / c, g_tree_clk[8] / c, g_tree_clk[14] / c);
+  for (int i = 0; i < kTreeClkSlots; ++i) g_tree_clk[i] = 0;
+}
+#define TREE_CLK_COUNT(slot) \
+  do {                       \
+    if (tree_clk_on()) g_tree_clk[slot] += 1; \
+  } while (0)
+#else
+#define TREE_CLK_BEGIN(var) ((void)0)
+#define TREE_CLK_END(var, slot) ((void)0)
+#define TREE_CLK_COUNT(slot) ((void)0)
+KD_DEVICE void tree_clk_report(int) {}
+#endif
+
 constexpr int kTreeBuildThreads = 512;              // threads per request block
 constexpr int kTreeBuildWarps = kTreeBuildThreads / kWarpSize;
 constexpr int kTreeWindow = 2 * kTreeMaxNodes;      // a probe set this small ends the bisection
@@ -141,6 +178,8 @@ KD_DEVICE void pool_reset(TreeBuildSmem& s) {
 // block calls it.
 KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int le, int d, float t, bool strict,
                          int slot_limit, int* parents = nullptr) {
+  TREE_CLK_BEGIN(clk_grow);
+  TREE_CLK_COUNT(11);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int warps = static_cast<int>(blockDim.x) / kWarpSize;
   const int per_warp = ceil_div(le - lb, warps);
@@ -172,6 +211,7 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
   if (parents) *parents = all_parents;
   if (le + total > slot_limit) {
     __syncthreads();  // warp_total is rewritten by the next call
+    TREE_CLK_END(clk_grow, 9);
     return -1;
   }
   for (int i = nb + lane; i < ne; i += kWarpSize) s.first[i] += base;  // now within the next level
@@ -194,6 +234,7 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
   }
   if (threadIdx.x == 0) s.level_begin[d + 2] = le + total;
   __syncthreads();
+  TREE_CLK_END(clk_grow, 9);
   return total;
 }
 
@@ -257,6 +298,8 @@ KD_DEVICE void node_preorder(const TreeBuildSmem& s, int i, int* pre_out, int* s
 // bound; more of them, a higher one. Returns t itself when the bins cannot tell.
 KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, int n, const float* row = nullptr,
                                 int lb = 0, int sample = 0) {
+  TREE_CLK_BEGIN(clk_raise);
+  TREE_CLK_COUNT(12);
   const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
   const uint32_t lo = float_to_ordered(t), hi = float_to_ordered(best);
   int shift = 0;
@@ -293,6 +336,7 @@ KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, 
   __syncthreads();
   const int bin = s.found;
   __syncthreads();  // s.found / s.u are reused next
+  TREE_CLK_END(clk_raise, 10);
   return ordered_to_float(lo + (static_cast<uint32_t>(bin) << shift));
 }
 
@@ -425,6 +469,7 @@ KD_DEVICE float bisection_search(TreeBuildSmem& s, const float* L, int ldl, int 
 // request's logp rows [D, min(budget, topk)].
 __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const TreeBuildParams p, bool staged) {
   KD_DYNAMIC_SMEM(uint8_t, smem_raw);
+  TREE_CLK_BEGIN(clk_total);
   TreeBuildSmem& s = *reinterpret_cast<TreeBuildSmem*>(smem_raw);
 
   const int b = static_cast<int>(blockIdx.x);
@@ -443,6 +488,7 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
     const float* logp = p.logp + tok0;
     const float* L = logp;
     int ldl = p.topk;
+    TREE_CLK_BEGIN(clk_stage);
     if (staged) {
       float* Ls = reinterpret_cast<float*>(smem_raw + kTreeBuildBaseSmem);
       for (int i = tid; i < D * K; i += threads) Ls[i] = logp[static_cast<int64_t>(i / K) * p.topk + i % K];
@@ -452,7 +498,9 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
     }
 
     // A, or B when A cannot (K < N) or gives up
+    TREE_CLK_END(clk_stage, 0);
     KD_PHASE("sweep");
+    TREE_CLK_BEGIN(clk_sweep);
     float t = NAN;
     if (K >= budget) {
       float from = L[budget - 1];  // the N-th best depth-1 score: N nodes of depth 1 reach it
@@ -463,15 +511,19 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
         from = reached;
       }
     }
+    TREE_CLK_END(clk_sweep, 1);
     int ties = 0;
     n = budget;
     if (t != t) {
       KD_PHASE("bisection");
+      TREE_CLK_BEGIN(clk_bis);
       t = bisection_search(s, L, ldl, D, K, budget, &n, &tstar, &ties);
+      TREE_CLK_END(clk_bis, 2);
     }
     const int end = s.level_begin[kTreeMaxDepth + 1];  // pool slots in use
     if (ties > 0) {
       KD_PHASE("ties");
+      TREE_CLK_BEGIN(clk_ties);
       for (int i = tid; i < end; i += threads) {
         int pre, size;
         node_preorder(s, i, &pre, &size);
@@ -480,13 +532,17 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
       }
       __syncthreads();
       decode_ties(s, L, ldl, D, K, tstar, end - 1, ties, budget + 1);
+      TREE_CLK_END(clk_ties, 3);
     }
 
     // C. candidates (score >= t), keyed ~score, preorder, slot; their tokens fetched meanwhile.
     // A sweep's bound can leave far more candidates than n: the pool holds every node >= t*,
     // so its n-th best is t*, and a histogram gets t to within a bin of it (a smaller sort).
     KD_PHASE("order");
+    TREE_CLK_BEGIN(clk_narrow);
     if (ties == 0 && end - 1 > 2 * n) t = raise_threshold(s, end, t, __fadd_rn(0.0f, L[0]), n);
+    TREE_CLK_END(clk_narrow, 4);
+    TREE_CLK_BEGIN(clk_keys);
     if (tid == 0) s.counter = 0;
     __syncthreads();
     for (int base = 1; base < end; base += threads) {  // warp-uniform trip count
@@ -510,16 +566,20 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
     const int sort_n = block_sort_length(cands);
     for (int i = cands + tid; i < sort_n; i += threads) s.u.keys[i] = ~uint64_t{0};
     __syncthreads();
+    TREE_CLK_END(clk_keys, 5);
+    TREE_CLK_BEGIN(clk_sort);
     block_sort_ascending(s.u.keys, sort_n);
     chosen = ties > 0 ? cands : n;
     if (tid == 0) s.final_idx[0] = 0;
     for (int i = tid; i < chosen; i += threads)
       s.final_idx[static_cast<uint32_t>(s.u.keys[i]) & 0xffffu] = static_cast<int16_t>(i + 1);
     __syncthreads();
+    TREE_CLK_END(clk_sort, 6);
   }
 
   // emit every row of the request's output (rows past n are padding)
   KD_PHASE("emit");
+  TREE_CLK_BEGIN(clk_emit);
   const int rows = p.max_nodes + 1;
   const int64_t row0 = static_cast<int64_t>(b) * rows;
   const int32_t root_token = p.root_token ? p.root_token[b] : -1;
@@ -555,6 +615,8 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
   }
   if (tid == 0) p.n_out[b] = n;
   __syncthreads();
+  TREE_CLK_END(clk_emit, 7);
+  TREE_CLK_BEGIN(clk_vis);
 
   // visibility: a thread per row walks its ancestors (indices fall along the walk), filling
   // the row's words from the last down
@@ -570,6 +632,9 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
       out[w] = bits;
     }
   }
+  TREE_CLK_END(clk_vis, 8);
+  TREE_CLK_END(clk_total, 14);
+  tree_clk_report(p.max_budget);
 }
 
 }  // namespace kdtree::kern
