@@ -91,6 +91,8 @@ constexpr int kTreeSlotBits = 16;                   // sort key: ~score << 32 | 
 static_assert((kTreeSortCap & (kTreeSortCap - 1)) == 0, "bitonic sort needs a power of two");
 static_assert(kTreePoolCap < 32768 && kTreeTieSlot > kTreeStrictCap, "slots must fit int16");
 static_assert(kTreePoolCap < (1 << kTreeSlotBits), "slot and preorder share the key's low 32 bits");
+static_assert(kTreeBuildWarps % 4 == 0, "grow_level reads the per-warp totals as int4");
+constexpr int kTreeStageUnroll = 8;  // logp loads in flight per thread while staging the rows
 
 struct TreeBuildSmem {
   // phase-local scratch, one phase at a time
@@ -105,18 +107,15 @@ struct TreeBuildSmem {
   // the node pool: slot 0 is the root, then depth 1, depth 2, ... each level contiguous and
   // in rank-path order (children grouped by parent, ranks ascending)
   float score[kTreePoolCap];
-  union {
-    int32_t nkids[kTreePoolCap];   // children that passed the level's test (growing)
-    int32_t token[kTreePoolCap];   // the node's token, for candidates (C)
-  };
+  int32_t nkids[kTreePoolCap];     // children that passed the level's test (growing)
   int32_t first[kTreePoolCap];     // offset of the first child within the next level
   int32_t pos_sum[kTreePoolCap];   // sum over the node and its ancestors of their positions in their levels
   int32_t size[kTreePoolCap];      // subtree size within the pool (tie path)
   int32_t tie_parent[kTreeMaxNodes];     // strict slot, or kTreeTieSlot + tied index
   int32_t level_begin[kTreeMaxDepth + 3];  // first slot of each depth; [d+1] ends depth d
   int32_t tie_subtree[kTreeMaxDepth + 2];  // T(m): nodes in a tied subtree rooted at depth m
-  int32_t warp_total[kTreeBuildWarps];     // a level's children per warp
-  int32_t warp_parents[kTreeBuildWarps];   // ... and its nodes that have children
+  alignas(16) int32_t warp_total[kTreeBuildWarps];    // a level's children per warp (read as int4)
+  alignas(16) int32_t warp_parents[kTreeBuildWarps];  // ... and its nodes that have children
   int32_t counter;                         // candidates (C)
   BlockScratch<int32_t> scratch;
   int32_t found;                           // histogram bin of the N-th best (A)
@@ -181,7 +180,7 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
   TREE_CLK_BEGIN(clk_grow);
   TREE_CLK_COUNT(11);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int warps = static_cast<int>(blockDim.x) / kWarpSize;
+  constexpr int warps = kTreeBuildWarps;
   const int per_warp = ceil_div(le - lb, warps);
   const int nb = min(le, lb + warp * per_warp), ne = min(le, nb + per_warp);
   int mine = 0, with_kids = 0;  // this warp's children, and its nodes that have some
@@ -202,11 +201,16 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
   }
   __syncthreads();
   int base = 0, total = 0, all_parents = 0;
-  for (int w = 0; w < warps; ++w) {
-    const int v = s.warp_total[w];
-    base += w < warp ? v : 0;
-    total += v;
-    all_parents += s.warp_parents[w];
+  // every warp reads all the totals at once (16-byte loads, unrolled: no dependent chain)
+  const int4* totals = reinterpret_cast<const int4*>(s.warp_total);
+  const int4* parents4 = reinterpret_cast<const int4*>(s.warp_parents);
+#pragma unroll
+  for (int w4 = 0; w4 < warps / 4; ++w4) {
+    const int4 v = totals[w4], q = parents4[w4];
+    const int w = 4 * w4;
+    base += (w < warp ? v.x : 0) + (w + 1 < warp ? v.y : 0) + (w + 2 < warp ? v.z : 0) + (w + 3 < warp ? v.w : 0);
+    total += v.x + v.y + v.z + v.w;
+    all_parents += q.x + q.y + q.z + q.w;
   }
   if (parents) *parents = all_parents;
   if (le + total > slot_limit) {
@@ -240,7 +244,7 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
 
 // The last grown level [lb, le) has no children in the pool; deeper levels are empty.
 KD_DEVICE void pool_close(TreeBuildSmem& s, int lb, int le, int d) {
-  for (int i = lb + static_cast<int>(threadIdx.x); i < le; i += static_cast<int>(blockDim.x)) {
+  for (int i = lb + static_cast<int>(threadIdx.x); i < le; i += kTreeBuildThreads) {
     s.nkids[i] = 0;
     s.first[i] = 0;
   }
@@ -300,7 +304,7 @@ KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, 
                                 int lb = 0, int sample = 0) {
   TREE_CLK_BEGIN(clk_raise);
   TREE_CLK_COUNT(12);
-  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  const int tid = static_cast<int>(threadIdx.x), threads = kTreeBuildThreads;
   const uint32_t lo = float_to_ordered(t), hi = float_to_ordered(best);
   int shift = 0;
   while ((static_cast<uint64_t>(hi - lo) >> shift) >= static_cast<uint64_t>(kTreeHistBins)) ++shift;
@@ -374,7 +378,7 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
 // `count_gt` nodes into tie_depth / tie_rank / tie_parent. Needs pre and size of the pool.
 KD_DEVICE void decode_ties(TreeBuildSmem& s, const float* L, int ldl, int D, int K, float tstar, int count_gt, int ties,
                            int cap) {
-  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  const int tid = static_cast<int>(threadIdx.x), threads = kTreeBuildThreads;
   // z_m for 1 <= m < D: tied children of a tied node at depth m; T(m) = 1 + z_m T(m+1)
   if (tid >= 1 && tid < D) s.tie_subtree[tid] = count_passing(tstar, L + static_cast<int64_t>(tid) * ldl, K, tstar, false);
   __syncthreads();
@@ -473,7 +477,7 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
   TreeBuildSmem& s = *reinterpret_cast<TreeBuildSmem*>(smem_raw);
 
   const int b = static_cast<int>(blockIdx.x);
-  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  const int tid = static_cast<int>(threadIdx.x), threads = kTreeBuildThreads;
   const int lane = tid % kWarpSize;
   const int D = p.depth;
   const int budget = p.budget[b];
@@ -491,7 +495,23 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
     TREE_CLK_BEGIN(clk_stage);
     if (staged) {
       float* Ls = reinterpret_cast<float*>(smem_raw + kTreeBuildBaseSmem);
-      for (int i = tid; i < D * K; i += threads) Ls[i] = logp[static_cast<int64_t>(i / K) * p.topk + i % K];
+      // kTreeStageUnroll loads in flight before the stores (one global latency per batch,
+      // not per element); the rows are one contiguous run when K == topk
+      const int cells = D * K;
+      const bool dense = K == p.topk;
+      for (int i0 = tid; i0 < cells; i0 += threads * kTreeStageUnroll) {
+        float v[kTreeStageUnroll];
+#pragma unroll
+        for (int u = 0; u < kTreeStageUnroll; ++u) {
+          const int i = i0 + u * threads;
+          if (i < cells) v[u] = logp[dense ? i : static_cast<int64_t>(i / K) * p.topk + i % K];
+        }
+#pragma unroll
+        for (int u = 0; u < kTreeStageUnroll; ++u) {
+          const int i = i0 + u * threads;
+          if (i < cells) Ls[i] = v[u];
+        }
+      }
       __syncthreads();
       L = Ls;
       ldl = K;
@@ -535,7 +555,7 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
       TREE_CLK_END(clk_ties, 3);
     }
 
-    // C. candidates (score >= t), keyed ~score, preorder, slot; their tokens fetched meanwhile.
+    // C. candidates (score >= t), keyed ~score, preorder, slot (tokens are fetched at the emit).
     // A sweep's bound can leave far more candidates than n: the pool holds every node >= t*,
     // so its n-th best is t*, and a histogram gets t to within a bin of it (a smaller sort).
     KD_PHASE("order");
@@ -558,7 +578,6 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
         else node_preorder(s, i, &pre, nullptr);
         s.u.keys[slot] = (static_cast<uint64_t>(~float_to_ordered(s.score[i])) << 32) |
                          (static_cast<uint32_t>(pre) << kTreeSlotBits) | static_cast<uint32_t>(i);
-        s.token[i] = p.tok[tok0 + static_cast<int64_t>(s.depth[i] - 1) * p.topk + s.rank[i]];
       }
     }
     __syncthreads();
@@ -596,7 +615,7 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
         dep = s.depth[slot];
         par = s.final_idx[s.parent[slot]];
         sc = s.score[slot];
-        token = s.token[slot];
+        token = p.tok[tok0 + static_cast<int64_t>(dep - 1) * p.topk + s.rank[slot]];
       } else {
         const int g = i - chosen - 1;
         dep = s.tie_depth[g];
