@@ -469,6 +469,41 @@ KD_DEVICE float bisection_search(TreeBuildSmem& s, const float* L, int ldl, int 
   return -INFINITY;
 }
 
+// Rank of this thread's key among the block's keys (one per thread; the keys of threads >=
+// `count` are ~0, the real ones distinct and smaller), for count <= kTreeBuildThreads. Each warp
+// sorts its 32 keys in registers (shuffles, no barrier) and stores them as a sorted run;
+// a key's rank is then the number of smaller keys in every run, found by binary searches that
+// are independent of each other (all in flight at once). Two barriers, against a bitonic
+// network's ~40 dependent steps. `runs` must hold kTreeBuildThreads keys; the returned rank
+// is meaningful for tid < count. Ends with a barrier: the caller may then overwrite `runs`.
+KD_DEVICE int rank_sort_keys(uint64_t* runs, uint64_t key, int count) {
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
+  uint64_t r[1] = {key};
+  for (int k = 2; k <= kWarpSize; k <<= 1) sort_detail::register_steps<1>(r, tid, k, k >> 1);
+  // the bitonic network sorts runs of odd warps descending (element index bit 5 set): store
+  // every run ascending
+  const bool descending = (tid & kWarpSize) != 0;
+  runs[tid - lane + (descending ? kWarpSize - 1 - lane : lane)] = r[0];
+  __syncthreads();
+  const int nruns = ceil_div(count, kWarpSize);
+  int rank = 0;
+  if (tid < count) {
+    int pos[kTreeBuildWarps];
+#pragma unroll
+    for (int v = 0; v < kTreeBuildWarps; ++v) pos[v] = 0;
+#pragma unroll
+    for (int step = kWarpSize / 2; step >= 1; step >>= 1)
+#pragma unroll
+      for (int v = 0; v < kTreeBuildWarps; ++v)
+        if (v < nruns && runs[v * kWarpSize + pos[v] + step - 1] < key) pos[v] += step;
+#pragma unroll
+    for (int v = 0; v < kTreeBuildWarps; ++v)
+      if (v < nruns) rank += pos[v] + (runs[v * kWarpSize + pos[v]] < key ? 1 : 0);
+  }
+  __syncthreads();  // the runs are read; the caller may overwrite them
+  return rank;
+}
+
 // One block per request. Dynamic shared memory: TreeBuildSmem, then (when `staged`) the
 // request's logp rows [D, min(budget, topk)].
 __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const TreeBuildParams p, bool staged) {
@@ -565,34 +600,53 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
     TREE_CLK_BEGIN(clk_keys);
     if (tid == 0) s.counter = 0;
     __syncthreads();
+    int16_t* cand_slot = s.final_idx;  // the candidates' slots, until the order is known
     for (int base = 1; base < end; base += threads) {  // warp-uniform trip count
       const int i = base + tid;
       const bool cand = i < end && s.score[i] >= t;
       const unsigned ballot = __ballot_sync(kFullMask, cand);
-      int slot = 0;
-      if (lane == 0 && ballot) slot = atomicAdd(&s.counter, __popc(ballot));
-      slot = __shfl_sync(kFullMask, slot, 0) + __popc(ballot & ((1u << lane) - 1u));
-      if (cand) {
-        int pre = 0;
-        if (ties > 0) pre = s.pre[i];
-        else node_preorder(s, i, &pre, nullptr);
-        s.u.keys[slot] = (static_cast<uint64_t>(~float_to_ordered(s.score[i])) << 32) |
-                         (static_cast<uint32_t>(pre) << kTreeSlotBits) | static_cast<uint32_t>(i);
-      }
+      int at = 0;
+      if (lane == 0 && ballot) at = atomicAdd(&s.counter, __popc(ballot));
+      at = __shfl_sync(kFullMask, at, 0) + __popc(ballot & ((1u << lane) - 1u));
+      if (cand) cand_slot[at] = static_cast<int16_t>(i);
     }
     __syncthreads();
     const int cands = s.counter;
-    const int sort_n = block_sort_length(cands);
-    for (int i = cands + tid; i < sort_n; i += threads) s.u.keys[i] = ~uint64_t{0};
-    __syncthreads();
-    TREE_CLK_END(clk_keys, 5);
-    TREE_CLK_BEGIN(clk_sort);
-    block_sort_ascending(s.u.keys, sort_n);
     chosen = ties > 0 ? cands : n;
-    if (tid == 0) s.final_idx[0] = 0;
-    for (int i = tid; i < chosen; i += threads)
-      s.final_idx[static_cast<uint32_t>(s.u.keys[i]) & 0xffffu] = static_cast<int16_t>(i + 1);
-    __syncthreads();
+    // key of candidate j: ~score, preorder, slot (distinct: the slot is in it)
+    auto key_of = [&](int j) {
+      const int i = cand_slot[j];
+      int pre = 0;
+      if (ties > 0) pre = s.pre[i];
+      else node_preorder(s, i, &pre, nullptr);
+      return (static_cast<uint64_t>(~float_to_ordered(s.score[i])) << 32) |
+             (static_cast<uint32_t>(pre) << kTreeSlotBits) | static_cast<uint32_t>(i);
+    };
+    if (cands <= threads) {
+      // one key per thread: a rank sort (see rank_sort_keys), no global network
+      const uint64_t key = tid < cands ? key_of(tid) : ~uint64_t{0};
+      TREE_CLK_END(clk_keys, 5);
+      TREE_CLK_BEGIN(clk_sort);
+      const int rank = rank_sort_keys(s.u.keys, key, cands);
+      if (tid < cands) {
+        s.u.keys[rank] = key;
+        if (rank < chosen) s.final_idx[static_cast<uint32_t>(key) & 0xffffu] = static_cast<int16_t>(rank + 1);
+      }
+      if (tid == 0) s.final_idx[0] = 0;
+      __syncthreads();
+    } else {
+      for (int j = tid; j < cands; j += threads) s.u.keys[j] = key_of(j);
+      const int sort_n = block_sort_length(cands);
+      for (int i = cands + tid; i < sort_n; i += threads) s.u.keys[i] = ~uint64_t{0};
+      __syncthreads();
+      TREE_CLK_END(clk_keys, 5);
+      TREE_CLK_BEGIN(clk_sort);
+      block_sort_ascending(s.u.keys, sort_n);
+      if (tid == 0) s.final_idx[0] = 0;
+      for (int i = tid; i < chosen; i += threads)
+        s.final_idx[static_cast<uint32_t>(s.u.keys[i]) & 0xffffu] = static_cast<int16_t>(i + 1);
+      __syncthreads();
+    }
     TREE_CLK_END(clk_sort, 6);
   }
 
