@@ -18,11 +18,10 @@ KernelResult tree_build(const TreeBuildParams& p, cudaStream_t stream) {
   if (KernelResult r = current_device_limits(&dev); !r.ok()) return r;
   TreeBuildPlan plan;
   if (KernelResult r = make_tree_build_plan(p, static_cast<size_t>(dev.smem_optin), &plan); !r.ok()) return r;
-  if (KernelResult r = allow_dynamic_smem(reinterpret_cast<const void*>(kern::tree_build_kernel), plan.smem_bytes,
-                                          "tree_build");
-      !r.ok())
+  auto* kernel = kern::tree_build_kernel_for(plan.staged);
+  if (KernelResult r = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), plan.smem_bytes, "tree_build"); !r.ok())
     return r;
-  KD_LAUNCH(kern::tree_build_kernel, plan.blocks, plan.threads, plan.smem_bytes, stream, p, plan.staged);
+  KD_LAUNCH(kernel, plan.blocks, plan.threads, plan.smem_bytes, stream, p);
   return launch_status("tree_build_kernel launch");
 }
 

@@ -172,9 +172,11 @@ KD_DEVICE void pool_reset(TreeBuildSmem& s) {
 // Grow level [lb, le) (depth d, children from `row`) into slots [le, le + total): the
 // children with score >= t (> t when strict). Returns total, or -1 with no child written
 // (the nodes' counts are left in nkids) when le + total would pass `slot_limit`; *parents:
-// the level's nodes that have children. Each warp takes a contiguous run of the level's
-// nodes, so its children are contiguous too: two barriers per level. Every thread of the
-// block calls it.
+// the level's nodes that have children. Each warp counts a contiguous run of the level's
+// nodes, so its children are contiguous too; then the whole block writes the children,
+// children spread evenly over the threads (each finds its parent by a binary search over the
+// level), since a few parents often have most of the children: three barriers per level.
+// Every thread of the block calls it.
 KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int le, int d, float t, bool strict,
                          int slot_limit, int* parents = nullptr) {
   TREE_CLK_BEGIN(clk_grow);
@@ -219,10 +221,14 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
     return -1;
   }
   for (int i = nb + lane; i < ne; i += kWarpSize) s.first[i] += base;  // now within the next level
-  __syncwarp();
-  for (int j = lane; j < mine; j += kWarpSize) {
-    const int at = base + j;  // position in the next level
-    int lo = nb, hi = ne - 1;  // the parent: last node of the run with first <= at
+  if (threadIdx.x == 0) s.level_begin[d + 2] = le + total;
+  __syncthreads();
+  if (total == 0) {  // block-uniform: nothing to write, first and level_begin are visible
+    TREE_CLK_END(clk_grow, 9);
+    return 0;
+  }
+  for (int at = static_cast<int>(threadIdx.x); at < total; at += kTreeBuildThreads) {  // position in the next level
+    int lo = lb, hi = le - 1;  // the parent: last node of the level with first <= at
     while (lo < hi) {
       const int mid = (lo + hi + 1) >> 1;
       if (s.first[mid] <= at) lo = mid;
@@ -236,7 +242,6 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
     s.depth[slot] = static_cast<int16_t>(d + 1);
     s.pos_sum[slot] = s.pos_sum[lo] + at;
   }
-  if (threadIdx.x == 0) s.level_begin[d + 2] = le + total;
   __syncthreads();
   TREE_CLK_END(clk_grow, 9);
   return total;
@@ -488,17 +493,21 @@ KD_DEVICE int rank_sort_keys(uint64_t* runs, uint64_t key, int count) {
   const int nruns = ceil_div(count, kWarpSize);
   int rank = 0;
   if (tid < count) {
-    int pos[kTreeBuildWarps];
+    // kRankBatch searches in flight at a time (more would spill registers)
+    constexpr int kRankBatch = 8;
+    for (int v0 = 0; v0 < nruns; v0 += kRankBatch) {
+      int pos[kRankBatch];
 #pragma unroll
-    for (int v = 0; v < kTreeBuildWarps; ++v) pos[v] = 0;
+      for (int v = 0; v < kRankBatch; ++v) pos[v] = 0;
 #pragma unroll
-    for (int step = kWarpSize / 2; step >= 1; step >>= 1)
+      for (int step = kWarpSize / 2; step >= 1; step >>= 1)
 #pragma unroll
-      for (int v = 0; v < kTreeBuildWarps; ++v)
-        if (v < nruns && runs[v * kWarpSize + pos[v] + step - 1] < key) pos[v] += step;
+        for (int v = 0; v < kRankBatch; ++v)
+          if (v0 + v < nruns && runs[(v0 + v) * kWarpSize + pos[v] + step - 1] < key) pos[v] += step;
 #pragma unroll
-    for (int v = 0; v < kTreeBuildWarps; ++v)
-      if (v < nruns) rank += pos[v] + (runs[v * kWarpSize + pos[v]] < key ? 1 : 0);
+      for (int v = 0; v < kRankBatch; ++v)
+        if (v0 + v < nruns) rank += pos[v] + (runs[(v0 + v) * kWarpSize + pos[v]] < key ? 1 : 0);
+    }
   }
   __syncthreads();  // the runs are read; the caller may overwrite them
   return rank;
@@ -506,8 +515,10 @@ KD_DEVICE int rank_sort_keys(uint64_t* runs, uint64_t key, int count) {
 
 // One block per request. Dynamic shared memory: TreeBuildSmem, then (when `staged`) the
 // request's logp rows [D, min(budget, topk)].
-__global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const TreeBuildParams p, bool staged) {
-  KD_DYNAMIC_SMEM(uint8_t, smem_raw);
+// kStaged: the rows are read from shared memory (known at compile time, so the searches use
+// shared-memory loads rather than generic ones, with 32-bit addresses).
+template <bool kStaged>
+KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
   TREE_CLK_BEGIN(clk_total);
   TreeBuildSmem& s = *reinterpret_cast<TreeBuildSmem*>(smem_raw);
 
@@ -528,7 +539,7 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
     const float* L = logp;
     int ldl = p.topk;
     TREE_CLK_BEGIN(clk_stage);
-    if (staged) {
+    if constexpr (kStaged) {
       float* Ls = reinterpret_cast<float*>(smem_raw + kTreeBuildBaseSmem);
       // kTreeStageUnroll loads in flight before the stores (one global latency per batch,
       // not per element); the rows are one contiguous run when K == topk
@@ -708,6 +719,19 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
   TREE_CLK_END(clk_vis, 8);
   TREE_CLK_END(clk_total, 14);
   tree_clk_report(p.max_budget);
+}
+
+// Two blocks per SM (64 registers): a batch of up to 2 x SMs requests runs in one wave. One
+// kernel per kStaged (a single body per kernel: with both in one, registers spill far more).
+template <bool kStaged>
+__global__ void __launch_bounds__(kTreeBuildThreads, 2) tree_build_kernel(const TreeBuildParams p) {
+  KD_DYNAMIC_SMEM(uint8_t, smem_raw);
+  tree_build_block<kStaged>(p, smem_raw);
+}
+
+// The kernel a plan launches (TreeBuildPlan::staged).
+inline void (*tree_build_kernel_for(bool staged))(const TreeBuildParams) {
+  return staged ? tree_build_kernel<true> : tree_build_kernel<false>;
 }
 
 }  // namespace kdtree::kern

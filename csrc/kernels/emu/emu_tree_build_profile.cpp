@@ -95,7 +95,7 @@ void profile_case(const std::string& kind, int requests, int N, int D) {
   if (!make_tree_build_plan(p, 232448, &plan).ok()) std::abort();
   profile::barriers.clear();
   profile::entered.clear();
-  ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel, p, plan.staged);
+  ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged), p);
   int max_depth = 0, differ = 0;
   for (int32_t d : depth) max_depth = std::max(max_depth, static_cast<int>(d));
   bench::TreeHeap heap;
