@@ -145,7 +145,7 @@ inline size_t tree_build_smem_size(int depth, int topk, int max_budget, size_t s
 // Children k of a node with score s (row = the sorted logp of the children's depth) whose
 // score fadd(s, row[k]) passes t: a prefix of the row, found by binary search.
 KD_DEVICE int count_passing(float s, const float* row, int K, float t, bool strict) {
-  int lo = 0, hi = K;
+  int lo = 0, hi = K;  // K: the row's length, or any known upper bound of the count
   while (lo < hi) {
     const int mid = (lo + hi) >> 1;
     const float v = __fadd_rn(s, row[mid]);
@@ -178,7 +178,7 @@ KD_DEVICE void pool_reset(TreeBuildSmem& s) {
 // level), since a few parents often have most of the children: three barriers per level.
 // Every thread of the block calls it.
 KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int le, int d, float t, bool strict,
-                         int slot_limit, int* parents = nullptr) {
+                         int slot_limit, int* parents = nullptr, bool bounded = false) {
   TREE_CLK_BEGIN(clk_grow);
   TREE_CLK_COUNT(11);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
@@ -188,7 +188,8 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
   int mine = 0, with_kids = 0;  // this warp's children, and its nodes that have some
   for (int r = nb; r < ne; r += kWarpSize) {  // warp-uniform
     const int i = r + lane;
-    const int c = i < ne ? count_passing(s.score[i], row, K, t, strict) : 0;
+    // bounded: nkids holds the counts at a lower t (a failed grow of this level), an upper bound
+    const int c = i < ne ? count_passing(s.score[i], row, bounded ? s.nkids[i] : K, t, strict) : 0;
     const int incl = warp_inclusive_sum(c);
     if (i < ne) {
       s.first[i] = mine + incl - c;  // within the warp for now
@@ -310,13 +311,12 @@ KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, 
   TREE_CLK_BEGIN(clk_raise);
   TREE_CLK_COUNT(12);
   const int tid = static_cast<int>(threadIdx.x), threads = kTreeBuildThreads;
+  const int lane = tid % kWarpSize;
   const uint32_t lo = float_to_ordered(t), hi = float_to_ordered(best);
   int shift = 0;
   while ((static_cast<uint64_t>(hi - lo) >> shift) >= static_cast<uint64_t>(kTreeHistBins)) ++shift;
   auto bin_of = [&](uint32_t key) { return min((key - lo) >> shift, static_cast<uint32_t>(kTreeHistBins - 1)); };
-  for (int b = tid; b < kTreeHistBins; b += threads) s.u.hist[b] = 0;
-  if (tid == 0) s.found = 0;
-  __syncthreads();
+  // the histogram is all zero here (hist_clear at the start, then warp 0 after each use)
   for (int i = 1 + tid; i < end; i += threads) {
     const uint32_t key = float_to_ordered(s.score[i]);
     if (key >= lo) atomicAdd(&s.u.hist[bin_of(key)], 1u);
@@ -326,27 +326,41 @@ KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, 
     for (int k = 0; k < c; ++k) atomicAdd(&s.u.hist[bin_of(float_to_ordered(__fadd_rn(s.score[i], row[k])))], 1u);
   }
   __syncthreads();
-  if (tid < kWarpSize) {  // the first bin from the top where the count reaches n
-    constexpr int kPer = kTreeHistBins / kWarpSize;
+  if (tid < kWarpSize) {  // the first bin from the top where the count reaches n (bin 0 if none)
+    constexpr int kPer = kTreeHistBins / kWarpSize;  // lane j: bins 1023 - 32 j down to 992 - 32 j
+    uint4* mine = reinterpret_cast<uint4*>(&s.u.hist[(kWarpSize - 1 - lane) * kPer]);
     int sum = 0;
-    for (int j = 0; j < kPer; ++j) sum += static_cast<int>(s.u.hist[kTreeHistBins - 1 - (tid * kPer + j)]);
+#pragma unroll
+    for (int q = 0; q < kPer / 4; ++q) {
+      const uint4 v = mine[q];
+      sum += static_cast<int>(v.x + v.y + v.z + v.w);
+    }
     const int incl = warp_inclusive_sum(sum);
-    int acc = incl - sum;
-    if (acc < n && n <= incl)
-      for (int j = 0; j < kPer; ++j) {
-        const int b = kTreeHistBins - 1 - (tid * kPer + j);
-        acc += static_cast<int>(s.u.hist[b]);
-        if (acc >= n) {
-          s.found = b;
-          break;
-        }
-      }
+    const unsigned reach = __ballot_sync(kFullMask, incl >= n);
+    int bin = 0;
+    if (reach) {  // warp-uniform
+      const int w = __ffs(reach) - 1;  // the lane whose bins hold the n-th from the top
+      const int before = __shfl_sync(kFullMask, incl - sum, w);
+      const int b = kTreeHistBins - 1 - (w * kPer + lane);  // lane q takes w's q-th bin from the top
+      const int in = warp_inclusive_sum(static_cast<int>(s.u.hist[b]));
+      bin = kTreeHistBins - 1 - (w * kPer + __ffs(__ballot_sync(kFullMask, before + in >= n)) - 1);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int q = 0; q < kPer / 4; ++q) mine[q] = make_uint4(0u, 0u, 0u, 0u);  // zero for the next use
+    if (lane == 0) s.found = bin;
   }
   __syncthreads();
+  // found is rewritten by the next raise only after its first barrier: every thread has read it
   const int bin = s.found;
-  __syncthreads();  // s.found / s.u are reused next
   TREE_CLK_END(clk_raise, 10);
   return ordered_to_float(lo + (static_cast<uint32_t>(bin) << shift));
+}
+
+// Zero raise_threshold's histogram (before the first raise; every use leaves it zero). The
+// caller's next barrier publishes it.
+KD_DEVICE void hist_clear(TreeBuildSmem& s) {
+  for (int b = static_cast<int>(threadIdx.x); b < kTreeHistBins; b += kTreeBuildThreads) s.u.hist[b] = 0;
 }
 
 // A. One sweep from the lower bound t (K >= n). Returns the final threshold (every node >= it
@@ -368,7 +382,7 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
       const float t2 = raise_threshold(s, le, t, best, n, row, lb, each);
       if (!(t2 > t)) return NAN;
       *reached = t = t2;
-      total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, &parents);
+      total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, &parents, true);
     }
     if (total < 0) return NAN;
     if (total == 0) break;
@@ -567,6 +581,7 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
     TREE_CLK_END(clk_stage, 0);
     KD_PHASE("sweep");
     TREE_CLK_BEGIN(clk_sweep);
+    hist_clear(s);  // published by the searches' first barrier (pool_reset)
     float t = NAN;
     if (K >= budget) {
       float from = L[budget - 1];  // the N-th best depth-1 score: N nodes of depth 1 reach it
@@ -703,17 +718,34 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
   TREE_CLK_BEGIN(clk_vis);
 
   // visibility: a thread per row walks its ancestors (indices fall along the walk), filling
-  // the row's words from the last down
-  for (int i = tid; i < rows; i += threads) {
-    uint32_t* out = p.vis + (row0 + i) * p.vis_words;
+  // the row's words from the last down, into shared memory (the sort keys' space, free after
+  // the emit); the rows then go out as contiguous words. Written straight from the walk, each
+  // word of a warp's store landed in its own 32-byte sector (~30x the bytes).
+  const int vw = p.vis_words;
+  auto row_bits = [&](int i, uint32_t* out) {
     int a = i <= n ? i : -1;
-    for (int w = p.vis_words - 1; w >= 0; --w) {
+    for (int w = vw - 1; w >= 0; --w) {
       uint32_t bits = 0;
       while (a >= 0 && (a >> 5) == w) {
         bits |= 1u << (a & 31);
         a = a == 0 ? -1 : s.out_parent[a];
       }
       out[w] = bits;
+    }
+  };
+  constexpr int kVisBufWords = static_cast<int>(sizeof(s.u.keys) / sizeof(uint32_t));
+  uint32_t* buf = reinterpret_cast<uint32_t*>(s.u.keys);
+  const int chunk = vw <= kVisBufWords ? kVisBufWords / vw : 0;  // rows per pass through buf
+  if (chunk == 0) {  // rows wider than the buffer: straight out
+    for (int i = tid; i < rows; i += threads) row_bits(i, p.vis + (row0 + i) * vw);
+  } else {
+    for (int r0 = 0; r0 < rows; r0 += chunk) {
+      const int nr = min(chunk, rows - r0);
+      for (int i = tid; i < nr; i += threads) row_bits(r0 + i, buf + i * vw);
+      __syncthreads();
+      uint32_t* dst = p.vis + (row0 + r0) * vw;
+      for (int j = tid; j < nr * vw; j += threads) dst[j] = buf[j];
+      if (r0 + chunk < rows) __syncthreads();  // buf is rewritten by the next pass
     }
   }
   TREE_CLK_END(clk_vis, 8);
