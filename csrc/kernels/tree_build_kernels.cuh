@@ -142,17 +142,30 @@ inline size_t tree_build_smem_size(int depth, int topk, int max_budget, size_t s
   return staged <= smem_limit ? staged : tree_build_base_smem();
 }
 
-// Children k of a node with score s (row = the sorted logp of the children's depth) whose
-// score fadd(s, row[k]) passes t: a prefix of the row, found by binary search.
-KD_DEVICE int count_passing(float s, const float* row, int K, float t, bool strict) {
-  int lo = 0, hi = K;  // K: the row's length, or any known upper bound of the count
-  while (lo < hi) {
-    const int mid = (lo + hi) >> 1;
-    const float v = __fadd_rn(s, row[mid]);
-    if (strict ? v > t : v >= t) lo = mid + 1;
-    else hi = mid;
+// How many leading indices of [0, n) satisfy `pass` (true on a prefix, then false). Steps of
+// four: three probes per step whose loads are in flight together, so about half the dependent
+// steps of a binary search (the latency between barriers is what a launch costs).
+template <class Pass>
+KD_DEVICE int count_leading(int n, Pass pass) {
+  int s = 1;  // the largest power of 4 <= n: the answer (0..n) fits in 4 s values
+  while (s * 4 <= n) s *= 4;
+  int pos = 0;  // every index < pos passes
+  for (; n > 0 && s > 0; s >>= 2) {
+    const int a = pos + s - 1, b = a + s, c = b + s;
+    const bool pa = a < n && pass(a), pb = b < n && pass(b), pc = c < n && pass(c);
+    pos += (static_cast<int>(pa) + static_cast<int>(pb) + static_cast<int>(pc)) * s;  // a prefix of the three
   }
-  return lo;
+  return pos;
+}
+
+// Children k of a node with score s (row = the sorted logp of the children's depth) whose
+// score fadd(s, row[k]) passes t: a prefix of the row (K: its length, or any known upper bound
+// of the count).
+KD_DEVICE int count_passing(float s, const float* row, int K, float t, bool strict) {
+  return count_leading(K, [&](int k) {
+    const float v = __fadd_rn(s, row[k]);
+    return strict ? v > t : v >= t;
+  });
 }
 
 // The root alone in the pool.
@@ -229,12 +242,8 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
     return 0;
   }
   for (int at = static_cast<int>(threadIdx.x); at < total; at += kTreeBuildThreads) {  // position in the next level
-    int lo = lb, hi = le - 1;  // the parent: last node of the level with first <= at
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (s.first[mid] <= at) lo = mid;
-      else hi = mid - 1;
-    }
+    // the parent: the last node of the level with first <= at (first is non-decreasing)
+    const int lo = lb + count_leading(le - lb - 1, [&](int x) { return s.first[lb + 1 + x] <= at; });
     const int k = at - s.first[lo];
     const int slot = le + at;
     s.score[slot] = __fadd_rn(s.score[lo], row[k]);
