@@ -115,7 +115,6 @@ struct TreeBuildSmem {
   int32_t level_begin[kTreeMaxDepth + 3];  // first slot of each depth; [d+1] ends depth d
   int32_t tie_subtree[kTreeMaxDepth + 2];  // T(m): nodes in a tied subtree rooted at depth m
   alignas(16) int32_t warp_total[kTreeBuildWarps];    // a level's children per warp (read as int4)
-  alignas(16) int32_t warp_parents[kTreeBuildWarps];  // ... and its nodes that have children
   int32_t counter;                         // candidates (C)
   BlockScratch<int32_t> scratch;
   int32_t found;                           // histogram bin of the N-th best (A)
@@ -184,24 +183,23 @@ KD_DEVICE void pool_reset(TreeBuildSmem& s) {
 
 // Grow level [lb, le) (depth d, children from `row`) into slots [le, le + total): the
 // children with score >= t (> t when strict). Returns total, or -1 with no child written
-// (the nodes' counts are left in nkids) when le + total would pass `slot_limit`; *parents:
-// the level's nodes that have children. Each warp counts a contiguous run of the level's
-// nodes, so its children are contiguous too; then the whole block writes the children,
-// children spread evenly over the threads (each finds its parent by a binary search over the
-// level), since a few parents often have most of the children: three barriers per level.
-// Every thread of the block calls it.
+// (the nodes' counts are left in nkids) when le + total would pass `slot_limit`. bounded:
+// nkids holds the counts at a lower t (an upper bound). Each warp counts a contiguous run of
+// the level's nodes, so its children are contiguous too; then the whole block writes the
+// children, spread evenly over the threads (each finds its parent by a search over the level),
+// since a few parents often have most of the children: three barriers per level. Every
+// thread of the block calls it.
 KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int le, int d, float t, bool strict,
-                         int slot_limit, int* parents = nullptr, bool bounded = false) {
+                         int slot_limit, bool bounded = false) {
   TREE_CLK_BEGIN(clk_grow);
   TREE_CLK_COUNT(11);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   constexpr int warps = kTreeBuildWarps;
   const int per_warp = ceil_div(le - lb, warps);
   const int nb = min(le, lb + warp * per_warp), ne = min(le, nb + per_warp);
-  int mine = 0, with_kids = 0;  // this warp's children, and its nodes that have some
+  int mine = 0;  // this warp's children
   for (int r = nb; r < ne; r += kWarpSize) {  // warp-uniform
     const int i = r + lane;
-    // bounded: nkids holds the counts at a lower t (a failed grow of this level), an upper bound
     const int c = i < ne ? count_passing(s.score[i], row, bounded ? s.nkids[i] : K, t, strict) : 0;
     const int incl = warp_inclusive_sum(c);
     if (i < ne) {
@@ -209,26 +207,19 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
       s.nkids[i] = c;
     }
     mine += __shfl_sync(kFullMask, incl, kWarpSize - 1);
-    with_kids += __popc(__ballot_sync(kFullMask, c > 0));
   }
-  if (lane == 0) {
-    s.warp_total[warp] = mine;
-    s.warp_parents[warp] = with_kids;
-  }
+  if (lane == 0) s.warp_total[warp] = mine;
   __syncthreads();
-  int base = 0, total = 0, all_parents = 0;
+  int base = 0, total = 0;
   // every warp reads all the totals at once (16-byte loads, unrolled: no dependent chain)
   const int4* totals = reinterpret_cast<const int4*>(s.warp_total);
-  const int4* parents4 = reinterpret_cast<const int4*>(s.warp_parents);
 #pragma unroll
   for (int w4 = 0; w4 < warps / 4; ++w4) {
-    const int4 v = totals[w4], q = parents4[w4];
+    const int4 v = totals[w4];
     const int w = 4 * w4;
     base += (w < warp ? v.x : 0) + (w + 1 < warp ? v.y : 0) + (w + 2 < warp ? v.z : 0) + (w + 3 < warp ? v.w : 0);
     total += v.x + v.y + v.z + v.w;
-    all_parents += q.x + q.y + q.z + q.w;
   }
-  if (parents) *parents = all_parents;
   if (le + total > slot_limit) {
     __syncthreads();  // warp_total is rewritten by the next call
     TREE_CLK_END(clk_grow, 9);
@@ -383,15 +374,16 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
   int lb = 0, le = 1, d = 0;
   for (; d < D; ++d) {
     const float* row = L + static_cast<int64_t>(d) * ldl;
-    int parents = 0;
-    int total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, &parents);
+    int total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap);
     for (int raise = 0; total < 0 && raise < kTreeRaises; ++raise) {
-      // with a sample of the level's children: the first few passing ones of each parent
-      const int each = min(kTreeSampleEach, max(1, (kTreePoolCap - le) / max(1, parents)));
-      const float t2 = raise_threshold(s, le, t, best, n, row, lb, each);
+      // with a sample of the level's children: the first kTreeSampleEach passing ones of each
+      // parent. Not limited to the pool's free slots (the samples are only counted): a larger
+      // sample gives a tighter bound, so fewer levels overflow again (flat rows at N=256: two
+      // overflows instead of three; N=512 mostly stays on the sweep instead of the bisection).
+      const float t2 = raise_threshold(s, le, t, best, n, row, lb, kTreeSampleEach);
       if (!(t2 > t)) return NAN;
       *reached = t = t2;
-      total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, &parents, true);
+      total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, true);
     }
     if (total < 0) return NAN;
     if (total == 0) break;
