@@ -541,31 +541,29 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
   const int tid = static_cast<int>(threadIdx.x), threads = kTreeBuildThreads;
   const int lane = tid % kWarpSize;
   const int D = p.depth;
+  // the global reads that the whole launch waits on go out together: the request's scalars
+  // and (staged) its rows, staged with the plan's stride min(topk, max_budget) so that they
+  // need not wait for the budget
   const int budget = p.budget[b];
-  const bool valid = budget >= 0 && budget <= p.max_budget;
-  const int K = valid ? min(budget, p.topk) : 0;  // ranks >= N are never used
-  const int64_t tok0 = static_cast<int64_t>(b) * D * p.topk;  // this request's token rows
-
-  int n = valid ? 0 : -1;  // nodes besides the root
-  int chosen = 0;          // nodes taken from the sorted candidates; tied nodes follow
-  float tstar = 0.0f;      // the score of the tied nodes, when there are any
-  if (valid && budget > 0 && D > 0 && K > 0) {
-    const float* logp = p.logp + tok0;
-    const float* L = logp;
-    int ldl = p.topk;
-    TREE_CLK_BEGIN(clk_stage);
-    if constexpr (kStaged) {
+  const int32_t root_token = p.root_token ? p.root_token[b] : -1;
+  const int32_t start = p.start_pos ? p.start_pos[b] : 0;
+  const int64_t tok0 = static_cast<int64_t>(b) * D * p.topk;  // this request's rows
+  const int k_stage = min(p.topk, p.max_budget);  // columns staged per row (tree_build_stage_bytes)
+  TREE_CLK_BEGIN(clk_stage);
+  if constexpr (kStaged) {
+    if (D > 0 && k_stage > 0) {  // block-uniform (logp is non-null then: check_tree_build_params)
+      const float* logp = p.logp + tok0;
       float* Ls = reinterpret_cast<float*>(smem_raw + kTreeBuildBaseSmem);
       // kTreeStageUnroll loads in flight before the stores (one global latency per batch,
-      // not per element); the rows are one contiguous run when K == topk
-      const int cells = D * K;
-      const bool dense = K == p.topk;
+      // not per element); the rows are one contiguous run when all topk columns are staged
+      const int cells = D * k_stage;
+      const bool dense = k_stage == p.topk;
       for (int i0 = tid; i0 < cells; i0 += threads * kTreeStageUnroll) {
         float v[kTreeStageUnroll];
 #pragma unroll
         for (int u = 0; u < kTreeStageUnroll; ++u) {
           const int i = i0 + u * threads;
-          if (i < cells) v[u] = logp[dense ? i : static_cast<int64_t>(i / K) * p.topk + i % K];
+          if (i < cells) v[u] = logp[dense ? i : static_cast<int64_t>(i / k_stage) * p.topk + i % k_stage];
         }
 #pragma unroll
         for (int u = 0; u < kTreeStageUnroll; ++u) {
@@ -574,12 +572,20 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
         }
       }
       __syncthreads();
-      L = Ls;
-      ldl = K;
     }
+  }
+  TREE_CLK_END(clk_stage, 0);
+  const bool valid = budget >= 0 && budget <= p.max_budget;
+  const int K = valid ? min(budget, p.topk) : 0;  // ranks >= N are never used
+
+  int n = valid ? 0 : -1;  // nodes besides the root
+  int chosen = 0;          // nodes taken from the sorted candidates; tied nodes follow
+  float tstar = 0.0f;      // the score of the tied nodes, when there are any
+  if (valid && budget > 0 && D > 0 && K > 0) {
+    const float* L = kStaged ? reinterpret_cast<const float*>(smem_raw + kTreeBuildBaseSmem) : p.logp + tok0;
+    const int ldl = kStaged ? k_stage : p.topk;
 
     // A, or B when A cannot (K < N) or gives up
-    TREE_CLK_END(clk_stage, 0);
     KD_PHASE("sweep");
     TREE_CLK_BEGIN(clk_sweep);
     hist_clear(s);  // published by the searches' first barrier (pool_reset)
@@ -682,8 +688,6 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
   TREE_CLK_BEGIN(clk_emit);
   const int rows = p.max_nodes + 1;
   const int64_t row0 = static_cast<int64_t>(b) * rows;
-  const int32_t root_token = p.root_token ? p.root_token[b] : -1;
-  const int32_t start = p.start_pos ? p.start_pos[b] : 0;
   for (int i = tid; i < rows; i += threads) {
     int32_t token = -1, dep = -1, par = -1;
     float sc = 0.0f;
