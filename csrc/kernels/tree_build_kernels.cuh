@@ -84,7 +84,6 @@ constexpr int kTreeSortCap = kTreeWindow;           // power of two >= any candi
 constexpr int kTreeStrictCap = kTreeMaxNodes + 1;   // strict-set slots in the tie path (< N + 1)
 constexpr int kTreeTieSlot = 1 << 14;               // tie_parent codes >= this name a tied node
 constexpr int kTreeHistBins = 1024;                 // threshold histogram of the sweep (A)
-constexpr int kTreeRaises = 4;                      // threshold raises per level before a sweep gives up
 constexpr int kTreeSweeps = 2;                      // sweeps (each from the best bound so far) before B
 constexpr int kTreeSampleEach = 64;                 // sampled children per parent when raising t (a thread's loop)
 constexpr int kTreeSlotBits = 16;                   // sort key: ~score << 32 | preorder << 16 | slot
@@ -375,17 +374,19 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
   for (; d < D; ++d) {
     const float* row = L + static_cast<int64_t>(d) * ldl;
     int total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap);
-    for (int raise = 0; total < 0 && raise < kTreeRaises; ++raise) {
-      // with a sample of the level's children: the first kTreeSampleEach passing ones of each
-      // parent. Not limited to the pool's free slots (the samples are only counted): a larger
-      // sample gives a tighter bound, so fewer levels overflow again (flat rows at N=256: two
-      // overflows instead of three; N=512 mostly stays on the sweep instead of the bisection).
+    if (total < 0) {
+      // the level overflows: raise t with a sample of its children, the first kTreeSampleEach
+      // passing ones of each parent. Not limited to the pool's free slots (the samples are
+      // only counted): a larger sample gives a tighter bound, so fewer levels overflow again
+      // (flat rows at N=256: two overflows instead of three; N=512 mostly stays on the sweep
+      // instead of the bisection). If the level still overflows, the pool is full of nodes
+      // that fell below t: further raises rarely make room, a fresh sweep from t does.
       const float t2 = raise_threshold(s, le, t, best, n, row, lb, kTreeSampleEach);
       if (!(t2 > t)) return NAN;
       *reached = t = t2;
       total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, true);
+      if (total < 0) return NAN;
     }
-    if (total < 0) return NAN;
     if (total == 0) break;
     lb = le;
     le += total;
