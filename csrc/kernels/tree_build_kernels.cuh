@@ -84,7 +84,7 @@ constexpr int kTreeSortCap = kTreeWindow;           // power of two >= any candi
 constexpr int kTreeStrictCap = kTreeMaxNodes + 1;   // strict-set slots in the tie path (< N + 1)
 constexpr int kTreeTieSlot = 1 << 14;               // tie_parent codes >= this name a tied node
 constexpr int kTreeHistBins = 1024;                 // threshold histogram of the sweep (A)
-constexpr int kTreeSweeps = 2;                      // sweeps (each from the best bound so far) before B
+constexpr int kTreeSweeps = 8;                      // sweeps (each from the best bound so far) before B
 constexpr int kTreeSampleEach = 64;                 // sampled children per parent when raising t (a thread's loop)
 constexpr int kTreeSlotBits = 16;                   // sort key: ~score << 32 | preorder << 16 | slot
 static_assert((kTreeSortCap & (kTreeSortCap - 1)) == 0, "bitonic sort needs a power of two");
