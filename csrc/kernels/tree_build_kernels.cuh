@@ -3,8 +3,10 @@
 // The tree is the first N nodes of the total order (score desc, rank path asc), and every
 // set {score >= t} is closed under parents (logp <= 0). One block per request grows such a
 // set level by level into a node pool in shared memory: a node's children with score >= t
-// are a prefix of its sorted row (one binary search each); a warp scans its nodes' counts
-// and writes their children, so a level costs two barriers.
+// are a prefix of its sorted row (one search each, in steps of four); a warp scans its
+// nodes' counts, the whole block writes the level's children: three barriers per level.
+// What a launch costs is the chain of dependent steps between barriers, so the searches
+// probe several positions per step and the work after a barrier is spread evenly.
 //
 //   A. one sweep (when K >= N): t starts at the N-th best depth-1 score, a lower bound of the
 //      N-th best score t* (the best N of any set of nodes are no better than the best N of
@@ -12,8 +14,9 @@
 //      is raised to another lower bound: the N-th best of the pool plus the first few
 //      children of each node of the level (a histogram over their ordered bits gives it, to
 //      a bin). Every node scoring >= t* is then in the pool, stale nodes below t have no
-//      children, and the N best of the pool are the tree. When stale nodes fill the pool, a
-//      second sweep starts from the best bound reached.
+//      children, and the N best of the pool are the tree. When the level still overflows
+//      (stale nodes fill the pool), a fresh sweep starts from the bound reached (up to
+//      kTreeSweeps, while the bound rises).
 //   B. otherwise (K < N, or the pool filled up with no progress: many exact ties, very flat
 //      rows): bisection on t over the float's ordered bits, a full grow per probe, until a
 //      set of N_eff..2 N_eff nodes is found (N_eff = min(N, number of paths)); when exact
@@ -24,10 +27,12 @@
 //      tree as complete subtrees of known size, in rank-path order strict node by strict
 //      node in post-order.
 //   C. order: the candidates (score >= the final t, narrowed to ~N by a histogram after A)
-//      sorted by (score desc, preorder = rank-path order), a register/shuffle bitonic
-//      network; the first ones (then the tied nodes, in preorder) are the tree. Preorder comes from the level layout without a
-//      pass per level: see node_preorder. Rows and bit-packed visibility written, one
-//      thread per row.
+//      sorted by (score desc, preorder = rank-path order): up to 512, a rank sort (warp-sorted
+//      runs, then each key's rank by searches in every run), beyond, a register/shuffle
+//      bitonic network; the first ones (then the tied nodes, in preorder) are the tree.
+//      Preorder comes from the level layout without a pass per level: see node_preorder.
+//      Rows written one thread per row; the bit-packed visibility rows built in shared
+//      memory, then copied out contiguously.
 // Scores: __fadd_rn in depth order, bit-exact with python_engine/ddtree.
 #pragma once
 
@@ -634,15 +639,26 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
     TREE_CLK_BEGIN(clk_keys);
     if (tid == 0) s.counter = 0;
     __syncthreads();
+    // compaction: a warp counts its candidates over all its trips, then takes its places with
+    // one atomic (one shared-memory round trip, not one per trip)
     int16_t* cand_slot = s.final_idx;  // the candidates' slots, until the order is known
-    for (int base = 1; base < end; base += threads) {  // warp-uniform trip count
-      const int i = base + tid;
-      const bool cand = i < end && s.score[i] >= t;
-      const unsigned ballot = __ballot_sync(kFullMask, cand);
-      int at = 0;
-      if (lane == 0 && ballot) at = atomicAdd(&s.counter, __popc(ballot));
-      at = __shfl_sync(kFullMask, at, 0) + __popc(ballot & ((1u << lane) - 1u));
-      if (cand) cand_slot[at] = static_cast<int16_t>(i);
+    constexpr int kTrips = ceil_div(kTreePoolCap, kTreeBuildThreads);
+    unsigned ballots[kTrips];
+    int warp_count = 0;
+#pragma unroll
+    for (int trip = 0; trip < kTrips; ++trip) {
+      const int i = 1 + trip * threads + tid;
+      ballots[trip] = __ballot_sync(kFullMask, i < end && s.score[i] >= t);
+      warp_count += __popc(ballots[trip]);
+    }
+    int at = 0;
+    if (lane == 0 && warp_count > 0) at = atomicAdd(&s.counter, warp_count);
+    at = __shfl_sync(kFullMask, at, 0);
+#pragma unroll
+    for (int trip = 0; trip < kTrips; ++trip) {
+      if (ballots[trip] >> lane & 1u)
+        cand_slot[at + __popc(ballots[trip] & ((1u << lane) - 1u))] = static_cast<int16_t>(1 + trip * threads + tid);
+      at += __popc(ballots[trip]);
     }
     __syncthreads();
     const int cands = s.counter;
