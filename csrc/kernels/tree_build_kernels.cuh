@@ -4,7 +4,7 @@
 // set {score >= t} is closed under parents (logp <= 0). One block per request grows such a
 // set level by level into a node pool in shared memory: a node's children with score >= t
 // are a prefix of its sorted row (one search each, in steps of four); a warp scans its
-// nodes' counts, the whole block writes the level's children: three barriers per level.
+// nodes' counts, the whole block writes the level's children: two barriers per level.
 // What a launch costs is the chain of dependent steps between barriers, so the searches
 // probe several positions per step and the work after a barrier is spread evenly.
 //
@@ -190,9 +190,9 @@ KD_DEVICE void pool_reset(TreeBuildSmem& s) {
 // (the nodes' counts are left in nkids) when le + total would pass `slot_limit`. bounded:
 // nkids holds the counts at a lower t (an upper bound). Each warp counts a contiguous run of
 // the level's nodes, so its children are contiguous too; then the whole block writes the
-// children, spread evenly over the threads (each finds its parent by a search over the level),
-// since a few parents often have most of the children: three barriers per level. Every
-// thread of the block calls it.
+// children, spread evenly over the threads (each finds its parent's warp from the warps'
+// totals, then its parent by a search in that warp's run), since a few parents often have
+// most of the children: two barriers per level. Every thread of the block calls it.
 KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int le, int d, float t, bool strict,
                          int slot_limit, bool bounded = false) {
   TREE_CLK_BEGIN(clk_grow);
@@ -201,13 +201,15 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
   constexpr int warps = kTreeBuildWarps;
   const int per_warp = ceil_div(le - lb, warps);
   const int nb = min(le, lb + warp * per_warp), ne = min(le, nb + per_warp);
+  // size[] is scratch while growing (the tie path fills it after the search): each node's
+  // first child's offset among its warp's children
   int mine = 0;  // this warp's children
   for (int r = nb; r < ne; r += kWarpSize) {  // warp-uniform
     const int i = r + lane;
     const int c = i < ne ? count_passing(s.score[i], row, bounded ? s.nkids[i] : K, t, strict) : 0;
     const int incl = warp_inclusive_sum(c);
     if (i < ne) {
-      s.first[i] = mine + incl - c;  // within the warp for now
+      s.size[i] = mine + incl - c;
       s.nkids[i] = c;
     }
     mine += __shfl_sync(kFullMask, incl, kWarpSize - 1);
@@ -229,17 +231,32 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
     TREE_CLK_END(clk_grow, 9);
     return -1;
   }
-  for (int i = nb + lane; i < ne; i += kWarpSize) s.first[i] += base;  // now within the next level
-  if (threadIdx.x == 0) s.level_begin[d + 2] = le + total;
-  __syncthreads();
-  if (total == 0) {  // block-uniform: nothing to write, first and level_begin are visible
+  if (total == 0) {  // block-uniform; the caller closes the pool at this level (first, nkids)
     TREE_CLK_END(clk_grow, 9);
     return 0;
   }
+  // first[] (offsets within the next level) for the later phases; this pass reads only size[]
+  for (int i = nb + lane; i < ne; i += kWarpSize) s.first[i] = s.size[i] + base;
+  if (threadIdx.x == 0) s.level_begin[d + 2] = le + total;
   for (int at = static_cast<int>(threadIdx.x); at < total; at += kTreeBuildThreads) {  // position in the next level
-    // the parent: the last node of the level with first <= at (first is non-decreasing)
-    const int lo = lb + count_leading(le - lb - 1, [&](int x) { return s.first[lb + 1 + x] <= at; });
-    const int k = at - s.first[lo];
+    // the warp whose children hold `at`: the number of warps whose children all come before
+    int w = 0, base_w = 0, acc = 0;
+#pragma unroll
+    for (int w4 = 0; w4 < warps / 4; ++w4) {
+      const int4 v = totals[w4];
+      const int vs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        acc += vs[q];
+        const bool before = acc <= at;
+        w += before ? 1 : 0;
+        base_w = before ? acc : base_w;
+      }
+    }
+    // the parent: the last node of that warp's run whose first child is at or before `at`
+    const int nb_w = lb + w * per_warp, ne_w = min(le, nb_w + per_warp), local = at - base_w;
+    const int lo = nb_w + count_leading(ne_w - nb_w - 1, [&](int x) { return s.size[nb_w + 1 + x] <= local; });
+    const int k = local - s.size[lo];
     const int slot = le + at;
     s.score[slot] = __fadd_rn(s.score[lo], row[k]);
     s.parent[slot] = static_cast<int16_t>(lo);
