@@ -90,7 +90,7 @@ constexpr int kTreeStrictCap = kTreeMaxNodes + 1;   // strict-set slots in the t
 constexpr int kTreeTieSlot = 1 << 14;               // tie_parent codes >= this name a tied node
 constexpr int kTreeHistBins = 1024;                 // threshold histogram of the sweep (A)
 constexpr int kTreeSweeps = 8;                      // sweeps (each from the best bound so far) before B
-constexpr int kTreeSampleEach = 64;                 // sampled children per parent when raising t (a thread's loop)
+constexpr int kTreeSampleEach = 32;                 // sampled children per parent when raising t (a thread's loop)
 constexpr int kTreeSlotBits = 16;                   // sort key: ~score << 32 | preorder << 16 | slot
 static_assert((kTreeSortCap & (kTreeSortCap - 1)) == 0, "bitonic sort needs a power of two");
 static_assert(kTreePoolCap < 32768 && kTreeTieSlot > kTreeStrictCap, "slots must fit int16");
