@@ -54,6 +54,7 @@ __device__ unsigned long long g_tree_clk[kTreeClkSlots];
 __device__ unsigned g_tree_clk_launches;
 KD_DEVICE bool tree_clk_on() { return threadIdx.x == 0 && blockIdx.x == 0; }
 #define TREE_CLK_BEGIN(var) long long var = tree_clk_on() ? clock64() : 0
+#define TREE_CLK_RESTART(var) var = tree_clk_on() ? clock64() : 0
 #define TREE_CLK_END(var, slot)                                                          \
   do {                                                                                   \
     if (tree_clk_on()) g_tree_clk[slot] += static_cast<unsigned long long>(clock64() - var); \
@@ -76,6 +77,7 @@ KD_DEVICE void tree_clk_report(int budget) {
   } while (0)
 #else
 #define TREE_CLK_BEGIN(var) ((void)0)
+#define TREE_CLK_RESTART(var) ((void)0)
 #define TREE_CLK_END(var, slot) ((void)0)
 #define TREE_CLK_COUNT(slot) ((void)0)
 KD_DEVICE void tree_clk_report(int) {}
@@ -689,11 +691,12 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
       return (static_cast<uint64_t>(~float_to_ordered(s.score[i])) << 32) |
              (static_cast<uint32_t>(pre) << kTreeSlotBits) | static_cast<uint32_t>(i);
     };
+    TREE_CLK_BEGIN(clk_sort);  // (restarted below, once the keys are built)
     if (cands <= threads) {
       // one key per thread: a rank sort (see rank_sort_keys), no global network
       const uint64_t key = tid < cands ? key_of(tid) : ~uint64_t{0};
       TREE_CLK_END(clk_keys, 5);
-      TREE_CLK_BEGIN(clk_sort);
+      TREE_CLK_RESTART(clk_sort);
       const int rank = rank_sort_keys(s.u.keys, key, cands);
       if (tid < cands) {
         s.u.keys[rank] = key;
@@ -707,7 +710,7 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
       for (int i = cands + tid; i < sort_n; i += threads) s.u.keys[i] = ~uint64_t{0};
       __syncthreads();
       TREE_CLK_END(clk_keys, 5);
-      TREE_CLK_BEGIN(clk_sort);
+      TREE_CLK_RESTART(clk_sort);
       block_sort_ascending(s.u.keys, sort_n);
       if (tid == 0) s.final_idx[0] = 0;
       for (int i = tid; i < chosen; i += threads)
