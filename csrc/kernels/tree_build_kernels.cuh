@@ -115,7 +115,6 @@ struct TreeBuildSmem {
   float score[kTreePoolCap];
   int32_t nkids[kTreePoolCap];     // children that passed the level's test (growing)
   int32_t first[kTreePoolCap];     // offset of the first child within the next level
-  int32_t pos_sum[kTreePoolCap];   // sum over the node and its ancestors of their positions in their levels
   int32_t size[kTreePoolCap];      // subtree size within the pool (tie path)
   int32_t tie_parent[kTreeMaxNodes];     // strict slot, or kTreeTieSlot + tied index
   int32_t level_begin[kTreeMaxDepth + 3];  // first slot of each depth; [d+1] ends depth d
@@ -180,7 +179,6 @@ KD_DEVICE void pool_reset(TreeBuildSmem& s) {
     s.parent[0] = -1;
     s.rank[0] = -1;
     s.depth[0] = 0;
-    s.pos_sum[0] = 0;
     s.level_begin[0] = 0;
     s.level_begin[1] = 1;
   }
@@ -264,7 +262,6 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
     s.parent[slot] = static_cast<int16_t>(lo);
     s.rank[slot] = static_cast<int16_t>(k);
     s.depth[slot] = static_cast<int16_t>(d + 1);
-    s.pos_sum[slot] = s.pos_sum[lo] + at;
   }
   __syncthreads();
   TREE_CLK_END(clk_grow, 9);
@@ -301,13 +298,14 @@ KD_DEVICE int grow_tree(TreeBuildSmem& s, const float* L, int ldl, int D, int K,
 
 // Preorder (rank-path order) index of pool slot i (the root 0), and its subtree size, from
 // the level layout, with no pass per level: the nodes before i in rank-path order are its
-// ancestors, the nodes before each ancestor in its own level (pos_sum), and in every deeper
+// ancestors, the nodes before each ancestor in its own level (walking up), and in every deeper
 // level the descendants of the level-d nodes before i, whose count R_e walks down the levels:
 // R_{d+1} = first[i], R_{e+1} = first[node R_e of level e] (or all of level e+1 past its end).
 // Walking i + 1 alongside gives the end of i's descendants: the subtree size.
 KD_DEVICE void node_preorder(const TreeBuildSmem& s, int i, int* pre_out, int* size_out) {
   const int d = s.depth[i];
-  int pre = i == 0 ? 0 : d + s.pos_sum[i];  // the root, the d - 1 ancestors between, the positions
+  int pre = 0;  // the root, then per ancestor (i included): itself and the nodes before it in its level
+  for (int a = i; a != 0; a = s.parent[a]) pre += 1 + a - s.level_begin[s.depth[a]];
   int size = 1;
   int r = s.first[i];  // R_{d+1}
   int r_end = i + 1 < s.level_begin[d + 1] ? s.first[i + 1] : s.level_begin[d + 2] - s.level_begin[d + 1];
