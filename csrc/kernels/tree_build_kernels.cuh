@@ -384,6 +384,61 @@ KD_DEVICE void hist_clear(TreeBuildSmem& s) {
   for (int b = static_cast<int>(threadIdx.x); b < kTreeHistBins; b += kTreeBuildThreads) s.u.hist[b] = 0;
 }
 
+// The pool is full of stale nodes: drop every node scoring < t (their children were never
+// grown: the set {score >= t} is closed under parents), keeping the layout (levels in
+// rank-path order, first[] of the levels before d; level d = the last grown, about to be
+// regrown). Returns false (nothing changed) when no node is stale. *lb, *le: level d's new
+// bounds. Every thread of the block calls it; ends with a barrier. Uses size[] (the new
+// indices), pre[] and u (staging; the histogram is zeroed again after) as scratch.
+constexpr int kPackRankBits = 10, kPackFirstBits = 12;  // rank < kTreeMaxNodes, first <= kTreeWindow
+static_assert((1 << kPackRankBits) >= kTreeMaxNodes && (1 << kPackFirstBits) > kTreeWindow &&
+                  kPackRankBits + kPackFirstBits + 6 <= 32 && kTreeMaxDepth < 64,
+              "compact_pool packs rank, first and depth into 32 bits");
+KD_DEVICE bool compact_pool(TreeBuildSmem& s, float t, int d, int* lb, int* le) {
+  const int tid = static_cast<int>(threadIdx.x), threads = kTreeBuildThreads;
+  const int end = *le, n = end + 1;  // newidx[end] = the count kept
+  // keep flags, laid out as block_exclusive_scan reads them (thread t: items 2t, 2t + 1 of
+  // each round), so no barrier is needed before it
+  for (int base = 0; base < n; base += 2 * threads)
+    for (int q = 0; q < 2; ++q) {
+      const int i = base + 2 * tid + q;
+      if (i < n) s.size[i] = i == 0 || (i < end && s.score[i] >= t) ? 1 : 0;
+    }
+  const int kept = block_exclusive_scan(s.size, s.size, n, s.scratch);  // size[i]: i's new slot
+  if (kept == end) return false;  // block-uniform
+  // stage every kept node at its new slot: score, rank, first (new), depth in u.keys, parent in pre
+  for (int i = tid; i < end; i += threads) {
+    if (!(i == 0 || s.score[i] >= t)) continue;
+    const int e = s.depth[i];
+    const int first = e < d ? s.size[s.level_begin[e + 1] + s.first[i]] - s.size[s.level_begin[e + 1]] : 0;
+    const uint32_t packed = static_cast<uint32_t>(s.rank[i] < 0 ? 0 : s.rank[i]) |
+                            static_cast<uint32_t>(first) << kPackRankBits |
+                            static_cast<uint32_t>(e) << (kPackRankBits + kPackFirstBits);
+    const int ni = s.size[i];
+    s.u.keys[ni] = static_cast<uint64_t>(__float_as_uint(s.score[i])) << 32 | packed;
+    s.pre[ni] = static_cast<int16_t>(i == 0 ? -1 : s.size[s.parent[i]]);
+  }
+  int new_begin = 0;  // thread e <= d + 1: the new start of level e
+  if (tid <= d + 1) new_begin = s.size[s.level_begin[tid]];
+  __syncthreads();
+  constexpr uint32_t kRankMask = (1u << kPackRankBits) - 1, kFirstMask = (1u << kPackFirstBits) - 1;
+  for (int j = tid; j < kept; j += threads) {
+    const uint64_t v = s.u.keys[j];
+    const uint32_t packed = static_cast<uint32_t>(v);
+    s.score[j] = __uint_as_float(static_cast<uint32_t>(v >> 32));
+    s.rank[j] = static_cast<int16_t>(j == 0 ? -1 : static_cast<int>(packed & kRankMask));
+    s.first[j] = static_cast<int>(packed >> kPackRankBits & kFirstMask);
+    s.depth[j] = static_cast<int16_t>(packed >> (kPackRankBits + kPackFirstBits));
+    s.parent[j] = s.pre[j];
+  }
+  if (tid <= d + 1) s.level_begin[tid] = new_begin;
+  __syncthreads();
+  hist_clear(s);  // u held the staging; published by the caller's next barrier (the regrow's first)
+  *lb = s.level_begin[d];
+  *le = s.level_begin[d + 1];
+  return true;
+}
+
 // A. One sweep from the lower bound t (K >= n). Returns the final threshold (every node >= it
 // is in the pool, and at least n are), or NaN when the pool could not make room; *reached is
 // then the best lower bound found, from which a fresh sweep (without the pool's stale nodes)
@@ -407,6 +462,10 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
       if (!(t2 > t)) return NAN;
       *reached = t = t2;
       total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, true);
+      // still too many: drop the stale nodes and try once more (a fresh sweep regrows every
+      // level: ~5x the cost)
+      if (total < 0 && compact_pool(s, t, d, &lb, &le))
+        total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap);  // (nkids were not moved)
       if (total < 0) return NAN;
     }
     if (total == 0) break;
