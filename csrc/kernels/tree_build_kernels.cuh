@@ -305,18 +305,31 @@ KD_DEVICE int grow_tree(TreeBuildSmem& s, const float* L, int ldl, int D, int K,
 KD_DEVICE void node_preorder(const TreeBuildSmem& s, int i, int* pre_out, int* size_out) {
   const int d = s.depth[i];
   int pre = 0;  // the root, then per ancestor (i included): itself and the nodes before it in its level
-  for (int a = i; a != 0; a = s.parent[a]) pre += 1 + a - s.level_begin[s.depth[a]];
   int size = 1;
   int r = s.first[i];  // R_{d+1}
   int r_end = i + 1 < s.level_begin[d + 1] ? s.first[i + 1] : s.level_begin[d + 2] - s.level_begin[d + 1];
-  for (int e = d + 1; e <= kTreeMaxDepth; ++e) {
-    const int begin = s.level_begin[e], width = s.level_begin[e + 1] - begin;
-    if (width == 0) break;
-    pre += r;
-    size += r_end - r;
-    const int next_width = s.level_begin[e + 2] - s.level_begin[e + 1];
-    r = r < width ? s.first[begin + r] : next_width;
-    r_end = r_end < width ? s.first[begin + r_end] : next_width;
+  // the walk up (a: the current ancestor) and the walk down the levels (e) are independent
+  // chains of loads: one loop steps both, so their latencies overlap
+  int a = i, e = d + 1;
+  bool down = true;
+  while (a != 0 || down) {
+    if (a != 0) {
+      pre += 1 + a - s.level_begin[s.depth[a]];
+      a = s.parent[a];
+    }
+    if (down) {
+      const int begin = s.level_begin[e], width = s.level_begin[e + 1] - begin;
+      if (e > kTreeMaxDepth || width == 0) {
+        down = false;
+      } else {
+        pre += r;
+        size += r_end - r;
+        const int next_width = s.level_begin[e + 2] - s.level_begin[e + 1];
+        r = r < width ? s.first[begin + r] : next_width;
+        r_end = r_end < width ? s.first[begin + r_end] : next_width;
+        ++e;
+      }
+    }
   }
   *pre_out = pre;
   if (size_out) *size_out = size;
