@@ -64,11 +64,12 @@ KD_DEVICE void tree_clk_report(int budget) {
   g_tree_clk[15] += 1;
   if (++g_tree_clk_launches % kTreeClkEvery != 0) return;
   const double c = static_cast<double>(g_tree_clk[15]);
-  printf("tree_clk B=%d N=%d launches=%.0f | stage %.0f sweep %.0f (grow %.0f x%.1f, raise %.0f x%.1f) bisect %.0f "
-         "ties %.0f narrow %.0f keys %.0f sort %.0f emit %.0f vis %.0f | total %.0f cycles\n",
+  printf("tree_clk B=%d N=%d launches=%.0f | stage %.0f sweep %.0f (grow %.0f x%.1f, raise %.0f x%.1f, compact %.0f) "
+         "bisect %.0f ties %.0f narrow %.0f keys %.0f sort %.0f emit %.0f vis %.0f | total %.0f cycles\n",
          gridDim.x, budget, c, g_tree_clk[0] / c, g_tree_clk[1] / c, g_tree_clk[9] / c, g_tree_clk[11] / c,
-         g_tree_clk[10] / c, g_tree_clk[12] / c, g_tree_clk[2] / c, g_tree_clk[3] / c, g_tree_clk[4] / c,
-         g_tree_clk[5] / c, g_tree_clk[6] / c, g_tree_clk[7] / c, g_tree_clk[8] / c, g_tree_clk[14] / c);
+         g_tree_clk[10] / c, g_tree_clk[12] / c, g_tree_clk[13] / c, g_tree_clk[2] / c, g_tree_clk[3] / c,
+         g_tree_clk[4] / c, g_tree_clk[5] / c, g_tree_clk[6] / c, g_tree_clk[7] / c, g_tree_clk[8] / c,
+         g_tree_clk[14] / c);
   for (int i = 0; i < kTreeClkSlots; ++i) g_tree_clk[i] = 0;
 }
 #define TREE_CLK_COUNT(slot) \
@@ -408,6 +409,7 @@ static_assert((1 << kPackRankBits) >= kTreeMaxNodes && (1 << kPackFirstBits) > k
                   kPackRankBits + kPackFirstBits + 6 <= 32 && kTreeMaxDepth < 64,
               "compact_pool packs rank, first and depth into 32 bits");
 KD_DEVICE bool compact_pool(TreeBuildSmem& s, float t, int d, int* lb, int* le) {
+  TREE_CLK_BEGIN(clk_compact);
   const int tid = static_cast<int>(threadIdx.x), threads = kTreeBuildThreads;
   const int end = *le, n = end + 1;  // newidx[end] = the count kept
   // keep flags, laid out as block_exclusive_scan reads them (thread t: items 2t, 2t + 1 of
@@ -449,6 +451,7 @@ KD_DEVICE bool compact_pool(TreeBuildSmem& s, float t, int d, int* lb, int* le) 
   hist_clear(s);  // u held the staging; published by the caller's next barrier (the regrow's first)
   *lb = s.level_begin[d];
   *le = s.level_begin[d + 1];
+  TREE_CLK_END(clk_compact, 13);
   return true;
 }
 
