@@ -1,8 +1,8 @@
 // Where tree_build's time goes, counted on the SIMT emulator: barriers per request by phase
 // (the kernel's KD_PHASE marks), and how often the one-sweep search hands over to the
-// bisection, on bench_kernels' input kinds. A barrier is the unit here: between two of them
-// the block's warps run a short dependent chain (a binary search, a scan), so on the GPU a
-// launch costs roughly barriers x a fraction of a microsecond. Every tree is also checked
+// bisection, on bench_kernels' input kinds. Barriers count rounds, not time: what a launch
+// costs on the GPU is the length of the dependent chains between them (see NOTES.md; the
+// kernel's -DKD_TREE_PHASE_CLOCKS build measures cycles per phase). Every tree is also checked
 // against the reference heap (csrc/bench/tree_heap.h). A tool for NOTES.md; its output is
 // checked by tests/kernels/test_emulated_kernels.py.
 //
