@@ -42,6 +42,12 @@
 #include "ordered_float.cuh"
 #include "tree_build.cuh"
 
+
+
+
+
+
+
 namespace kdtree::kern {
 
 // Per-phase cycle counts on the GPU (a measuring build only: -DKD_TREE_PHASE_CLOCKS, e.g.
@@ -93,7 +99,8 @@ constexpr int kTreeStrictCap = kTreeMaxNodes + 1;   // strict-set slots in the t
 constexpr int kTreeTieSlot = 1 << 14;               // tie_parent codes >= this name a tied node
 constexpr int kTreeHistBins = 1024;                 // threshold histogram of the sweep (A)
 constexpr int kTreeSweeps = 8;                      // sweeps (each from the best bound so far) before B
-constexpr int kTreeSampleEach = 32;                 // sampled children per parent when raising t (a thread's loop)
+constexpr int kTreeSampleChildren = 6;              // sampled children per parent when raising t ...
+constexpr int kTreeSampleGrandchildren = 5;         // ... and grandchildren per sampled child (a thread's loop)
 constexpr int kTreeSlotBits = 16;                   // sort key: ~score << 32 | preorder << 16 | slot
 static_assert((kTreeSortCap & (kTreeSortCap - 1)) == 0, "bitonic sort needs a power of two");
 static_assert(kTreePoolCap < 32768 && kTreeTieSlot > kTreeStrictCap, "slots must fit int16");
@@ -338,11 +345,13 @@ KD_DEVICE void node_preorder(const TreeBuildSmem& s, int i, int* pre_out, int* s
 
 // Raise t to a better lower bound of t*: the n-th best of the pool's nodes [1, end) scoring
 // >= t, together with (when sample > 0) the first `sample` passing children of each node of
-// level [lb, end) (their counts at t in nkids, from a grow_level at t), to a histogram bin of
-// their ordered bits (rounded down to the bin's edge). Any set of real nodes gives a valid
-// bound; more of them, a higher one. Returns t itself when the bins cannot tell.
+// level [lb, end) (their counts at t in nkids, from a grow_level at t) and, when sample2 > 0,
+// the first sample2 children of each of those (row2: the next depth's row; those scoring >= t),
+// to a histogram bin of their ordered bits (rounded down to the bin's edge). Any set of real
+// nodes gives a valid bound; more of them, a higher one. Returns t itself when the bins cannot
+// tell.
 KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, int n, const float* row = nullptr,
-                                int lb = 0, int sample = 0) {
+                                int lb = 0, int sample = 0, const float* row2 = nullptr, int sample2 = 0) {
   TREE_CLK_BEGIN(clk_raise);
   TREE_CLK_COUNT(12);
   const int tid = static_cast<int>(threadIdx.x), threads = kTreeBuildThreads;
@@ -358,7 +367,14 @@ KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, 
   }
   for (int i = lb + tid; sample > 0 && i < end; i += threads) {
     const int c = min(sample, s.nkids[i]);
-    for (int k = 0; k < c; ++k) atomicAdd(&s.u.hist[bin_of(float_to_ordered(__fadd_rn(s.score[i], row[k])))], 1u);
+    for (int k = 0; k < c; ++k) {
+      const float cs = __fadd_rn(s.score[i], row[k]);
+      atomicAdd(&s.u.hist[bin_of(float_to_ordered(cs))], 1u);
+      for (int j = 0; j < sample2; ++j) {
+        const uint32_t key = float_to_ordered(__fadd_rn(cs, row2[j]));
+        if (key >= lo) atomicAdd(&s.u.hist[bin_of(key)], 1u);
+      }
+    }
   }
   __syncthreads();
   if (tid < kWarpSize) {  // the first bin from the top where the count reaches n (bin 0 if none)
@@ -468,13 +484,18 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
     const float* row = L + static_cast<int64_t>(d) * ldl;
     int total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap);
     if (total < 0) {
-      // the level overflows: raise t with a sample of its children, the first kTreeSampleEach
-      // passing ones of each parent. Not limited to the pool's free slots (the samples are
-      // only counted): a larger sample gives a tighter bound, so fewer levels overflow again
-      // (flat rows at N=256: two overflows instead of three; N=512 mostly stays on the sweep
-      // instead of the bisection). If the level still overflows, the pool is full of nodes
-      // that fell below t: further raises rarely make room, a fresh sweep from t does.
-      const float t2 = raise_threshold(s, le, t, best, n, row, lb, kTreeSampleEach);
+      // the level overflows: raise t with a sample of the nodes below it, the first few
+      // passing children of each parent and the first few children of each of those (real
+      // nodes one level further down: their N-th best is a tighter bound than children alone
+      // give, so fewer later levels overflow; emulator, 64 flat requests at N=256: grows +
+      // raises mean/max 12.3/16 -> 11.0/14). Not limited to the pool's free slots: samples
+      // are only counted. If the level still overflows, the pool is full of nodes that fell
+      // below t: further raises rarely make room, dropping those nodes does.
+      const bool deeper = d + 1 < D;  // grandchildren exist
+      const float t2 =
+          raise_threshold(s, le, t, best, n, row, lb,
+                          deeper ? kTreeSampleChildren : kTreeSampleChildren * (1 + kTreeSampleGrandchildren),
+                          deeper ? row + ldl : nullptr, deeper ? min(kTreeSampleGrandchildren, K) : 0);
       if (!(t2 > t)) return NAN;
       *reached = t = t2;
       total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, true);
