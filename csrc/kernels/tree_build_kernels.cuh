@@ -699,6 +699,7 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
 
   int n = valid ? 0 : -1;  // nodes besides the root
   int chosen = 0;          // nodes taken from the sorted candidates; tied nodes follow
+  bool tokens_staged = false;  // the candidates' tokens are in nkids (read during the rank sort)
   float tstar = 0.0f;      // the score of the tied nodes, when there are any
   if (valid && budget > 0 && D > 0 && K > 0) {
     const float* L = kStaged ? reinterpret_cast<const float*>(smem_raw + kTreeBuildBaseSmem) : p.logp + tok0;
@@ -789,10 +790,18 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
     if (cands <= threads) {
       // one key per thread: a rank sort (see rank_sort_keys), no global network
       const uint64_t key = tid < cands ? key_of(tid) : ~uint64_t{0};
+      // the candidate's token: its global load is in flight during the sort, not at the emit
+      int32_t token = 0;
+      if (tid < cands) {
+        const int i = cand_slot[tid];
+        token = p.tok[tok0 + static_cast<int64_t>(s.depth[i] - 1) * p.topk + s.rank[i]];
+      }
       TREE_CLK_END(clk_keys, 5);
       TREE_CLK_RESTART(clk_sort);
       const int rank = rank_sort_keys(s.u.keys, key, cands);
+      tokens_staged = true;
       if (tid < cands) {
+        s.nkids[static_cast<uint32_t>(key) & 0xffffu] = token;  // nkids is free after the search
         s.u.keys[rank] = key;
         if (rank < chosen) s.final_idx[static_cast<uint32_t>(key) & 0xffffu] = static_cast<int16_t>(rank + 1);
       }
@@ -831,7 +840,7 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
         dep = s.depth[slot];
         par = s.final_idx[s.parent[slot]];
         sc = s.score[slot];
-        token = p.tok[tok0 + static_cast<int64_t>(dep - 1) * p.topk + s.rank[slot]];
+        token = tokens_staged ? s.nkids[slot] : p.tok[tok0 + static_cast<int64_t>(dep - 1) * p.topk + s.rank[slot]];
       } else {
         const int g = i - chosen - 1;
         dep = s.tie_depth[g];
