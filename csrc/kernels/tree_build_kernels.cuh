@@ -105,7 +105,8 @@ constexpr int kTreeSlotBits = 16;                   // sort key: ~score << 32 | 
 static_assert((kTreeSortCap & (kTreeSortCap - 1)) == 0, "bitonic sort needs a power of two");
 static_assert(kTreePoolCap < 32768 && kTreeTieSlot > kTreeStrictCap, "slots must fit int16");
 static_assert(kTreePoolCap < (1 << kTreeSlotBits), "slot and preorder share the key's low 32 bits");
-static_assert(kTreeBuildWarps % 4 == 0, "grow_level reads the per-warp totals as int4");
+static_assert(kTreeBuildWarps <= kWarpSize && (kTreeBuildWarps & (kTreeBuildWarps - 1)) == 0,
+              "grow_level scans the per-warp totals in one warp, searches them by halving");
 constexpr int kTreeStageUnroll = 8;  // logp loads in flight per thread while staging the rows
 
 struct TreeBuildSmem {
@@ -127,7 +128,7 @@ struct TreeBuildSmem {
   int32_t tie_parent[kTreeMaxNodes];     // strict slot, or kTreeTieSlot + tied index
   int32_t level_begin[kTreeMaxDepth + 3];  // first slot of each depth; [d+1] ends depth d
   int32_t tie_subtree[kTreeMaxDepth + 2];  // T(m): nodes in a tied subtree rooted at depth m
-  alignas(16) int32_t warp_total[kTreeBuildWarps];    // a level's children per warp (read as int4)
+  int32_t warp_total[kTreeBuildWarps];     // a level's children per warp
   int32_t counter;                         // candidates (C)
   BlockScratch<int32_t> scratch;
   int32_t found;                           // histogram bin of the N-th best (A)
@@ -224,16 +225,11 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
   }
   if (lane == 0) s.warp_total[warp] = mine;
   __syncthreads();
-  int base = 0, total = 0;
-  // every warp reads all the totals at once (16-byte loads, unrolled: no dependent chain)
-  const int4* totals = reinterpret_cast<const int4*>(s.warp_total);
-#pragma unroll
-  for (int w4 = 0; w4 < warps / 4; ++w4) {
-    const int4 v = totals[w4];
-    const int w = 4 * w4;
-    base += (w < warp ? v.x : 0) + (w + 1 < warp ? v.y : 0) + (w + 2 < warp ? v.z : 0) + (w + 3 < warp ? v.w : 0);
-    total += v.x + v.y + v.z + v.w;
-  }
+  // lane l < warps of every warp: the children of warps 0..l (a warp scan of the totals)
+  const int warp_kids = lane < warps ? s.warp_total[lane] : 0;
+  const int through = warp_inclusive_sum(warp_kids);
+  const int total = __shfl_sync(kFullMask, through, warps - 1);
+  const int base = warp > 0 ? __shfl_sync(kFullMask, through, warp > 0 ? warp - 1 : 0) : 0;
   if (le + total > slot_limit) {
     __syncthreads();  // warp_total is rewritten by the next call
     TREE_CLK_END(clk_grow, 9);
@@ -246,21 +242,16 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
   // first[] (offsets within the next level) for the later phases; this pass reads only size[]
   for (int i = nb + lane; i < ne; i += kWarpSize) s.first[i] = s.size[i] + base;
   if (threadIdx.x == 0) s.level_begin[d + 2] = le + total;
-  for (int at = static_cast<int>(threadIdx.x); at < total; at += kTreeBuildThreads) {  // position in the next level
+  for (int at0 = warp * kWarpSize; at0 < total; at0 += kTreeBuildThreads) {  // warp-uniform trips
+    const int at = at0 + lane;  // position in the next level
     // the warp whose children hold `at`: the number of warps whose children all come before
-    int w = 0, base_w = 0, acc = 0;
+    // it (the scan's values, from their lanes, by halving steps)
+    int w = 0;
 #pragma unroll
-    for (int w4 = 0; w4 < warps / 4; ++w4) {
-      const int4 v = totals[w4];
-      const int vs[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        acc += vs[q];
-        const bool before = acc <= at;
-        w += before ? 1 : 0;
-        base_w = before ? acc : base_w;
-      }
-    }
+    for (int step = warps / 2; step >= 1; step >>= 1)
+      if (__shfl_sync(kFullMask, through, w + step - 1) <= at) w += step;
+    const int base_w = __shfl_sync(kFullMask, through, w > 0 ? w - 1 : 0) * (w > 0 ? 1 : 0);
+    if (at >= total) continue;
     // the parent: the last node of that warp's run whose first child is at or before `at`
     const int nb_w = lb + w * per_warp, ne_w = min(le, nb_w + per_warp), local = at - base_w;
     const int lo = nb_w + count_leading(ne_w - nb_w - 1, [&](int x) { return s.size[nb_w + 1 + x] <= local; });
