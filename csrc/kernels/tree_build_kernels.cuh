@@ -160,10 +160,10 @@ inline size_t tree_build_smem_size(int depth, int topk, int max_budget, size_t s
 // steps of a binary search (the latency between barriers is what a launch costs).
 template <class Pass>
 KD_DEVICE int count_leading(int n, Pass pass) {
-  int s = 1;  // the largest power of 4 <= n: the answer (0..n) fits in 4 s values
-  while (s * 4 <= n) s *= 4;
+  if (n <= 0) return 0;
+  int s = 1 << ((31 - __clz(n)) & ~1);  // the largest power of 4 <= n: the answer (0..n) fits in 4 s values
   int pos = 0;  // every index < pos passes
-  for (; n > 0 && s > 0; s >>= 2) {
+  for (; s > 0; s >>= 2) {
     const int a = pos + s - 1, b = a + s, c = b + s;
     const bool pa = a < n && pass(a), pb = b < n && pass(b), pc = c < n && pass(c);
     pos += (static_cast<int>(pa) + static_cast<int>(pb) + static_cast<int>(pc)) * s;  // a prefix of the three
