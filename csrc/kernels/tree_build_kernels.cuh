@@ -337,7 +337,8 @@ KD_DEVICE void node_preorder(const TreeBuildSmem& s, int i, int* pre_out, int* s
 // Raise t to a better lower bound of t*: the n-th best of the pool's nodes [1, end) scoring
 // >= t, together with (when sample > 0) the first `sample` passing children of each node of
 // level [lb, end) (their counts at t in nkids, from a grow_level at t) and, when sample2 > 0,
-// the first sample2 children of each of those (row2: the next depth's row; those scoring >= t),
+// the first sample2 (<= kTreeSampleGrandchildren) children of each of those (row2: the next
+// depth's row; those scoring >= t),
 // to a histogram bin of their ordered bits (rounded down to the bin's edge). Any set of real
 // nodes gives a valid bound; more of them, a higher one. Returns t itself when the bins cannot
 // tell.
@@ -356,14 +357,21 @@ KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, 
     const uint32_t key = float_to_ordered(s.score[i]);
     if (key >= lo) atomicAdd(&s.u.hist[bin_of(key)], 1u);
   }
+  // the grandchildren's logp, the same for every child: in registers (the compiler cannot
+  // hoist the loads past the histogram's atomics)
+  float grand[kTreeSampleGrandchildren];
+#pragma unroll
+  for (int j = 0; j < kTreeSampleGrandchildren; ++j) grand[j] = j < sample2 ? row2[j] : 0.0f;
   for (int i = lb + tid; sample > 0 && i < end; i += threads) {
     const int c = min(sample, s.nkids[i]);
+    const float si = s.score[i];
     for (int k = 0; k < c; ++k) {
-      const float cs = __fadd_rn(s.score[i], row[k]);
+      const float cs = __fadd_rn(si, row[k]);
       atomicAdd(&s.u.hist[bin_of(float_to_ordered(cs))], 1u);
-      for (int j = 0; j < sample2; ++j) {
-        const uint32_t key = float_to_ordered(__fadd_rn(cs, row2[j]));
-        if (key >= lo) atomicAdd(&s.u.hist[bin_of(key)], 1u);
+#pragma unroll
+      for (int j = 0; j < kTreeSampleGrandchildren; ++j) {
+        const uint32_t key = float_to_ordered(__fadd_rn(cs, grand[j]));
+        if (j < sample2 && key >= lo) atomicAdd(&s.u.hist[bin_of(key)], 1u);
       }
     }
   }
