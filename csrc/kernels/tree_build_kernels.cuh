@@ -208,7 +208,9 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
   TREE_CLK_COUNT(11);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   constexpr int warps = kTreeBuildWarps;
-  const int per_warp = ceil_div(le - lb, warps);
+  // whole chunks of 32 per warp: a warp's lanes all busy, the warps past the level idle at the
+  // barrier (their instructions would only take issue slots from the busy ones)
+  const int per_warp = round_up(ceil_div(le - lb, warps), kWarpSize);
   const int nb = min(le, lb + warp * per_warp), ne = min(le, nb + per_warp);
   // size[] is scratch while growing (the tie path fills it after the search): each node's
   // first child's offset among its warp's children
