@@ -618,14 +618,16 @@ KD_DEVICE float bisection_search(TreeBuildSmem& s, const float* L, int ldl, int 
 // is meaningful for tid < count. Ends with a barrier: the caller may then overwrite `runs`.
 KD_DEVICE int rank_sort_keys(uint64_t* runs, uint64_t key, int count) {
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
-  uint64_t r[1] = {key};
-  for (int k = 2; k <= kWarpSize; k <<= 1) sort_detail::register_steps<1>(r, tid, k, k >> 1);
-  // the bitonic network sorts runs of odd warps descending (element index bit 5 set): store
-  // every run ascending
-  const bool descending = (tid & kWarpSize) != 0;
-  runs[tid - lane + (descending ? kWarpSize - 1 - lane : lane)] = r[0];
+  const int nruns = ceil_div(count, kWarpSize);  // warps past them hold padding only: idle
+  if (tid / kWarpSize < nruns) {  // warp-uniform
+    uint64_t r[1] = {key};
+    for (int k = 2; k <= kWarpSize; k <<= 1) sort_detail::register_steps<1>(r, tid, k, k >> 1);
+    // the bitonic network sorts runs of odd warps descending (element index bit 5 set): store
+    // every run ascending
+    const bool descending = (tid & kWarpSize) != 0;
+    runs[tid - lane + (descending ? kWarpSize - 1 - lane : lane)] = r[0];
+  }
   __syncthreads();
-  const int nruns = ceil_div(count, kWarpSize);
   int rank = 0;
   if (tid < count) {
     // kRankBatch searches in flight at a time (more would spill registers)
