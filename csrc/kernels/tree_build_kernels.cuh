@@ -5,18 +5,19 @@
 // set level by level into a node pool in shared memory: a node's children with score >= t
 // are a prefix of its sorted row (one search each, in steps of four); a warp scans its
 // nodes' counts, the whole block writes the level's children: two barriers per level.
-// What a launch costs is the chain of dependent steps between barriers, so the searches
-// probe several positions per step and the work after a barrier is spread evenly.
+// What a launch costs is the work between barriers: the longest chain of dependent steps,
+// and the instructions issued by all 16 warps (4 per scheduler); so the searches probe several
+// positions per step, work is spread evenly, and idle lanes are packed into idle warps.
 //
 //   A. one sweep (when K >= N): t starts at the N-th best depth-1 score, a lower bound of the
 //      N-th best score t* (the best N of any set of nodes are no better than the best N of
 //      all). Each level is grown at the current t. When a level would overflow the pool, t
 //      is raised to another lower bound: the N-th best of the pool plus the first few
-//      children of each node of the level (a histogram over their ordered bits gives it, to
-//      a bin). Every node scoring >= t* is then in the pool, stale nodes below t have no
+//      children of each node of the level and their first few children (a histogram over
+//      their ordered bits gives it, to a bin). Every node scoring >= t* is then in the pool, stale nodes below t have no
 //      children, and the N best of the pool are the tree. When the level still overflows
-//      (stale nodes fill the pool), a fresh sweep starts from the bound reached (up to
-//      kTreeSweeps, while the bound rises).
+//      (stale nodes fill the pool), they are compacted away and the level regrown; failing
+//      that, a fresh sweep starts from the bound reached (up to kTreeSweeps, while it rises).
 //   B. otherwise (K < N, or the pool filled up with no progress: many exact ties, very flat
 //      rows): bisection on t over the float's ordered bits, a full grow per probe, until a
 //      set of N_eff..2 N_eff nodes is found (N_eff = min(N, number of paths)); when exact
@@ -41,12 +42,6 @@
 #include "device_compat.cuh"
 #include "ordered_float.cuh"
 #include "tree_build.cuh"
-
-
-
-
-
-
 
 namespace kdtree::kern {
 
@@ -231,7 +226,8 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
   const int warp_kids = lane < warps ? s.warp_total[lane] : 0;
   const int through = warp_inclusive_sum(warp_kids);
   const int total = __shfl_sync(kFullMask, through, warps - 1);
-  const int base = warp > 0 ? __shfl_sync(kFullMask, through, warp > 0 ? warp - 1 : 0) : 0;
+  const int before = __shfl_sync(kFullMask, through, max(warp - 1, 0));
+  const int base = warp > 0 ? before : 0;  // this warp's first child in the next level
   if (le + total > slot_limit) {
     __syncthreads();  // warp_total is rewritten by the next call
     TREE_CLK_END(clk_grow, 9);
@@ -252,7 +248,8 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
 #pragma unroll
     for (int step = warps / 2; step >= 1; step >>= 1)
       if (__shfl_sync(kFullMask, through, w + step - 1) <= at) w += step;
-    const int base_w = __shfl_sync(kFullMask, through, w > 0 ? w - 1 : 0) * (w > 0 ? 1 : 0);
+    const int before_w = __shfl_sync(kFullMask, through, max(w - 1, 0));
+    const int base_w = w > 0 ? before_w : 0;
     if (at >= total) continue;
     // the parent: the last node of that warp's run whose first child is at or before `at`
     const int nb_w = lb + w * per_warp, ne_w = min(le, nb_w + per_warp), local = at - base_w;
@@ -340,10 +337,9 @@ KD_DEVICE void node_preorder(const TreeBuildSmem& s, int i, int* pre_out, int* s
 // >= t, together with (when sample > 0) the first `sample` passing children of each node of
 // level [lb, end) (their counts at t in nkids, from a grow_level at t) and, when sample2 > 0,
 // the first sample2 (<= kTreeSampleGrandchildren) children of each of those (row2: the next
-// depth's row; those scoring >= t),
-// to a histogram bin of their ordered bits (rounded down to the bin's edge). Any set of real
-// nodes gives a valid bound; more of them, a higher one. Returns t itself when the bins cannot
-// tell.
+// depth's row; those scoring >= t), to a histogram bin of their ordered bits (rounded down to
+// the bin's edge). Any set of real nodes gives a valid bound; more of them, a higher one.
+// Returns t itself when the bins cannot tell.
 KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, int n, const float* row = nullptr,
                                 int lb = 0, int sample = 0, const float* row2 = nullptr, int sample2 = 0) {
   TREE_CLK_BEGIN(clk_raise);
@@ -650,8 +646,8 @@ KD_DEVICE int rank_sort_keys(uint64_t* runs, uint64_t key, int count) {
   return rank;
 }
 
-// One block per request. Dynamic shared memory: TreeBuildSmem, then (when `staged`) the
-// request's logp rows [D, min(budget, topk)].
+// One block per request. Dynamic shared memory: TreeBuildSmem, then (when staged) the
+// request's logp rows [D, min(max_budget, topk)].
 // kStaged: the rows are read from shared memory (known at compile time, so the searches use
 // shared-memory loads rather than generic ones, with 32-bit addresses).
 template <bool kStaged>
@@ -746,7 +742,8 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
       TREE_CLK_END(clk_ties, 3);
     }
 
-    // C. candidates (score >= t), keyed ~score, preorder, slot (tokens are fetched at the emit).
+    // C. candidates (score >= t), keyed ~score, preorder, slot (their tokens: loaded during the
+    // rank sort, or at the emit after the bitonic one).
     // A sweep's bound can leave far more candidates than n: the pool holds every node >= t*,
     // so its n-th best is t*, and a histogram gets t to within a bin of it (a smaller sort).
     KD_PHASE("order");
