@@ -340,6 +340,10 @@ void bench_topk(const Case& c, Env& env, Record& r) {
                                    reps_of(c, env, 30));
   put_timing(r, t);
   r.num("logits_gbps", 4.0 * rows * static_cast<double>(vocab) / t.median / 1e6);
+  int threads = 0, blocks_per_sm = 0;
+  check(topk_logprobs_occupancy(p, &threads, &blocks_per_sm));
+  r.integer("threads", threads);
+  r.integer("blocks_per_sm", blocks_per_sm);
 }
 
 // ---- tree_build (and the reference heap on one CPU core) ---------------------------------------

@@ -61,6 +61,23 @@ KernelResult allow_dynamic_smem(const void* kernel, size_t bytes, const char* wh
   return KernelResult::success();
 }
 
+KernelResult prefer_shared_carveout(const void* kernel, const char* what) {
+  static std::unordered_map<const void*, std::unordered_map<int, bool>> done;  // (kernel, device) -> set
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return cuda_failure(std::string(what) + ": reading the current device", err);
+  std::lock_guard<std::mutex> hold(cache_lock());
+  bool& set = done[kernel][dev];
+  if (set) return KernelResult::success();
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // not a sticky error
+    return cuda_failure(std::string(what) + ": asking for the largest shared-memory carveout", err);
+  }
+  set = true;
+  return KernelResult::success();
+}
+
 KernelResult launch_status(const char* what) {
   const cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) return KernelResult::success();

@@ -26,6 +26,11 @@ KernelResult current_device_limits(DeviceLimits* out);
 // `what` names the kernel in the error.
 KernelResult allow_dynamic_smem(const void* kernel, size_t bytes, const char* what);
 
+// Ask for the largest shared-memory carveout for `kernel` (cudaFuncSetAttribute, once per
+// device and kernel): kernels whose occupancy is set by shared memory and that stream their
+// inputs past L1 would otherwise depend on the driver's choice of split.
+KernelResult prefer_shared_carveout(const void* kernel, const char* what);
+
 // cudaGetLastError after a launch, as a KernelResult naming `what`.
 KernelResult launch_status(const char* what);
 

@@ -3,12 +3,17 @@
 // id asc) order with their log-probabilities, formed like python_engine/ddtree/topk.py:
 // lse = max + log(sum exp(x - max)) in float64, logp = float32(x - lse).
 //
-// One block per row, several rows per SM, ONE read of the logits:
-//   1. scan: each thread streams a float4 per step; it keeps an online (max, sum of exp) in
-//      float64 (exp_f64.cuh) and appends the logits above the current threshold to a
-//      candidate buffer in shared memory. When a step could overflow the buffer, the block
-//      keeps the K largest (logit, lower id first) and raises the threshold to the K-th.
-//      In a row in random order only ~K ln(V/K) logits ever pass.
+// One block per row (128, 256 or 512 threads: the plan takes more threads per row when there
+// are fewer rows than SMs), ONE read of the logits:
+//   1. scan: each thread loads four float4 per step (the next step's are in flight while this
+//      one computes). Per step it takes the float32 max of its 16 logits, moves its float64
+//      sums' power-of-two reference when the max rose (rare), then adds e^x 2^-mk of each
+//      logit, clamped from below so the exp needs no range check (exp_f64.cuh; interleaved
+//      table copies keep bank conflicts low). The step's max also decides, once per 16
+//      logits, whether any logit beats the candidate threshold; those that do are appended
+//      to a candidate buffer in shared memory. When the buffer is full, the block keeps the K largest (logit, lower id
+//      first), raises the threshold to the K-th and appends what did not fit. In a row in
+//      random order only ~K ln(V/K) logits ever pass.
 //   2. lse from the threads' partial sums; every candidate becomes its float32 log-
 //      probability, and the K largest by (logp, lower id first) are selected.
 //   3. float32 rounding can give neighbouring logits the same logp, and the reference then
@@ -29,58 +34,114 @@
 
 namespace kdtree::kern {
 
-constexpr int kTopkThreads = 256;
-constexpr int kTopkWarps = kTopkThreads / kWarpSize;
-constexpr int kTopkChunk = 4 * kTopkThreads;  // logits per scan step: one float4 per thread
-constexpr int kTopkBlocksPerSM = 4;           // rows resident per SM (caps registers at 64)
+constexpr int kTopkThreadsPerSM = 512;     // threads x resident blocks per SM: caps registers at 128
+constexpr int kTopkMinThreads = 128;       // block sizes: 128 (many rows), 256, 512 (few rows)
+constexpr int kTopkMaxThreads = 512;
+constexpr int kTopkVecs = 4;               // float4 loads per thread per step, issued together
+constexpr int kTopkPerThread = 4 * kTopkVecs;  // logits per thread per step
+constexpr int kTopkSlack = 2048;           // candidate slots beyond the K kept: appends between compactions
+constexpr int kTopkExpBits = 8;            // the exp's 256-entry table: one float64 operation fewer than 64
+constexpr int kTopkTableCopies = 8;        // interleaved copies: a half-warp's 8-byte reads at most 2-way conflicted
+constexpr int kTopkTableShift = 6;         // entry j's copies start at byte j << 6 (8 copies x 8 bytes)
+static_assert((1 << kTopkTableShift) == kTopkTableCopies * static_cast<int>(sizeof(double)), "table layout");
+// The scan's exp sums: while a thread's max m has |m| < kTopkFastMaxAbs, it sums e^x 2^-mk with
+// mk = floor(m / ln2) (a power-of-two reference: no x - m per logit, exact rescales), the
+// exp's q ln2/256 staying exact (|q| < 2^21). Logits more than kTopkClampBelowMax below m are
+// raised to m - kTopkClampBelowMax first: their terms (< e^-640 of the max's) vanish in a
+// float64 sum that holds the max's, and the exp needs no range check. Otherwise (absurd
+// logits) the sum is of e^(x - m) with the range-checked exp.
+constexpr float kTopkFastMaxAbs = 4096.0f;
+constexpr float kTopkClampBelowMax = 672.0f;
+constexpr double kTopkInvLn2 = 0x1.71547652b82fep+0;
+constexpr double kTopkLn2Hi = 0x1.62e42feep-1;          // mk * it is exact for |mk| < 2^21
+constexpr double kTopkLn2Lo = 0x1.a39ef35793c76p-33;    // ln2 - kTopkLn2Hi
 
-// Candidate slots: the K kept (rounded up so the sort keys that reuse the slack stay 8-byte
-// aligned), one step's worth of new candidates and one more step of slack.
+// Candidate slots: the K kept (rounded up to a warp) and the slack.
 KD_HOST_DEVICE constexpr int topk_kept_slots(int k) { return round_up(k, kWarpSize); }
-KD_HOST_DEVICE constexpr int topk_capacity(int k) { return topk_kept_slots(k) + 2 * kTopkChunk; }
+KD_HOST_DEVICE constexpr int topk_capacity(int k) { return topk_kept_slots(k) + kTopkSlack; }
 KD_HOST_DEVICE constexpr size_t topk_smem_bytes(int k) { return static_cast<size_t>(topk_capacity(k)) * 2 * sizeof(uint32_t); }
-static_assert(2 * kTopkChunk >= kTreeMaxNodes, "the sort keys of K winners fit in the buffer's slack");
+// The final sort reuses the buffer: its keys (8 bytes each, a power of two < 2K) must fit.
+static_assert(2 * kTreeMaxNodes <= kTopkSlack, "the sort keys of K winners fit in the candidate buffer");
+static_assert(kTreeMaxNodes <= kTopkMinThreads * 8, "the K winners fit in 8 registers per thread before the sort");
 
+template <int Threads>
 struct TopkShared {
-  double exp_table[kExp2TableSize];
+  double exp_table[kExp2FineTableSize * kTopkTableCopies];  // exp2_table_preshifted<8>(j), copy c at [j * copies + c]
   SelectScratch select;
   BlockScratch<double> dsum;
   BlockScratch<float> fmax;
-  int count;                 // candidates in the buffer
-  int eq_warp[kTopkWarps];   // re-read: tied logits per warp in this chunk
+  int count;                        // candidates in the buffer (may pass capacity while appending)
+  uint32_t drop_key;                // largest ordered key a scan compaction removed (0: none)
+  uint64_t eq_warp[Threads / kWarpSize];  // re-read: tied logits per warp in this chunk (4 packed counts)
 };
 
 KD_DEVICE float logp_of(float x, double lse) { return static_cast<float>(static_cast<double>(x) - lse); }
 
 // Keep the buffer entries for which keep(value) holds, packed to the front in any order;
-// s.count becomes their number. The buffer is walked in chunks of one entry per thread: a
-// chunk's kept entries land below its end, so no unread entry is overwritten.
-template <class Keep>
-KD_DEVICE void topk_keep_if(TopkShared& s, uint32_t* keys, uint32_t* rids, int n, Keep keep) {
+// s.count becomes their number. The buffer is walked in chunks of kTopkKeepPerThread entries
+// per thread, one barrier each: a chunk's kept entries land below its end, so no unread entry
+// is overwritten.
+constexpr int kTopkKeepPerThread = 4;
+constexpr int kTopkRereadPer = 4;  // re-read: logits per thread per chunk (four 16-bit counts fit 64 bits)
+static_assert(kTopkRereadPer * 16 <= 64 && kTopkMaxThreads < (1 << 16), "packed per-j tie counts");
+// TrackDropped: also raise s.drop_key to the largest key not kept.
+template <bool TrackDropped = false, int Threads, class Keep>
+KD_DEVICE void topk_keep_if(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, int n, Keep keep) {
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
+  uint32_t dropped_max = 0;
   if (tid == 0) s.count = 0;
-  for (int base = 0; base < n; base += kTopkThreads) {
-    const int i = base + tid;
-    const uint32_t k = i < n ? keys[i] : 0u, r = i < n ? rids[i] : 0u;
-    const bool w = i < n && keep((static_cast<uint64_t>(k) << 32) | r);
+  for (int base = 0; base < n; base += kTopkKeepPerThread * Threads) {
+    uint32_t k[kTopkKeepPerThread], r[kTopkKeepPerThread];
+    bool w[kTopkKeepPerThread];
+#pragma unroll
+    for (int j = 0; j < kTopkKeepPerThread; ++j) {
+      const int i = base + j * Threads + tid;
+      k[j] = i < n ? keys[i] : 0u;
+      r[j] = i < n ? rids[i] : 0u;
+      w[j] = i < n && keep((static_cast<uint64_t>(k[j]) << 32) | r[j]);
+      if (TrackDropped && i < n && !w[j]) dropped_max = k[j] > dropped_max ? k[j] : dropped_max;
+    }
     __syncthreads();  // the chunk is read (and, the first time, the count reset)
-    const unsigned ballot = __ballot_sync(kFullMask, w);
-    if (ballot != 0) {  // warp-uniform
-      int slot = 0;
-      if (lane == 0) slot = atomicAdd(&s.count, __popc(ballot));
-      slot = __shfl_sync(kFullMask, slot, 0) + __popc(ballot & ((1u << lane) - 1u));
-      if (w) {
-        keys[slot] = k;
-        rids[slot] = r;
+#pragma unroll
+    for (int j = 0; j < kTopkKeepPerThread; ++j) {
+      const unsigned ballot = __ballot_sync(kFullMask, w[j]);
+      if (ballot != 0) {  // warp-uniform
+        int slot = 0;
+        if (lane == 0) slot = atomicAdd(&s.count, __popc(ballot));
+        slot = __shfl_sync(kFullMask, slot, 0) + __popc(ballot & ((1u << lane) - 1u));
+        if (w[j]) {
+          keys[slot] = k[j];
+          rids[slot] = r[j];
+        }
       }
     }
+  }
+  if constexpr (TrackDropped) {
+    dropped_max = warp_max(dropped_max);
+    if (lane == 0 && dropped_max != 0) atomicMax(&s.drop_key, dropped_max);
   }
   __syncthreads();
 }
 
-template <bool Vec4>
-__global__ void __launch_bounds__(kTopkThreads, kTopkBlocksPerSM) topk_logprobs_kernel(const TopkLogprobsParams p) {
-  __shared__ TopkShared s;
+// v[k] for a k known only at run time, without local memory: a tree of selects on k's bits.
+KD_DEVICE float topk_pick(const float (&v)[kTopkPerThread], int k) {
+  static_assert(kTopkPerThread == 16, "four levels of selects");
+  float a[8], b[4], c[2];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) a[j] = (k & 1) ? v[2 * j + 1] : v[2 * j];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) b[j] = (k & 2) ? a[2 * j + 1] : a[2 * j];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) c[j] = (k & 4) ? b[2 * j + 1] : b[2 * j];
+  return (k & 8) ? c[1] : c[0];
+}
+
+template <bool Vec4, int Threads>
+__global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_logprobs_kernel(const TopkLogprobsParams p) {
+  static_assert(Threads >= kTopkMinThreads && Threads <= kTopkMaxThreads && Threads % kWarpSize == 0, "block size");
+  constexpr int kWarps = Threads / kWarpSize;
+  constexpr int kChunk = kTopkPerThread * Threads;  // logits per step
+  __shared__ TopkShared<Threads> s;
   KD_DYNAMIC_SMEM(uint32_t, buf);
   const int K = p.k, V = p.vocab;
   const int capacity = topk_capacity(K);
@@ -89,131 +150,263 @@ __global__ void __launch_bounds__(kTopkThreads, kTopkBlocksPerSM) topk_logprobs_
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
   const float* x = p.logits + static_cast<int64_t>(blockIdx.x) * V;
 
-  if (tid < kExp2TableSize) s.exp_table[tid] = kExp2Table[tid];
-  if (tid == 0) s.count = 0;
+  for (int i = tid; i < kExp2FineTableSize * kTopkTableCopies; i += Threads)
+    s.exp_table[i] = exp2_table_preshifted<kTopkExpBits>(i / kTopkTableCopies);
+  if (tid == 0) {
+    s.count = 0;
+    s.drop_key = 0;
+  }
   __syncthreads();
+  const double* table = s.exp_table;
+  const int lane_bytes = (lane % kTopkTableCopies) * static_cast<int>(sizeof(double));  // this lane's copy
 
   // 1. the scan
-  float m = -INFINITY;  // running max of this thread's logits
-  double sum = 0.0;     // sum of exp(x - m) over them
-  uint32_t thr = 0;     // candidates need an ordered key above it (0: every logit passes)
-  bool dropped = false; // whether a compaction has dropped candidates (block-uniform)
-  const int steps = ceil_div(V, kTopkChunk);
-  auto index = [&](int step, int e) { return step * kTopkChunk + (Vec4 ? 4 * tid + e : tid + e * kTopkThreads); };
-  auto load = [&](int step, float (&v)[4]) {
-    if constexpr (Vec4) {
-      const int i = index(step, 0);  // V % 4 == 0: a float4 is all in or all out
-      const float4 f = i < V ? load_streaming(reinterpret_cast<const float4*>(x + i))
-                             : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-      v[0] = f.x;
-      v[1] = f.y;
-      v[2] = f.z;
-      v[3] = f.w;
-    } else {
+  float m = -INFINITY;            // running max of this thread's logits
+  double sum[kTopkVecs] = {};     // sums of e^x 2^-mk while |m| < kTopkFastMaxAbs (several: shorter chains)
+  int mk = 0;                     // their power-of-two reference
+  bool fast = false;              // |m| < kTopkFastMaxAbs now
+  bool had_fast = false;          // sum[] holds terms
+  float lo = -INFINITY;           // logits below it are raised to it (m - kTopkClampBelowMax)
+  double slow = 0.0;              // sum of e^(x - slow_ref) over the logits met while m was outside
+  float slow_ref = -INFINITY;     //   (m only rises: it is in the fast range over one stretch)
+  float thr = NAN;                // candidates need a logit above it (NaN: every logit passes)
+  float drop = -INFINITY;         // the largest of this thread's logits left out of the buffer
+  bool dropped = false;           // whether a compaction has dropped candidates (block-uniform)
+  const int steps = ceil_div(V, kChunk);
+  // element k of this thread's 16 in a step: float4 (k / 4) is coalesced across the block
+  auto index = [&](int step, int k) {
+    return step * kChunk + (Vec4 ? ((k / 4) * Threads + tid) * 4 + k % 4 : k * Threads + tid);
+  };
+  auto load = [&](int step, float (&v)[kTopkPerThread]) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = index(step, e);
-        v[e] = i < V ? x[i] : -INFINITY;
+    for (int u = 0; u < kTopkVecs; ++u) {
+      if constexpr (Vec4) {
+        const int i = index(step, 4 * u);  // V % 4 == 0: a float4 is all in or all out
+        const float4 f = i < V ? load_streaming(reinterpret_cast<const float4*>(x + i))
+                               : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+        v[4 * u] = f.x;
+        v[4 * u + 1] = f.y;
+        v[4 * u + 2] = f.z;
+        v[4 * u + 3] = f.w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = index(step, 4 * u + e);
+          v[4 * u + e] = i < V ? x[i] : -INFINITY;
+        }
       }
     }
   };
-  float next[4];
+  // Append this thread's logits flagged in `pass` (a warp-uniform call); returns those that
+  // did not fit in the buffer.
+  auto append = [&](unsigned pass, int step, const float (&v)[kTopkPerThread]) {
+    const int c = __popc(pass);
+    const int incl = warp_inclusive_sum(c);
+    int base = 0;
+    if (lane == kWarpSize - 1 && incl > 0) base = atomicAdd(&s.count, incl);
+    int slot = __shfl_sync(kFullMask, base, kWarpSize - 1) + incl - c;
+    unsigned left = 0;
+    // walk the set bits only: past the first steps a thread rarely has more than one
+    for (unsigned bits = pass; bits != 0; bits &= bits - 1) {
+      const int k = __ffs(static_cast<int>(bits)) - 1;
+      if (slot < capacity) {
+        keys[slot] = float_to_ordered(topk_pick(v, k));
+        rids[slot] = ~static_cast<uint32_t>(index(step, k));
+      } else {
+        left |= 1u << k;
+      }
+      ++slot;
+    }
+    return left;
+  };
+
+  float next[kTopkPerThread];
   load(0, next);
   for (int step = 0; step < steps; ++step) {
-    float cur[4];
+    float v[kTopkPerThread];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) cur[e] = next[e];
+    for (int k = 0; k < kTopkPerThread; ++k) v[k] = next[k];
     if (step + 1 < steps) load(step + 1, next);  // in flight while this step computes
-    unsigned pass = 0;
+
+    float vmax = v[0];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      if (index(step, e) >= V) continue;
-      const float v = cur[e];
-      if (v > m) {  // rare after the first steps
-        sum = sum * exp_nonpositive(static_cast<double>(m) - v, s.exp_table) + 1.0;
-        m = v;
-      } else {  // -inf - -inf is NaN, which exp_nonpositive takes as 0
-        sum += exp_nonpositive(static_cast<double>(v) - m, s.exp_table);
-      }
-      if (float_to_ordered(v) > thr) pass |= 1u << e;
-    }
-    const int c = __popc(pass);
-    int full = 0;
-    if (__any_sync(kFullMask, c != 0)) {
-      const int incl = warp_inclusive_sum(c);
-      int base = 0;
-      if (lane == kWarpSize - 1) base = atomicAdd(&s.count, incl);
-      base = __shfl_sync(kFullMask, base, kWarpSize - 1);
-      int slot = base + incl - c;
+    for (int k = 1; k < kTopkPerThread; ++k) vmax = fmaxf(vmax, v[k]);
+    if (vmax > m) {  // rare after the first steps
+      m = vmax;
+      fast = fabsf(m) < kTopkFastMaxAbs;
+      if (fast) {
+        const int mk_new = static_cast<int>(floor(static_cast<double>(m) * kTopkInvLn2));
+        if (had_fast) {  // 2^(mk - mk_new) <= 1 rescales the sums (0 below float64's range)
+          const int e = mk - mk_new + 1023;  // its biased exponent
+          const double f = e > 0 ? __hiloint2double(e << kExponentShift, 0) : 0.0;
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if ((pass >> e) & 1u) {
-          keys[slot] = float_to_ordered(cur[e]);
-          rids[slot] = ~static_cast<uint32_t>(index(step, e));
-          ++slot;
+          for (int u = 0; u < kTopkVecs; ++u) sum[u] *= f;
         }
-      // the last warp to append sees the step's final count
-      if (lane == kWarpSize - 1) full = base + incl > capacity - kTopkChunk;
+        mk = mk_new;
+        had_fast = true;
+        lo = m - kTopkClampBelowMax;
+      } else {
+        slow *= exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - m, table, lane_bytes);
+        slow_ref = m;
+      }
     }
-    if (__syncthreads_or(full)) {  // the next step could overflow: keep the K largest
-      const int n = s.count;
+    if (fast) {
+      const uint32_t power = static_cast<uint32_t>(-mk) << kExponentShift;  // the 2^-mk
+#pragma unroll
+      for (int k = 0; k < kTopkPerThread; ++k)
+        sum[k / 4] += exp_nonpositive_in_range<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(fmaxf(v[k], lo)), table,
+                                                                                    lane_bytes, power);
+    } else if (m > -INFINITY) {  // else every logit so far is -inf: nothing to add
+      const double md = m;
+#pragma unroll
+      for (int k = 0; k < kTopkPerThread; ++k)
+        slow += exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(v[k]) - md, table, lane_bytes);
+    }
+
+    // candidates: one test per 16 logits decides whether any of them passes
+    unsigned left = 0;
+    const bool any = !(vmax <= thr);
+    if (!any) drop = fmaxf(drop, vmax);  // all 16 stay out
+    if (__any_sync(kFullMask, any)) {
+      unsigned pass = 0;
+      if (any) {
+#pragma unroll
+        for (int k = 0; k < kTopkPerThread; ++k) {
+          const bool p = !(v[k] <= thr);
+          pass |= static_cast<unsigned>(p) << k;
+          drop = fmaxf(drop, p ? -INFINITY : v[k]);
+        }
+        // logits past the row (-inf) pass only while thr is NaN
+        if ((step + 1) * kChunk > V) {
+#pragma unroll
+          for (int k = 0; k < kTopkPerThread; ++k)
+            if (index(step, k) >= V) pass &= ~(1u << k);
+        }
+      }
+      left = append(pass, step, v);
+    }
+    while (__syncthreads_or(left != 0)) {  // the buffer is full: keep the K largest
+      const int n = capacity;  // every slot below capacity was written
       const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select);
-      topk_keep_if(s, keys, rids, n, [kth](uint64_t v) { return v >= kth; });
-      thr = static_cast<uint32_t>(kth >> 32);
+      topk_keep_if<true>(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; });
+      thr = ordered_to_float(static_cast<uint32_t>(kth >> 32));
       dropped = true;
+      unsigned pass = 0;
+#pragma unroll
+      for (int k = 0; k < kTopkPerThread; ++k)
+        if ((left >> k) & 1u) {
+          if (v[k] > thr) pass |= 1u << k;
+          else drop = fmaxf(drop, v[k]);
+        }
+      left = 0;
+      if (__any_sync(kFullMask, pass != 0)) left = append(pass, step, v);
     }
   }
 
   // 2. lse, candidates' log-probabilities, the K-th by (logp, lower id first)
   const float row_max = block_max(m, -INFINITY, s.fmax);
-  const double mine = m == -INFINITY ? 0.0 : sum * exp_nonpositive(static_cast<double>(m) - row_max, s.exp_table);
+  double mine = 0.0;  // this thread's sum of e^(x - row_max)
+  if (had_fast) {
+    // e^(mk ln2 - row_max): the difference formed exactly (mk ln2 <= m <= row_max, up to rounding of the floor)
+    const double delta = fma(static_cast<double>(mk), kTopkLn2Lo, fma(static_cast<double>(mk), kTopkLn2Hi, -static_cast<double>(row_max)));
+    double fsum = 0.0;
+#pragma unroll
+    for (int u = 0; u < kTopkVecs; ++u) fsum += sum[u];
+    mine = fsum * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(delta, table, lane_bytes);
+  }
+  if (slow_ref > -INFINITY)
+    mine += slow * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - row_max, table, lane_bytes);
   const double lse = static_cast<double>(row_max) + log(block_sum(mine, s.dsum));
-  const int n = s.count;  // >= K: every logit passes until K are held
-  for (int i = tid; i < n; i += kTopkThreads) keys[i] = float_to_ordered(logp_of(ordered_to_float(keys[i]), lse));
+  const int n = s.count;  // >= K: every logit passes until K are held; < capacity: no overflow is left
+  for (int i = tid; i < n; i += Threads) keys[i] = float_to_ordered(logp_of(ordered_to_float(keys[i]), lse));
   __syncthreads();
   const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select);
   const uint32_t kth_logp = static_cast<uint32_t>(kth >> 32);
 
-  // 3. could a dropped logit share the K-th's logp? (they are all <= thr)
-  const bool reread = dropped && float_to_ordered(logp_of(ordered_to_float(thr), lse)) >= kth_logp;
+  // 3. could a dropped logit share the K-th's logp? The largest one tells (dropped logits
+  // are all <= thr, but after a late compaction thr can still be the row's K-th: bounding by
+  // thr sent ~1% of random rows to the re-read)
+  float drop_max = block_max(drop, -INFINITY, s.fmax);
+  if (s.drop_key != 0) drop_max = fmaxf(drop_max, ordered_to_float(s.drop_key));
+  const bool reread = dropped && float_to_ordered(logp_of(drop_max, lse)) >= kth_logp;
   if (!reread) {
-    topk_keep_if(s, keys, rids, n, [kth](uint64_t v) { return v >= kth; });
+    topk_keep_if(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; });
   } else {
     // keep everything above the K-th's logp, then take its group's lowest ids from the row
-    topk_keep_if(s, keys, rids, n, [kth_logp](uint64_t v) { return static_cast<uint32_t>(v >> 32) > kth_logp; });
+    topk_keep_if(s, keys, rids, n, [kth_logp](uint64_t val) { return static_cast<uint32_t>(val >> 32) > kth_logp; });
     const int above = s.count;
     const int need = K - above;
+    // The row in chunks of kTopkRereadPer x Threads logits, element j of a thread at
+    // base + j * Threads + tid (coalesced; the next chunk's loads in flight). A tie's rank in
+    // id order is the ties of the chunk's earlier j, plus those of earlier threads at the same
+    // j (one block scan of the four 16-bit counts packed in 64 bits), plus the earlier chunks'.
+    constexpr int kStride = kTopkRereadPer * Threads;
+    auto load_r = [&](int base, float (&v)[kTopkRereadPer]) {
+#pragma unroll
+      for (int j = 0; j < kTopkRereadPer; ++j) {
+        const int i = base + j * Threads + tid;
+        v[j] = i < V ? x[i] : -INFINITY;
+      }
+    };
+    float nxt[kTopkRereadPer];
+    load_r(0, nxt);
     int seen = 0;  // tied logits met so far (block-uniform)
-    for (int base = 0; base < V && seen < need; base += kTopkThreads) {
-      const int i = base + tid;
-      const bool eq = i < V && float_to_ordered(logp_of(x[i], lse)) == kth_logp;
-      const unsigned ballot = __ballot_sync(kFullMask, eq);
-      if (lane == 0) s.eq_warp[warp] = __popc(ballot);
+    for (int base = 0; base < V && seen < need; base += kStride) {
+      float v[kTopkRereadPer];
+#pragma unroll
+      for (int j = 0; j < kTopkRereadPer; ++j) v[j] = nxt[j];
+      if (base + kStride < V) load_r(base + kStride, nxt);
+      uint64_t packed = 0;  // 16 bits per j: this thread's tie (0 or 1)
+      bool eq[kTopkRereadPer];
+#pragma unroll
+      for (int j = 0; j < kTopkRereadPer; ++j) {
+        eq[j] = base + j * Threads + tid < V && float_to_ordered(logp_of(v[j], lse)) == kth_logp;
+        packed |= static_cast<uint64_t>(eq[j]) << (16 * j);
+      }
+      const uint64_t incl = warp_inclusive_sum(packed);
+      if (lane == kWarpSize - 1) s.eq_warp[warp] = incl;
       __syncthreads();
-      int before = seen, chunk = 0;
-      for (int w = 0; w < kTopkWarps; ++w) {
+      uint64_t before = incl - packed, chunk = 0;
+      for (int w = 0; w < kWarps; ++w) {
         if (w < warp) before += s.eq_warp[w];
         chunk += s.eq_warp[w];
       }
-      const int rank = before + __popc(ballot & ((1u << lane) - 1u));
-      if (eq && rank < need) {
-        keys[above + rank] = kth_logp;
-        rids[above + rank] = ~static_cast<uint32_t>(i);
+      int earlier = seen;  // ties at smaller j in this chunk, and in earlier chunks
+#pragma unroll
+      for (int j = 0; j < kTopkRereadPer; ++j) {
+        const int rank = earlier + static_cast<int>((before >> (16 * j)) & 0xffffu);
+        if (eq[j] && rank < need) {
+          keys[above + rank] = kth_logp;
+          rids[above + rank] = ~static_cast<uint32_t>(base + j * Threads + tid);
+        }
+        earlier += static_cast<int>((chunk >> (16 * j)) & 0xffffu);
       }
-      seen += chunk;
+      seen = earlier;
       __syncthreads();  // eq_warp is rewritten by the next chunk
     }
   }
 
-  // 4. sort the K winners (ascending ~(logp, rid) = the wanted order) in the buffer's slack
-  uint64_t* order = reinterpret_cast<uint64_t*>(keys + topk_kept_slots(K));
+  // 4. sort the K winners (ascending ~(logp, rid) = the wanted order) at the buffer's start:
+  // read them into registers first, as the sort keys overwrite them
+  constexpr int kWinnersPerThread = ceil_div(kTreeMaxNodes, Threads);
+  uint64_t mine_w[kWinnersPerThread];
+#pragma unroll
+  for (int j = 0; j < kWinnersPerThread; ++j) {
+    const int i = j * Threads + tid;
+    mine_w[j] = i < K ? ~((static_cast<uint64_t>(keys[i]) << 32) | rids[i]) : ~uint64_t{0};
+  }
+  __syncthreads();
+  uint64_t* order = reinterpret_cast<uint64_t*>(buf);
   const int sort_n = block_sort_length(K);
-  for (int i = tid; i < sort_n; i += kTopkThreads)
-    order[i] = i < K ? ~((static_cast<uint64_t>(keys[i]) << 32) | rids[i]) : ~uint64_t{0};
+#pragma unroll
+  for (int j = 0; j < kWinnersPerThread; ++j) {
+    const int i = j * Threads + tid;
+    if (i < sort_n) order[i] = mine_w[j];
+  }
   __syncthreads();
   block_sort_ascending(order, sort_n);
   const int64_t out0 = static_cast<int64_t>(blockIdx.x) * K;
-  for (int i = tid; i < K; i += kTopkThreads) {
+  for (int i = tid; i < K; i += Threads) {
     const uint64_t v = ~order[i];
     p.logp[out0 + i] = ordered_to_float(static_cast<uint32_t>(v >> 32));
     p.tok[out0 + i] = static_cast<int32_t>(~static_cast<uint32_t>(v));

@@ -18,11 +18,10 @@ KernelResult tree_build(const TreeBuildParams& p, cudaStream_t stream) {
   if (KernelResult r = current_device_limits(&dev); !r.ok()) return r;
   TreeBuildPlan plan;
   if (KernelResult r = make_tree_build_plan(p, static_cast<size_t>(dev.smem_optin), &plan); !r.ok()) return r;
-  if (KernelResult r = allow_dynamic_smem(reinterpret_cast<const void*>(kern::tree_build_kernel), plan.smem_bytes,
-                                          "tree_build");
-      !r.ok())
+  auto* kernel = kern::tree_build_kernel_for(plan.staged);
+  if (KernelResult r = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), plan.smem_bytes, "tree_build"); !r.ok())
     return r;
-  KD_LAUNCH(kern::tree_build_kernel, plan.blocks, plan.threads, plan.smem_bytes, stream, p, plan.staged);
+  KD_LAUNCH(kernel, plan.blocks, plan.threads, plan.smem_bytes, stream, p);
   return launch_status("tree_build_kernel launch");
 }
 
@@ -31,13 +30,35 @@ KernelResult topk_logprobs(const TopkLogprobsParams& p, cudaStream_t stream) {
   if (KernelResult r = check_topk_logprobs_params(p); !r.ok()) return r;
   if (KernelResult r = current_device_limits(&dev); !r.ok()) return r;
   TopkLogprobsPlan plan;
-  if (KernelResult r = make_topk_logprobs_plan(p, static_cast<size_t>(dev.smem_optin), &plan); !r.ok()) return r;
-  auto* kernel = plan.vec4 ? kern::topk_logprobs_kernel<true> : kern::topk_logprobs_kernel<false>;
+  if (KernelResult r = make_topk_logprobs_plan(p, static_cast<size_t>(dev.smem_optin), dev.sms, &plan); !r.ok()) return r;
+  const TopkLogprobsKernel kernel = topk_logprobs_kernel_for(plan);
   if (KernelResult r = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), plan.smem_bytes, "topk_logprobs");
       !r.ok())
     return r;
+  // the plan counts on kTopkThreadsPerSM / threads resident blocks, which needs ~150 KB of
+  // shared memory per SM (exp table + candidate buffer per block)
+  if (KernelResult r = prefer_shared_carveout(reinterpret_cast<const void*>(kernel), "topk_logprobs"); !r.ok()) return r;
   KD_LAUNCH(kernel, plan.blocks, plan.threads, plan.smem_bytes, stream, p);
   return launch_status("topk_logprobs_kernel launch");
+}
+
+KernelResult topk_logprobs_occupancy(const TopkLogprobsParams& p, int* threads, int* blocks_per_sm) {
+  DeviceLimits dev;
+  if (KernelResult r = current_device_limits(&dev); !r.ok()) return r;
+  TopkLogprobsPlan plan;
+  if (KernelResult r = make_topk_logprobs_plan(p, static_cast<size_t>(dev.smem_optin), dev.sms, &plan); !r.ok()) return r;
+  const TopkLogprobsKernel kernel = topk_logprobs_kernel_for(plan);
+  if (KernelResult r = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), plan.smem_bytes, "topk_logprobs");
+      !r.ok())
+    return r;
+  if (KernelResult r = prefer_shared_carveout(reinterpret_cast<const void*>(kernel), "topk_logprobs"); !r.ok()) return r;
+  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, kernel, plan.threads, plan.smem_bytes);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return KernelResult::cuda(std::string("topk_logprobs: occupancy query: ") + cudaGetErrorString(err));
+  }
+  *threads = plan.threads;
+  return KernelResult::success();
 }
 
 }  // namespace kdtree

@@ -68,6 +68,8 @@ size_t tree_build_smem_bytes(int depth, int topk, int max_budget);
 // and launches nothing.
 KernelResult tree_build(const TreeBuildParams& p, cudaStream_t stream);
 KernelResult topk_logprobs(const TopkLogprobsParams& p, cudaStream_t stream);
+// The block size topk_logprobs takes for `p` and how many such blocks an SM holds (for the bench).
+KernelResult topk_logprobs_occupancy(const TopkLogprobsParams& p, int* threads, int* blocks_per_sm);
 
 // The argument checks of the launchers (also used by the CPU-emulated tests).
 inline KernelResult check_tree_build_params(const TreeBuildParams& p) {

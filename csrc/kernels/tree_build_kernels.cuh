@@ -3,17 +3,21 @@
 // The tree is the first N nodes of the total order (score desc, rank path asc), and every
 // set {score >= t} is closed under parents (logp <= 0). One block per request grows such a
 // set level by level into a node pool in shared memory: a node's children with score >= t
-// are a prefix of its sorted row (one binary search each); a warp scans its nodes' counts
-// and writes their children, so a level costs two barriers.
+// are a prefix of its sorted row (one search each, in steps of four); a warp scans its
+// nodes' counts, the whole block writes the level's children: two barriers per level.
+// What a launch costs is the work between barriers: the longest chain of dependent steps,
+// and the instructions issued by all 16 warps (4 per scheduler); so the searches probe several
+// positions per step, work is spread evenly, and idle lanes are packed into idle warps.
 //
 //   A. one sweep (when K >= N): t starts at the N-th best depth-1 score, a lower bound of the
 //      N-th best score t* (the best N of any set of nodes are no better than the best N of
 //      all). Each level is grown at the current t. When a level would overflow the pool, t
 //      is raised to another lower bound: the N-th best of the pool plus the first few
-//      children of each node of the level (a histogram over their ordered bits gives it, to
-//      a bin). Every node scoring >= t* is then in the pool, stale nodes below t have no
-//      children, and the N best of the pool are the tree. When stale nodes fill the pool, a
-//      second sweep starts from the best bound reached.
+//      children of each node of the level and their first few children (a histogram over
+//      their ordered bits gives it, to a bin). Every node scoring >= t* is then in the pool, stale nodes below t have no
+//      children, and the N best of the pool are the tree. When the level still overflows
+//      (stale nodes fill the pool), they are compacted away and the level regrown; failing
+//      that, a fresh sweep starts from the bound reached (up to kTreeSweeps, while it rises).
 //   B. otherwise (K < N, or the pool filled up with no progress: many exact ties, very flat
 //      rows): bisection on t over the float's ordered bits, a full grow per probe, until a
 //      set of N_eff..2 N_eff nodes is found (N_eff = min(N, number of paths)); when exact
@@ -24,10 +28,12 @@
 //      tree as complete subtrees of known size, in rank-path order strict node by strict
 //      node in post-order.
 //   C. order: the candidates (score >= the final t, narrowed to ~N by a histogram after A)
-//      sorted by (score desc, preorder = rank-path order), a register/shuffle bitonic
-//      network; the first ones (then the tied nodes, in preorder) are the tree. Preorder comes from the level layout without a
-//      pass per level: see node_preorder. Rows and bit-packed visibility written, one
-//      thread per row.
+//      sorted by (score desc, preorder = rank-path order): up to 512, a rank sort (warp-sorted
+//      runs, then each key's rank by searches in every run), beyond, a register/shuffle
+//      bitonic network; the first ones (then the tied nodes, in preorder) are the tree.
+//      Preorder comes from the level layout without a pass per level: see node_preorder.
+//      Rows written one thread per row; the bit-packed visibility rows built in shared
+//      memory, then copied out contiguously.
 // Scores: __fadd_rn in depth order, bit-exact with python_engine/ddtree.
 #pragma once
 
@@ -39,6 +45,46 @@
 
 namespace kdtree::kern {
 
+// Per-phase cycle counts on the GPU (a measuring build only: -DKD_TREE_PHASE_CLOCKS, e.g.
+// through NVCC_APPEND_FLAGS): thread 0 of block 0 sums clock64() deltas per phase over
+// launches and prints the averages every kTreeClkEvery launches. Off: no code at all.
+#if defined(KD_TREE_PHASE_CLOCKS) && defined(__CUDACC__) && !defined(KD_SIMT_EMULATION)
+constexpr int kTreeClkSlots = 16;
+constexpr unsigned kTreeClkEvery = 40;
+__device__ unsigned long long g_tree_clk[kTreeClkSlots];
+__device__ unsigned g_tree_clk_launches;
+KD_DEVICE bool tree_clk_on() { return threadIdx.x == 0 && blockIdx.x == 0; }
+#define TREE_CLK_BEGIN(var) long long var = tree_clk_on() ? clock64() : 0
+#define TREE_CLK_RESTART(var) var = tree_clk_on() ? clock64() : 0
+#define TREE_CLK_END(var, slot)                                                          \
+  do {                                                                                   \
+    if (tree_clk_on()) g_tree_clk[slot] += static_cast<unsigned long long>(clock64() - var); \
+  } while (0)
+KD_DEVICE void tree_clk_report(int budget) {
+  if (!tree_clk_on()) return;
+  g_tree_clk[15] += 1;
+  if (++g_tree_clk_launches % kTreeClkEvery != 0) return;
+  const double c = static_cast<double>(g_tree_clk[15]);
+  printf("tree_clk B=%d N=%d launches=%.0f | stage %.0f sweep %.0f (grow %.0f x%.1f, raise %.0f x%.1f, compact %.0f) "
+         "bisect %.0f ties %.0f narrow %.0f keys %.0f sort %.0f emit %.0f vis %.0f | total %.0f cycles\n",
+         gridDim.x, budget, c, g_tree_clk[0] / c, g_tree_clk[1] / c, g_tree_clk[9] / c, g_tree_clk[11] / c,
+         g_tree_clk[10] / c, g_tree_clk[12] / c, g_tree_clk[13] / c, g_tree_clk[2] / c, g_tree_clk[3] / c,
+         g_tree_clk[4] / c, g_tree_clk[5] / c, g_tree_clk[6] / c, g_tree_clk[7] / c, g_tree_clk[8] / c,
+         g_tree_clk[14] / c);
+  for (int i = 0; i < kTreeClkSlots; ++i) g_tree_clk[i] = 0;
+}
+#define TREE_CLK_COUNT(slot) \
+  do {                       \
+    if (tree_clk_on()) g_tree_clk[slot] += 1; \
+  } while (0)
+#else
+#define TREE_CLK_BEGIN(var) ((void)0)
+#define TREE_CLK_RESTART(var) ((void)0)
+#define TREE_CLK_END(var, slot) ((void)0)
+#define TREE_CLK_COUNT(slot) ((void)0)
+KD_DEVICE void tree_clk_report(int) {}
+#endif
+
 constexpr int kTreeBuildThreads = 512;              // threads per request block
 constexpr int kTreeBuildWarps = kTreeBuildThreads / kWarpSize;
 constexpr int kTreeWindow = 2 * kTreeMaxNodes;      // a probe set this small ends the bisection
@@ -47,13 +93,16 @@ constexpr int kTreeSortCap = kTreeWindow;           // power of two >= any candi
 constexpr int kTreeStrictCap = kTreeMaxNodes + 1;   // strict-set slots in the tie path (< N + 1)
 constexpr int kTreeTieSlot = 1 << 14;               // tie_parent codes >= this name a tied node
 constexpr int kTreeHistBins = 1024;                 // threshold histogram of the sweep (A)
-constexpr int kTreeRaises = 4;                      // threshold raises per level before a sweep gives up
-constexpr int kTreeSweeps = 2;                      // sweeps (each from the best bound so far) before B
-constexpr int kTreeSampleEach = 64;                 // sampled children per parent when raising t (a thread's loop)
+constexpr int kTreeSweeps = 8;                      // sweeps (each from the best bound so far) before B
+constexpr int kTreeSampleChildren = 6;              // sampled children per parent when raising t ...
+constexpr int kTreeSampleGrandchildren = 5;         // ... and grandchildren per sampled child (a thread's loop)
 constexpr int kTreeSlotBits = 16;                   // sort key: ~score << 32 | preorder << 16 | slot
 static_assert((kTreeSortCap & (kTreeSortCap - 1)) == 0, "bitonic sort needs a power of two");
 static_assert(kTreePoolCap < 32768 && kTreeTieSlot > kTreeStrictCap, "slots must fit int16");
 static_assert(kTreePoolCap < (1 << kTreeSlotBits), "slot and preorder share the key's low 32 bits");
+static_assert(kTreeBuildWarps <= kWarpSize && (kTreeBuildWarps & (kTreeBuildWarps - 1)) == 0,
+              "grow_level scans the per-warp totals in one warp, searches them by halving");
+constexpr int kTreeStageUnroll = 8;  // logp loads in flight per thread while staging the rows
 
 struct TreeBuildSmem {
   // phase-local scratch, one phase at a time
@@ -68,18 +117,13 @@ struct TreeBuildSmem {
   // the node pool: slot 0 is the root, then depth 1, depth 2, ... each level contiguous and
   // in rank-path order (children grouped by parent, ranks ascending)
   float score[kTreePoolCap];
-  union {
-    int32_t nkids[kTreePoolCap];   // children that passed the level's test (growing)
-    int32_t token[kTreePoolCap];   // the node's token, for candidates (C)
-  };
+  int32_t nkids[kTreePoolCap];     // children that passed the level's test (growing)
   int32_t first[kTreePoolCap];     // offset of the first child within the next level
-  int32_t pos_sum[kTreePoolCap];   // sum over the node and its ancestors of their positions in their levels
   int32_t size[kTreePoolCap];      // subtree size within the pool (tie path)
   int32_t tie_parent[kTreeMaxNodes];     // strict slot, or kTreeTieSlot + tied index
   int32_t level_begin[kTreeMaxDepth + 3];  // first slot of each depth; [d+1] ends depth d
   int32_t tie_subtree[kTreeMaxDepth + 2];  // T(m): nodes in a tied subtree rooted at depth m
   int32_t warp_total[kTreeBuildWarps];     // a level's children per warp
-  int32_t warp_parents[kTreeBuildWarps];   // ... and its nodes that have children
   int32_t counter;                         // candidates (C)
   BlockScratch<int32_t> scratch;
   int32_t found;                           // histogram bin of the N-th best (A)
@@ -106,17 +150,30 @@ inline size_t tree_build_smem_size(int depth, int topk, int max_budget, size_t s
   return staged <= smem_limit ? staged : tree_build_base_smem();
 }
 
-// Children k of a node with score s (row = the sorted logp of the children's depth) whose
-// score fadd(s, row[k]) passes t: a prefix of the row, found by binary search.
-KD_DEVICE int count_passing(float s, const float* row, int K, float t, bool strict) {
-  int lo = 0, hi = K;
-  while (lo < hi) {
-    const int mid = (lo + hi) >> 1;
-    const float v = __fadd_rn(s, row[mid]);
-    if (strict ? v > t : v >= t) lo = mid + 1;
-    else hi = mid;
+// How many leading indices of [0, n) satisfy `pass` (true on a prefix, then false). Steps of
+// four: three probes per step whose loads are in flight together, so about half the dependent
+// steps of a binary search (the latency between barriers is what a launch costs).
+template <class Pass>
+KD_DEVICE int count_leading(int n, Pass pass) {
+  if (n <= 0) return 0;
+  int s = 1 << ((31 - __clz(n)) & ~1);  // the largest power of 4 <= n: the answer (0..n) fits in 4 s values
+  int pos = 0;  // every index < pos passes
+  for (; s > 0; s >>= 2) {
+    const int a = pos + s - 1, b = a + s, c = b + s;
+    const bool pa = a < n && pass(a), pb = b < n && pass(b), pc = c < n && pass(c);
+    pos += (static_cast<int>(pa) + static_cast<int>(pb) + static_cast<int>(pc)) * s;  // a prefix of the three
   }
-  return lo;
+  return pos;
+}
+
+// Children k of a node with score s (row = the sorted logp of the children's depth) whose
+// score fadd(s, row[k]) passes t: a prefix of the row (K: its length, or any known upper bound
+// of the count).
+KD_DEVICE int count_passing(float s, const float* row, int K, float t, bool strict) {
+  return count_leading(K, [&](int k) {
+    const float v = __fadd_rn(s, row[k]);
+    return strict ? v > t : v >= t;
+  });
 }
 
 // The root alone in the pool.
@@ -126,7 +183,6 @@ KD_DEVICE void pool_reset(TreeBuildSmem& s) {
     s.parent[0] = -1;
     s.rank[0] = -1;
     s.depth[0] = 0;
-    s.pos_sum[0] = 0;
     s.level_begin[0] = 0;
     s.level_begin[1] = 1;
   }
@@ -135,71 +191,84 @@ KD_DEVICE void pool_reset(TreeBuildSmem& s) {
 
 // Grow level [lb, le) (depth d, children from `row`) into slots [le, le + total): the
 // children with score >= t (> t when strict). Returns total, or -1 with no child written
-// (the nodes' counts are left in nkids) when le + total would pass `slot_limit`; *parents:
-// the level's nodes that have children. Each warp takes a contiguous run of the level's
-// nodes, so its children are contiguous too: two barriers per level. Every thread of the
-// block calls it.
+// (the nodes' counts are left in nkids) when le + total would pass `slot_limit`. bounded:
+// nkids holds the counts at a lower t (an upper bound). Each warp counts a contiguous run of
+// the level's nodes, so its children are contiguous too; then the whole block writes the
+// children, spread evenly over the threads (each finds its parent's warp from the warps'
+// totals, then its parent by a search in that warp's run), since a few parents often have
+// most of the children: two barriers per level. Every thread of the block calls it.
 KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int le, int d, float t, bool strict,
-                         int slot_limit, int* parents = nullptr) {
+                         int slot_limit, bool bounded = false) {
+  TREE_CLK_BEGIN(clk_grow);
+  TREE_CLK_COUNT(11);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int warps = static_cast<int>(blockDim.x) / kWarpSize;
-  const int per_warp = ceil_div(le - lb, warps);
+  constexpr int warps = kTreeBuildWarps;
+  // whole chunks of 32 per warp: a warp's lanes all busy, the warps past the level idle at the
+  // barrier (their instructions would only take issue slots from the busy ones)
+  const int per_warp = round_up(ceil_div(le - lb, warps), kWarpSize);
   const int nb = min(le, lb + warp * per_warp), ne = min(le, nb + per_warp);
-  int mine = 0, with_kids = 0;  // this warp's children, and its nodes that have some
+  // size[] is scratch while growing (the tie path fills it after the search): each node's
+  // first child's offset among its warp's children
+  int mine = 0;  // this warp's children
   for (int r = nb; r < ne; r += kWarpSize) {  // warp-uniform
     const int i = r + lane;
-    const int c = i < ne ? count_passing(s.score[i], row, K, t, strict) : 0;
+    const int c = i < ne ? count_passing(s.score[i], row, bounded ? s.nkids[i] : K, t, strict) : 0;
     const int incl = warp_inclusive_sum(c);
     if (i < ne) {
-      s.first[i] = mine + incl - c;  // within the warp for now
+      s.size[i] = mine + incl - c;
       s.nkids[i] = c;
     }
     mine += __shfl_sync(kFullMask, incl, kWarpSize - 1);
-    with_kids += __popc(__ballot_sync(kFullMask, c > 0));
   }
-  if (lane == 0) {
-    s.warp_total[warp] = mine;
-    s.warp_parents[warp] = with_kids;
-  }
+  if (lane == 0) s.warp_total[warp] = mine;
   __syncthreads();
-  int base = 0, total = 0, all_parents = 0;
-  for (int w = 0; w < warps; ++w) {
-    const int v = s.warp_total[w];
-    base += w < warp ? v : 0;
-    total += v;
-    all_parents += s.warp_parents[w];
-  }
-  if (parents) *parents = all_parents;
+  // lane l < warps of every warp: the children of warps 0..l (a warp scan of the totals)
+  const int warp_kids = lane < warps ? s.warp_total[lane] : 0;
+  const int through = warp_inclusive_sum(warp_kids);
+  const int total = __shfl_sync(kFullMask, through, warps - 1);
+  const int before = __shfl_sync(kFullMask, through, max(warp - 1, 0));
+  const int base = warp > 0 ? before : 0;  // this warp's first child in the next level
   if (le + total > slot_limit) {
     __syncthreads();  // warp_total is rewritten by the next call
+    TREE_CLK_END(clk_grow, 9);
     return -1;
   }
-  for (int i = nb + lane; i < ne; i += kWarpSize) s.first[i] += base;  // now within the next level
-  __syncwarp();
-  for (int j = lane; j < mine; j += kWarpSize) {
-    const int at = base + j;  // position in the next level
-    int lo = nb, hi = ne - 1;  // the parent: last node of the run with first <= at
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (s.first[mid] <= at) lo = mid;
-      else hi = mid - 1;
-    }
-    const int k = at - s.first[lo];
+  if (total == 0) {  // block-uniform; the caller closes the pool at this level (first, nkids)
+    TREE_CLK_END(clk_grow, 9);
+    return 0;
+  }
+  // first[] (offsets within the next level) for the later phases; this pass reads only size[]
+  for (int i = nb + lane; i < ne; i += kWarpSize) s.first[i] = s.size[i] + base;
+  if (threadIdx.x == 0) s.level_begin[d + 2] = le + total;
+  for (int at0 = warp * kWarpSize; at0 < total; at0 += kTreeBuildThreads) {  // warp-uniform trips
+    const int at = at0 + lane;  // position in the next level
+    // the warp whose children hold `at`: the number of warps whose children all come before
+    // it (the scan's values, from their lanes, by halving steps)
+    int w = 0;
+#pragma unroll
+    for (int step = warps / 2; step >= 1; step >>= 1)
+      if (__shfl_sync(kFullMask, through, w + step - 1) <= at) w += step;
+    const int before_w = __shfl_sync(kFullMask, through, max(w - 1, 0));
+    const int base_w = w > 0 ? before_w : 0;
+    if (at >= total) continue;
+    // the parent: the last node of that warp's run whose first child is at or before `at`
+    const int nb_w = lb + w * per_warp, ne_w = min(le, nb_w + per_warp), local = at - base_w;
+    const int lo = nb_w + count_leading(ne_w - nb_w - 1, [&](int x) { return s.size[nb_w + 1 + x] <= local; });
+    const int k = local - s.size[lo];
     const int slot = le + at;
     s.score[slot] = __fadd_rn(s.score[lo], row[k]);
     s.parent[slot] = static_cast<int16_t>(lo);
     s.rank[slot] = static_cast<int16_t>(k);
     s.depth[slot] = static_cast<int16_t>(d + 1);
-    s.pos_sum[slot] = s.pos_sum[lo] + at;
   }
-  if (threadIdx.x == 0) s.level_begin[d + 2] = le + total;
   __syncthreads();
+  TREE_CLK_END(clk_grow, 9);
   return total;
 }
 
 // The last grown level [lb, le) has no children in the pool; deeper levels are empty.
 KD_DEVICE void pool_close(TreeBuildSmem& s, int lb, int le, int d) {
-  for (int i = lb + static_cast<int>(threadIdx.x); i < le; i += static_cast<int>(blockDim.x)) {
+  for (int i = lb + static_cast<int>(threadIdx.x); i < le; i += kTreeBuildThreads) {
     s.nkids[i] = 0;
     s.first[i] = 0;
   }
@@ -227,24 +296,38 @@ KD_DEVICE int grow_tree(TreeBuildSmem& s, const float* L, int ldl, int D, int K,
 
 // Preorder (rank-path order) index of pool slot i (the root 0), and its subtree size, from
 // the level layout, with no pass per level: the nodes before i in rank-path order are its
-// ancestors, the nodes before each ancestor in its own level (pos_sum), and in every deeper
+// ancestors, the nodes before each ancestor in its own level (walking up), and in every deeper
 // level the descendants of the level-d nodes before i, whose count R_e walks down the levels:
 // R_{d+1} = first[i], R_{e+1} = first[node R_e of level e] (or all of level e+1 past its end).
 // Walking i + 1 alongside gives the end of i's descendants: the subtree size.
 KD_DEVICE void node_preorder(const TreeBuildSmem& s, int i, int* pre_out, int* size_out) {
   const int d = s.depth[i];
-  int pre = i == 0 ? 0 : d + s.pos_sum[i];  // the root, the d - 1 ancestors between, the positions
+  int pre = 0;  // the root, then per ancestor (i included): itself and the nodes before it in its level
   int size = 1;
   int r = s.first[i];  // R_{d+1}
   int r_end = i + 1 < s.level_begin[d + 1] ? s.first[i + 1] : s.level_begin[d + 2] - s.level_begin[d + 1];
-  for (int e = d + 1; e <= kTreeMaxDepth; ++e) {
-    const int begin = s.level_begin[e], width = s.level_begin[e + 1] - begin;
-    if (width == 0) break;
-    pre += r;
-    size += r_end - r;
-    const int next_width = s.level_begin[e + 2] - s.level_begin[e + 1];
-    r = r < width ? s.first[begin + r] : next_width;
-    r_end = r_end < width ? s.first[begin + r_end] : next_width;
+  // the walk up (a: the current ancestor) and the walk down the levels (e) are independent
+  // chains of loads: one loop steps both, so their latencies overlap
+  int a = i, e = d + 1;
+  bool down = true;
+  while (a != 0 || down) {
+    if (a != 0) {
+      pre += 1 + a - s.level_begin[s.depth[a]];
+      a = s.parent[a];
+    }
+    if (down) {
+      const int begin = s.level_begin[e], width = s.level_begin[e + 1] - begin;
+      if (e > kTreeMaxDepth || width == 0) {
+        down = false;
+      } else {
+        pre += r;
+        size += r_end - r;
+        const int next_width = s.level_begin[e + 2] - s.level_begin[e + 1];
+        r = r < width ? s.first[begin + r] : next_width;
+        r_end = r_end < width ? s.first[begin + r_end] : next_width;
+        ++e;
+      }
+    }
   }
   *pre_out = pre;
   if (size_out) *size_out = size;
@@ -252,48 +335,137 @@ KD_DEVICE void node_preorder(const TreeBuildSmem& s, int i, int* pre_out, int* s
 
 // Raise t to a better lower bound of t*: the n-th best of the pool's nodes [1, end) scoring
 // >= t, together with (when sample > 0) the first `sample` passing children of each node of
-// level [lb, end) (their counts at t in nkids, from a grow_level at t), to a histogram bin of
-// their ordered bits (rounded down to the bin's edge). Any set of real nodes gives a valid
-// bound; more of them, a higher one. Returns t itself when the bins cannot tell.
+// level [lb, end) (their counts at t in nkids, from a grow_level at t) and, when sample2 > 0,
+// the first sample2 (<= kTreeSampleGrandchildren) children of each of those (row2: the next
+// depth's row; those scoring >= t), to a histogram bin of their ordered bits (rounded down to
+// the bin's edge). Any set of real nodes gives a valid bound; more of them, a higher one.
+// Returns t itself when the bins cannot tell.
 KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, int n, const float* row = nullptr,
-                                int lb = 0, int sample = 0) {
-  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+                                int lb = 0, int sample = 0, const float* row2 = nullptr, int sample2 = 0) {
+  TREE_CLK_BEGIN(clk_raise);
+  TREE_CLK_COUNT(12);
+  const int tid = static_cast<int>(threadIdx.x), threads = kTreeBuildThreads;
+  const int lane = tid % kWarpSize;
   const uint32_t lo = float_to_ordered(t), hi = float_to_ordered(best);
   int shift = 0;
   while ((static_cast<uint64_t>(hi - lo) >> shift) >= static_cast<uint64_t>(kTreeHistBins)) ++shift;
   auto bin_of = [&](uint32_t key) { return min((key - lo) >> shift, static_cast<uint32_t>(kTreeHistBins - 1)); };
-  for (int b = tid; b < kTreeHistBins; b += threads) s.u.hist[b] = 0;
-  if (tid == 0) s.found = 0;
-  __syncthreads();
+  // the histogram is all zero here (hist_clear at the start, then warp 0 after each use)
   for (int i = 1 + tid; i < end; i += threads) {
     const uint32_t key = float_to_ordered(s.score[i]);
     if (key >= lo) atomicAdd(&s.u.hist[bin_of(key)], 1u);
   }
+  // the grandchildren's logp, the same for every child: in registers (the compiler cannot
+  // hoist the loads past the histogram's atomics)
+  float grand[kTreeSampleGrandchildren];
+#pragma unroll
+  for (int j = 0; j < kTreeSampleGrandchildren; ++j) grand[j] = j < sample2 ? row2[j] : 0.0f;
   for (int i = lb + tid; sample > 0 && i < end; i += threads) {
     const int c = min(sample, s.nkids[i]);
-    for (int k = 0; k < c; ++k) atomicAdd(&s.u.hist[bin_of(float_to_ordered(__fadd_rn(s.score[i], row[k])))], 1u);
-  }
-  __syncthreads();
-  if (tid < kWarpSize) {  // the first bin from the top where the count reaches n
-    constexpr int kPer = kTreeHistBins / kWarpSize;
-    int sum = 0;
-    for (int j = 0; j < kPer; ++j) sum += static_cast<int>(s.u.hist[kTreeHistBins - 1 - (tid * kPer + j)]);
-    const int incl = warp_inclusive_sum(sum);
-    int acc = incl - sum;
-    if (acc < n && n <= incl)
-      for (int j = 0; j < kPer; ++j) {
-        const int b = kTreeHistBins - 1 - (tid * kPer + j);
-        acc += static_cast<int>(s.u.hist[b]);
-        if (acc >= n) {
-          s.found = b;
-          break;
-        }
+    const float si = s.score[i];
+    for (int k = 0; k < c; ++k) {
+      const float cs = __fadd_rn(si, row[k]);
+      atomicAdd(&s.u.hist[bin_of(float_to_ordered(cs))], 1u);
+#pragma unroll
+      for (int j = 0; j < kTreeSampleGrandchildren; ++j) {
+        const uint32_t key = float_to_ordered(__fadd_rn(cs, grand[j]));
+        if (j < sample2 && key >= lo) atomicAdd(&s.u.hist[bin_of(key)], 1u);
       }
+    }
   }
   __syncthreads();
+  if (tid < kWarpSize) {  // the first bin from the top where the count reaches n (bin 0 if none)
+    constexpr int kPer = kTreeHistBins / kWarpSize;  // lane j: bins 1023 - 32 j down to 992 - 32 j
+    uint4* mine = reinterpret_cast<uint4*>(&s.u.hist[(kWarpSize - 1 - lane) * kPer]);
+    int sum = 0;
+#pragma unroll
+    for (int q = 0; q < kPer / 4; ++q) {
+      const uint4 v = mine[q];
+      sum += static_cast<int>(v.x + v.y + v.z + v.w);
+    }
+    const int incl = warp_inclusive_sum(sum);
+    const unsigned reach = __ballot_sync(kFullMask, incl >= n);
+    int bin = 0;
+    if (reach) {  // warp-uniform
+      const int w = __ffs(reach) - 1;  // the lane whose bins hold the n-th from the top
+      const int before = __shfl_sync(kFullMask, incl - sum, w);
+      const int b = kTreeHistBins - 1 - (w * kPer + lane);  // lane q takes w's q-th bin from the top
+      const int in = warp_inclusive_sum(static_cast<int>(s.u.hist[b]));
+      bin = kTreeHistBins - 1 - (w * kPer + __ffs(__ballot_sync(kFullMask, before + in >= n)) - 1);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int q = 0; q < kPer / 4; ++q) mine[q] = make_uint4(0u, 0u, 0u, 0u);  // zero for the next use
+    if (lane == 0) s.found = bin;
+  }
+  __syncthreads();
+  // found is rewritten by the next raise only after its first barrier: every thread has read it
   const int bin = s.found;
-  __syncthreads();  // s.found / s.u are reused next
+  TREE_CLK_END(clk_raise, 10);
   return ordered_to_float(lo + (static_cast<uint32_t>(bin) << shift));
+}
+
+// Zero raise_threshold's histogram (before the first raise; every use leaves it zero). The
+// caller's next barrier publishes it.
+KD_DEVICE void hist_clear(TreeBuildSmem& s) {
+  for (int b = static_cast<int>(threadIdx.x); b < kTreeHistBins; b += kTreeBuildThreads) s.u.hist[b] = 0;
+}
+
+// The pool is full of stale nodes: drop every node scoring < t (their children were never
+// grown: the set {score >= t} is closed under parents), keeping the layout (levels in
+// rank-path order, first[] of the levels before d; level d = the last grown, about to be
+// regrown). Returns false (nothing changed) when no node is stale. *lb, *le: level d's new
+// bounds. Every thread of the block calls it; ends with a barrier. Uses size[] (the new
+// indices), pre[] and u (staging; the histogram is zeroed again after) as scratch.
+constexpr int kPackRankBits = 10, kPackFirstBits = 12;  // rank < kTreeMaxNodes, first <= kTreeWindow
+static_assert((1 << kPackRankBits) >= kTreeMaxNodes && (1 << kPackFirstBits) > kTreeWindow &&
+                  kPackRankBits + kPackFirstBits + 6 <= 32 && kTreeMaxDepth < 64,
+              "compact_pool packs rank, first and depth into 32 bits");
+KD_DEVICE bool compact_pool(TreeBuildSmem& s, float t, int d, int* lb, int* le) {
+  TREE_CLK_BEGIN(clk_compact);
+  const int tid = static_cast<int>(threadIdx.x), threads = kTreeBuildThreads;
+  const int end = *le, n = end + 1;  // newidx[end] = the count kept
+  // keep flags, laid out as block_exclusive_scan reads them (thread t: items 2t, 2t + 1 of
+  // each round), so no barrier is needed before it
+  for (int base = 0; base < n; base += 2 * threads)
+    for (int q = 0; q < 2; ++q) {
+      const int i = base + 2 * tid + q;
+      if (i < n) s.size[i] = i == 0 || (i < end && s.score[i] >= t) ? 1 : 0;
+    }
+  const int kept = block_exclusive_scan(s.size, s.size, n, s.scratch);  // size[i]: i's new slot
+  if (kept == end) return false;  // block-uniform
+  // stage every kept node at its new slot: score, rank, first (new), depth in u.keys, parent in pre
+  for (int i = tid; i < end; i += threads) {
+    if (!(i == 0 || s.score[i] >= t)) continue;
+    const int e = s.depth[i];
+    const int first = e < d ? s.size[s.level_begin[e + 1] + s.first[i]] - s.size[s.level_begin[e + 1]] : 0;
+    const uint32_t packed = static_cast<uint32_t>(s.rank[i] < 0 ? 0 : s.rank[i]) |
+                            static_cast<uint32_t>(first) << kPackRankBits |
+                            static_cast<uint32_t>(e) << (kPackRankBits + kPackFirstBits);
+    const int ni = s.size[i];
+    s.u.keys[ni] = static_cast<uint64_t>(__float_as_uint(s.score[i])) << 32 | packed;
+    s.pre[ni] = static_cast<int16_t>(i == 0 ? -1 : s.size[s.parent[i]]);
+  }
+  int new_begin = 0;  // thread e <= d + 1: the new start of level e
+  if (tid <= d + 1) new_begin = s.size[s.level_begin[tid]];
+  __syncthreads();
+  constexpr uint32_t kRankMask = (1u << kPackRankBits) - 1, kFirstMask = (1u << kPackFirstBits) - 1;
+  for (int j = tid; j < kept; j += threads) {
+    const uint64_t v = s.u.keys[j];
+    const uint32_t packed = static_cast<uint32_t>(v);
+    s.score[j] = __uint_as_float(static_cast<uint32_t>(v >> 32));
+    s.rank[j] = static_cast<int16_t>(j == 0 ? -1 : static_cast<int>(packed & kRankMask));
+    s.first[j] = static_cast<int>(packed >> kPackRankBits & kFirstMask);
+    s.depth[j] = static_cast<int16_t>(packed >> (kPackRankBits + kPackFirstBits));
+    s.parent[j] = s.pre[j];
+  }
+  if (tid <= d + 1) s.level_begin[tid] = new_begin;
+  __syncthreads();
+  hist_clear(s);  // u held the staging; published by the caller's next barrier (the regrow's first)
+  *lb = s.level_begin[d];
+  *le = s.level_begin[d + 1];
+  TREE_CLK_END(clk_compact, 13);
+  return true;
 }
 
 // A. One sweep from the lower bound t (K >= n). Returns the final threshold (every node >= it
@@ -307,17 +479,29 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
   int lb = 0, le = 1, d = 0;
   for (; d < D; ++d) {
     const float* row = L + static_cast<int64_t>(d) * ldl;
-    int parents = 0;
-    int total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, &parents);
-    for (int raise = 0; total < 0 && raise < kTreeRaises; ++raise) {
-      // with a sample of the level's children: the first few passing ones of each parent
-      const int each = min(kTreeSampleEach, max(1, (kTreePoolCap - le) / max(1, parents)));
-      const float t2 = raise_threshold(s, le, t, best, n, row, lb, each);
+    int total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap);
+    if (total < 0) {
+      // the level overflows: raise t with a sample of the nodes below it, the first few
+      // passing children of each parent and the first few children of each of those (real
+      // nodes one level further down: their N-th best is a tighter bound than children alone
+      // give, so fewer later levels overflow; emulator, 64 flat requests at N=256: grows +
+      // raises mean/max 12.3/16 -> 11.0/14). Not limited to the pool's free slots: samples
+      // are only counted. If the level still overflows, the pool is full of nodes that fell
+      // below t: further raises rarely make room, dropping those nodes does.
+      const bool deeper = d + 1 < D;  // grandchildren exist
+      const float t2 =
+          raise_threshold(s, le, t, best, n, row, lb,
+                          deeper ? kTreeSampleChildren : kTreeSampleChildren * (1 + kTreeSampleGrandchildren),
+                          deeper ? row + ldl : nullptr, deeper ? min(kTreeSampleGrandchildren, K) : 0);
       if (!(t2 > t)) return NAN;
       *reached = t = t2;
-      total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, &parents);
+      total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, true);
+      // still too many: drop the stale nodes and try once more (a fresh sweep regrows every
+      // level: ~5x the cost)
+      if (total < 0 && compact_pool(s, t, d, &lb, &le))
+        total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap);  // (nkids were not moved)
+      if (total < 0) return NAN;
     }
-    if (total < 0) return NAN;
     if (total == 0) break;
     lb = le;
     le += total;
@@ -330,7 +514,7 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
 // `count_gt` nodes into tie_depth / tie_rank / tie_parent. Needs pre and size of the pool.
 KD_DEVICE void decode_ties(TreeBuildSmem& s, const float* L, int ldl, int D, int K, float tstar, int count_gt, int ties,
                            int cap) {
-  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  const int tid = static_cast<int>(threadIdx.x), threads = kTreeBuildThreads;
   // z_m for 1 <= m < D: tied children of a tied node at depth m; T(m) = 1 + z_m T(m+1)
   if (tid >= 1 && tid < D) s.tie_subtree[tid] = count_passing(tstar, L + static_cast<int64_t>(tid) * ldl, K, tstar, false);
   __syncthreads();
@@ -421,38 +605,109 @@ KD_DEVICE float bisection_search(TreeBuildSmem& s, const float* L, int ldl, int 
   return -INFINITY;
 }
 
-// One block per request. Dynamic shared memory: TreeBuildSmem, then (when `staged`) the
-// request's logp rows [D, min(budget, topk)].
-__global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const TreeBuildParams p, bool staged) {
-  KD_DYNAMIC_SMEM(uint8_t, smem_raw);
+// Rank of this thread's key among the block's keys (one per thread; the keys of threads >=
+// `count` are ~0, the real ones distinct and smaller), for count <= kTreeBuildThreads. Each warp
+// sorts its 32 keys in registers (shuffles, no barrier) and stores them as a sorted run;
+// a key's rank is then the number of smaller keys in every run, found by binary searches that
+// are independent of each other (all in flight at once). Two barriers, against a bitonic
+// network's ~40 dependent steps. `runs` must hold kTreeBuildThreads keys; the returned rank
+// is meaningful for tid < count. Ends with a barrier: the caller may then overwrite `runs`.
+KD_DEVICE int rank_sort_keys(uint64_t* runs, uint64_t key, int count) {
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
+  const int nruns = ceil_div(count, kWarpSize);  // warps past them hold padding only: idle
+  if (tid / kWarpSize < nruns) {  // warp-uniform
+    uint64_t r[1] = {key};
+    for (int k = 2; k <= kWarpSize; k <<= 1) sort_detail::register_steps<1>(r, tid, k, k >> 1);
+    // the bitonic network sorts runs of odd warps descending (element index bit 5 set): store
+    // every run ascending
+    const bool descending = (tid & kWarpSize) != 0;
+    runs[tid - lane + (descending ? kWarpSize - 1 - lane : lane)] = r[0];
+  }
+  __syncthreads();
+  int rank = 0;
+  if (tid < count) {
+    // kRankBatch searches in flight at a time (more would spill registers)
+    constexpr int kRankBatch = 8;
+    for (int v0 = 0; v0 < nruns; v0 += kRankBatch) {
+      int pos[kRankBatch];
+#pragma unroll
+      for (int v = 0; v < kRankBatch; ++v) pos[v] = 0;
+#pragma unroll
+      for (int step = kWarpSize / 2; step >= 1; step >>= 1)
+#pragma unroll
+        for (int v = 0; v < kRankBatch; ++v)
+          if (v0 + v < nruns && runs[(v0 + v) * kWarpSize + pos[v] + step - 1] < key) pos[v] += step;
+#pragma unroll
+      for (int v = 0; v < kRankBatch; ++v)
+        if (v0 + v < nruns) rank += pos[v] + (runs[(v0 + v) * kWarpSize + pos[v]] < key ? 1 : 0);
+    }
+  }
+  __syncthreads();  // the runs are read; the caller may overwrite them
+  return rank;
+}
+
+// One block per request. Dynamic shared memory: TreeBuildSmem, then (when staged) the
+// request's logp rows [D, min(max_budget, topk)].
+// kStaged: the rows are read from shared memory (known at compile time, so the searches use
+// shared-memory loads rather than generic ones, with 32-bit addresses).
+template <bool kStaged>
+KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
+  TREE_CLK_BEGIN(clk_total);
   TreeBuildSmem& s = *reinterpret_cast<TreeBuildSmem*>(smem_raw);
 
   const int b = static_cast<int>(blockIdx.x);
-  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  const int tid = static_cast<int>(threadIdx.x), threads = kTreeBuildThreads;
   const int lane = tid % kWarpSize;
   const int D = p.depth;
+  // the global reads that the whole launch waits on go out together: the request's scalars
+  // and (staged) its rows, staged with the plan's stride min(topk, max_budget) so that they
+  // need not wait for the budget
   const int budget = p.budget[b];
+  const int32_t root_token = p.root_token ? p.root_token[b] : -1;
+  const int32_t start = p.start_pos ? p.start_pos[b] : 0;
+  const int64_t tok0 = static_cast<int64_t>(b) * D * p.topk;  // this request's rows
+  const int k_stage = min(p.topk, p.max_budget);  // columns staged per row (tree_build_stage_bytes)
+  TREE_CLK_BEGIN(clk_stage);
+  if constexpr (kStaged) {
+    if (D > 0 && k_stage > 0) {  // block-uniform (logp is non-null then: check_tree_build_params)
+      const float* logp = p.logp + tok0;
+      float* Ls = reinterpret_cast<float*>(smem_raw + kTreeBuildBaseSmem);
+      // kTreeStageUnroll loads in flight before the stores (one global latency per batch,
+      // not per element); the rows are one contiguous run when all topk columns are staged
+      const int cells = D * k_stage;
+      const bool dense = k_stage == p.topk;
+      for (int i0 = tid; i0 < cells; i0 += threads * kTreeStageUnroll) {
+        float v[kTreeStageUnroll];
+#pragma unroll
+        for (int u = 0; u < kTreeStageUnroll; ++u) {
+          const int i = i0 + u * threads;
+          if (i < cells) v[u] = logp[dense ? i : static_cast<int64_t>(i / k_stage) * p.topk + i % k_stage];
+        }
+#pragma unroll
+        for (int u = 0; u < kTreeStageUnroll; ++u) {
+          const int i = i0 + u * threads;
+          if (i < cells) Ls[i] = v[u];
+        }
+      }
+      __syncthreads();
+    }
+  }
+  TREE_CLK_END(clk_stage, 0);
   const bool valid = budget >= 0 && budget <= p.max_budget;
   const int K = valid ? min(budget, p.topk) : 0;  // ranks >= N are never used
-  const int64_t tok0 = static_cast<int64_t>(b) * D * p.topk;  // this request's token rows
 
   int n = valid ? 0 : -1;  // nodes besides the root
   int chosen = 0;          // nodes taken from the sorted candidates; tied nodes follow
+  bool tokens_staged = false;  // the candidates' tokens are in nkids (read during the rank sort)
   float tstar = 0.0f;      // the score of the tied nodes, when there are any
   if (valid && budget > 0 && D > 0 && K > 0) {
-    const float* logp = p.logp + tok0;
-    const float* L = logp;
-    int ldl = p.topk;
-    if (staged) {
-      float* Ls = reinterpret_cast<float*>(smem_raw + kTreeBuildBaseSmem);
-      for (int i = tid; i < D * K; i += threads) Ls[i] = logp[static_cast<int64_t>(i / K) * p.topk + i % K];
-      __syncthreads();
-      L = Ls;
-      ldl = K;
-    }
+    const float* L = kStaged ? reinterpret_cast<const float*>(smem_raw + kTreeBuildBaseSmem) : p.logp + tok0;
+    const int ldl = kStaged ? k_stage : p.topk;
 
     // A, or B when A cannot (K < N) or gives up
     KD_PHASE("sweep");
+    TREE_CLK_BEGIN(clk_sweep);
+    hist_clear(s);  // published by the searches' first barrier (pool_reset)
     float t = NAN;
     if (K >= budget) {
       float from = L[budget - 1];  // the N-th best depth-1 score: N nodes of depth 1 reach it
@@ -463,15 +718,19 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
         from = reached;
       }
     }
+    TREE_CLK_END(clk_sweep, 1);
     int ties = 0;
     n = budget;
     if (t != t) {
       KD_PHASE("bisection");
+      TREE_CLK_BEGIN(clk_bis);
       t = bisection_search(s, L, ldl, D, K, budget, &n, &tstar, &ties);
+      TREE_CLK_END(clk_bis, 2);
     }
     const int end = s.level_begin[kTreeMaxDepth + 1];  // pool slots in use
     if (ties > 0) {
       KD_PHASE("ties");
+      TREE_CLK_BEGIN(clk_ties);
       for (int i = tid; i < end; i += threads) {
         int pre, size;
         node_preorder(s, i, &pre, &size);
@@ -480,50 +739,95 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
       }
       __syncthreads();
       decode_ties(s, L, ldl, D, K, tstar, end - 1, ties, budget + 1);
+      TREE_CLK_END(clk_ties, 3);
     }
 
-    // C. candidates (score >= t), keyed ~score, preorder, slot; their tokens fetched meanwhile.
+    // C. candidates (score >= t), keyed ~score, preorder, slot (their tokens: loaded during the
+    // rank sort, or at the emit after the bitonic one).
     // A sweep's bound can leave far more candidates than n: the pool holds every node >= t*,
     // so its n-th best is t*, and a histogram gets t to within a bin of it (a smaller sort).
     KD_PHASE("order");
+    TREE_CLK_BEGIN(clk_narrow);
     if (ties == 0 && end - 1 > 2 * n) t = raise_threshold(s, end, t, __fadd_rn(0.0f, L[0]), n);
+    TREE_CLK_END(clk_narrow, 4);
+    TREE_CLK_BEGIN(clk_keys);
     if (tid == 0) s.counter = 0;
     __syncthreads();
-    for (int base = 1; base < end; base += threads) {  // warp-uniform trip count
-      const int i = base + tid;
-      const bool cand = i < end && s.score[i] >= t;
-      const unsigned ballot = __ballot_sync(kFullMask, cand);
-      int slot = 0;
-      if (lane == 0 && ballot) slot = atomicAdd(&s.counter, __popc(ballot));
-      slot = __shfl_sync(kFullMask, slot, 0) + __popc(ballot & ((1u << lane) - 1u));
-      if (cand) {
-        int pre = 0;
-        if (ties > 0) pre = s.pre[i];
-        else node_preorder(s, i, &pre, nullptr);
-        s.u.keys[slot] = (static_cast<uint64_t>(~float_to_ordered(s.score[i])) << 32) |
-                         (static_cast<uint32_t>(pre) << kTreeSlotBits) | static_cast<uint32_t>(i);
-        s.token[i] = p.tok[tok0 + static_cast<int64_t>(s.depth[i] - 1) * p.topk + s.rank[i]];
-      }
+    // compaction: a warp counts its candidates over all its trips, then takes its places with
+    // one atomic (one shared-memory round trip, not one per trip)
+    int16_t* cand_slot = s.final_idx;  // the candidates' slots, until the order is known
+    constexpr int kTrips = ceil_div(kTreePoolCap, kTreeBuildThreads);
+    unsigned ballots[kTrips];
+    int warp_count = 0;
+#pragma unroll
+    for (int trip = 0; trip < kTrips; ++trip) {
+      const int i = 1 + trip * threads + tid;
+      ballots[trip] = __ballot_sync(kFullMask, i < end && s.score[i] >= t);
+      warp_count += __popc(ballots[trip]);
+    }
+    int at = 0;
+    if (lane == 0 && warp_count > 0) at = atomicAdd(&s.counter, warp_count);
+    at = __shfl_sync(kFullMask, at, 0);
+#pragma unroll
+    for (int trip = 0; trip < kTrips; ++trip) {
+      if (ballots[trip] >> lane & 1u)
+        cand_slot[at + __popc(ballots[trip] & ((1u << lane) - 1u))] = static_cast<int16_t>(1 + trip * threads + tid);
+      at += __popc(ballots[trip]);
     }
     __syncthreads();
     const int cands = s.counter;
-    const int sort_n = block_sort_length(cands);
-    for (int i = cands + tid; i < sort_n; i += threads) s.u.keys[i] = ~uint64_t{0};
-    __syncthreads();
-    block_sort_ascending(s.u.keys, sort_n);
     chosen = ties > 0 ? cands : n;
-    if (tid == 0) s.final_idx[0] = 0;
-    for (int i = tid; i < chosen; i += threads)
-      s.final_idx[static_cast<uint32_t>(s.u.keys[i]) & 0xffffu] = static_cast<int16_t>(i + 1);
-    __syncthreads();
+    // key of candidate j: ~score, preorder, slot (distinct: the slot is in it)
+    auto key_of = [&](int j) {
+      const int i = cand_slot[j];
+      int pre = 0;
+      if (ties > 0) pre = s.pre[i];
+      else node_preorder(s, i, &pre, nullptr);
+      return (static_cast<uint64_t>(~float_to_ordered(s.score[i])) << 32) |
+             (static_cast<uint32_t>(pre) << kTreeSlotBits) | static_cast<uint32_t>(i);
+    };
+    TREE_CLK_BEGIN(clk_sort);  // (restarted below, once the keys are built)
+    if (cands <= threads) {
+      // one key per thread: a rank sort (see rank_sort_keys), no global network
+      const uint64_t key = tid < cands ? key_of(tid) : ~uint64_t{0};
+      // the candidate's token: its global load is in flight during the sort, not at the emit
+      int32_t token = 0;
+      if (tid < cands) {
+        const int i = cand_slot[tid];
+        token = p.tok[tok0 + static_cast<int64_t>(s.depth[i] - 1) * p.topk + s.rank[i]];
+      }
+      TREE_CLK_END(clk_keys, 5);
+      TREE_CLK_RESTART(clk_sort);
+      const int rank = rank_sort_keys(s.u.keys, key, cands);
+      tokens_staged = true;
+      if (tid < cands) {
+        s.nkids[static_cast<uint32_t>(key) & 0xffffu] = token;  // nkids is free after the search
+        s.u.keys[rank] = key;
+        if (rank < chosen) s.final_idx[static_cast<uint32_t>(key) & 0xffffu] = static_cast<int16_t>(rank + 1);
+      }
+      if (tid == 0) s.final_idx[0] = 0;
+      __syncthreads();
+    } else {
+      for (int j = tid; j < cands; j += threads) s.u.keys[j] = key_of(j);
+      const int sort_n = block_sort_length(cands);
+      for (int i = cands + tid; i < sort_n; i += threads) s.u.keys[i] = ~uint64_t{0};
+      __syncthreads();
+      TREE_CLK_END(clk_keys, 5);
+      TREE_CLK_RESTART(clk_sort);
+      block_sort_ascending(s.u.keys, sort_n);
+      if (tid == 0) s.final_idx[0] = 0;
+      for (int i = tid; i < chosen; i += threads)
+        s.final_idx[static_cast<uint32_t>(s.u.keys[i]) & 0xffffu] = static_cast<int16_t>(i + 1);
+      __syncthreads();
+    }
+    TREE_CLK_END(clk_sort, 6);
   }
 
   // emit every row of the request's output (rows past n are padding)
   KD_PHASE("emit");
+  TREE_CLK_BEGIN(clk_emit);
   const int rows = p.max_nodes + 1;
   const int64_t row0 = static_cast<int64_t>(b) * rows;
-  const int32_t root_token = p.root_token ? p.root_token[b] : -1;
-  const int32_t start = p.start_pos ? p.start_pos[b] : 0;
   for (int i = tid; i < rows; i += threads) {
     int32_t token = -1, dep = -1, par = -1;
     float sc = 0.0f;
@@ -536,7 +840,7 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
         dep = s.depth[slot];
         par = s.final_idx[s.parent[slot]];
         sc = s.score[slot];
-        token = s.token[slot];
+        token = tokens_staged ? s.nkids[slot] : p.tok[tok0 + static_cast<int64_t>(dep - 1) * p.topk + s.rank[slot]];
       } else {
         const int g = i - chosen - 1;
         dep = s.tie_depth[g];
@@ -555,13 +859,17 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
   }
   if (tid == 0) p.n_out[b] = n;
   __syncthreads();
+  TREE_CLK_END(clk_emit, 7);
+  TREE_CLK_BEGIN(clk_vis);
 
   // visibility: a thread per row walks its ancestors (indices fall along the walk), filling
-  // the row's words from the last down
-  for (int i = tid; i < rows; i += threads) {
-    uint32_t* out = p.vis + (row0 + i) * p.vis_words;
+  // the row's words from the last down, into shared memory (the sort keys' space, free after
+  // the emit); the rows then go out as contiguous words. Written straight from the walk, each
+  // word of a warp's store landed in its own 32-byte sector (~30x the bytes).
+  const int vw = p.vis_words;
+  auto row_bits = [&](int i, uint32_t* out) {
     int a = i <= n ? i : -1;
-    for (int w = p.vis_words - 1; w >= 0; --w) {
+    for (int w = vw - 1; w >= 0; --w) {
       uint32_t bits = 0;
       while (a >= 0 && (a >> 5) == w) {
         bits |= 1u << (a & 31);
@@ -569,7 +877,38 @@ __global__ void __launch_bounds__(kTreeBuildThreads) tree_build_kernel(const Tre
       }
       out[w] = bits;
     }
+  };
+  constexpr int kVisBufWords = static_cast<int>(sizeof(s.u.keys) / sizeof(uint32_t));
+  uint32_t* buf = reinterpret_cast<uint32_t*>(s.u.keys);
+  const int chunk = vw <= kVisBufWords ? kVisBufWords / vw : 0;  // rows per pass through buf
+  if (chunk == 0) {  // rows wider than the buffer: straight out
+    for (int i = tid; i < rows; i += threads) row_bits(i, p.vis + (row0 + i) * vw);
+  } else {
+    for (int r0 = 0; r0 < rows; r0 += chunk) {
+      const int nr = min(chunk, rows - r0);
+      for (int i = tid; i < nr; i += threads) row_bits(r0 + i, buf + i * vw);
+      __syncthreads();
+      uint32_t* dst = p.vis + (row0 + r0) * vw;
+      for (int j = tid; j < nr * vw; j += threads) dst[j] = buf[j];
+      if (r0 + chunk < rows) __syncthreads();  // buf is rewritten by the next pass
+    }
   }
+  TREE_CLK_END(clk_vis, 8);
+  TREE_CLK_END(clk_total, 14);
+  tree_clk_report(p.max_budget);
+}
+
+// Two blocks per SM (64 registers): a batch of up to 2 x SMs requests runs in one wave. One
+// kernel per kStaged (a single body per kernel: with both in one, registers spill far more).
+template <bool kStaged>
+__global__ void __launch_bounds__(kTreeBuildThreads, 2) tree_build_kernel(const TreeBuildParams p) {
+  KD_DYNAMIC_SMEM(uint8_t, smem_raw);
+  tree_build_block<kStaged>(p, smem_raw);
+}
+
+// The kernel a plan launches (TreeBuildPlan::staged).
+inline void (*tree_build_kernel_for(bool staged))(const TreeBuildParams) {
+  return staged ? tree_build_kernel<true> : tree_build_kernel<false>;
 }
 
 }  // namespace kdtree::kern

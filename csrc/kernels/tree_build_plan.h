@@ -23,7 +23,7 @@ struct TreeBuildPlan {
 
 struct TopkLogprobsPlan {
   int blocks = 0;          // one per row
-  int threads = 0;
+  int threads = 0;         // 128..512: fewer rows than fill the SMs get more threads each
   size_t smem_bytes = 0;   // the candidate buffer
   bool vec4 = false;       // 16-byte loads: V % 4 == 0 and 16-byte aligned logits
 };
@@ -43,11 +43,16 @@ inline KernelResult make_tree_build_plan(const TreeBuildParams& p, size_t smem_o
   return KernelResult::success();
 }
 
-inline KernelResult make_topk_logprobs_plan(const TopkLogprobsParams& p, size_t smem_optin, TopkLogprobsPlan* plan) {
+// sms: the device's SM count. The block size is the largest of 128/256/512 threads for which
+// one resident wave (kTopkThreadsPerSM threads per SM) still holds every row, so short row
+// counts spread each row over more warps instead of leaving SMs idle.
+inline KernelResult make_topk_logprobs_plan(const TopkLogprobsParams& p, size_t smem_optin, int sms, TopkLogprobsPlan* plan) {
   if (KernelResult r = check_topk_logprobs_params(p); !r.ok()) return r;
   TopkLogprobsPlan pl;
   pl.blocks = p.rows;
-  pl.threads = kern::kTopkThreads;
+  pl.threads = kern::kTopkMaxThreads;
+  const int64_t wave = static_cast<int64_t>(sms > 0 ? sms : 1) * kern::kTopkThreadsPerSM;
+  while (pl.threads > kern::kTopkMinThreads && static_cast<int64_t>(p.rows) * pl.threads > wave) pl.threads /= 2;
   pl.smem_bytes = kern::topk_smem_bytes(p.k);
   if (pl.smem_bytes > smem_optin)
     return KernelResult::over_limit("topk_logprobs: k " + std::to_string(p.k) + " needs " + std::to_string(pl.smem_bytes) +
@@ -56,5 +61,16 @@ inline KernelResult make_topk_logprobs_plan(const TopkLogprobsParams& p, size_t 
   *plan = pl;
   return KernelResult::success();
 }
+
+// The kernel instance a plan launches (the launcher and the emulator both take it from here).
+using TopkLogprobsKernel = void (*)(TopkLogprobsParams);
+inline TopkLogprobsKernel topk_logprobs_kernel_for(const TopkLogprobsPlan& plan) {
+  switch (plan.threads) {
+    case 128: return plan.vec4 ? kern::topk_logprobs_kernel<true, 128> : kern::topk_logprobs_kernel<false, 128>;
+    case 256: return plan.vec4 ? kern::topk_logprobs_kernel<true, 256> : kern::topk_logprobs_kernel<false, 256>;
+    default: return plan.vec4 ? kern::topk_logprobs_kernel<true, 512> : kern::topk_logprobs_kernel<false, 512>;
+  }
+}
+static_assert(kern::kTopkMinThreads == 128 && kern::kTopkMaxThreads == 512, "topk_logprobs_kernel_for covers every block size");
 
 }  // namespace kdtree

@@ -69,6 +69,17 @@ KD_GPU_TEST(budget_outside_max_budget_gives_n_minus_one) {
   run_bad_budget_case(runner);
 }
 
+// topk_logprobs on fresh random rows (seed from KDTREE_SEED or the clock, printed) at the
+// engine's vocabulary, against the host reference; 600 rows take the 128-thread blocks.
+KD_GPU_TEST(topk_random_rows) {
+  const char* env = std::getenv("KDTREE_SEED");
+  const uint64_t seed = env && *env ? std::strtoull(env, nullptr, 10) : static_cast<uint64_t>(std::random_device{}());
+  GpuTreeRunner runner;
+  run_random_topk_cases(runner, seed, !quick_mode());
+  run_random_topk_case(runner, "normal", 600, 8192, 256, seed + 9);
+  run_random_topk_case(runner, "ascending", 300, 4096, 1024, seed + 10);
+}
+
 KD_GPU_TEST(fuzz_bundle_from_env) {
   const char* path = std::getenv("KDTREE_TREE_FUZZ");
   if (!path || !*path) KD_SKIP("set KDTREE_TREE_FUZZ to a bundle of python -m python_engine.refgen.tree_fuzz_cases");

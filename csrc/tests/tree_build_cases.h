@@ -9,6 +9,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -238,6 +242,86 @@ void run_bad_budget_case(Runner& runner) {
   const int32_t want_par[4] = {-1, 0, 1, 0};
   expect_equal_arrays("tokens(req 2)", io.tokens.data() + r2, want_tok, 4);
   expect_equal_arrays("parent(req 2)", io.parent.data() + r2, want_par, 4);
+}
+
+
+// topk_logprobs on fresh random rows against a host reference formed like
+// python_engine/ddtree/topk.py (float64 lse, one rounding to float32, order by (logp desc, id
+// asc)). Styles: "normal" N(0, 2.5); "ascending" (every logit passes: the buffer overflows
+// every step); "ninf" (99% -inf, often fewer finite logits than K); "ties" (integers in
+// [-3, 1]: exact ties across the K-th); "huge" (|logits| ~ 1e9: the exp's unclamped path);
+// "rising" (thirds near -5000, 0, +5000: the scan's sums change reference mid-row);
+// "straddle" (N(-+4096, 2.5) in alternate rows: both of the scan's sums hold weight).
+template <class Runner>
+void run_random_topk_case(Runner& runner, const std::string& style, int rows, int vocab, int k, uint64_t seed) {
+  const std::string label = "topk " + style + " rows=" + std::to_string(rows) + " V=" + std::to_string(vocab) +
+                            " K=" + std::to_string(k) + " seed=" + std::to_string(seed);
+  std::mt19937_64 rng(seed);
+  TopkIO t;
+  t.rows = rows;
+  t.vocab = vocab;
+  t.k = k;
+  t.logits.resize(static_cast<size_t>(rows) * vocab);
+  std::normal_distribution<float> normal(0.0f, 2.5f);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (int r = 0; r < rows; ++r) {
+    float* x = t.logits.data() + static_cast<size_t>(r) * vocab;
+    for (int i = 0; i < vocab; ++i) {
+      if (style == "ties") x[i] = static_cast<float>(static_cast<int>(rng() % 5) - 3);
+      else if (style == "huge") x[i] = 1e9f + 4.0f * normal(rng) * 64.0f;
+      else if (style == "ninf") x[i] = unit(rng) < 0.99 ? -INFINITY : normal(rng);
+      else if (style == "straddle") x[i] = (r % 2 ? 4096.0f : -4096.0f) + normal(rng);
+      else if (style == "rising") x[i] = 5000.0f * static_cast<float>(3 * i / vocab - 1) + normal(rng);
+      else x[i] = normal(rng);
+    }
+    if (style == "ascending") std::sort(x, x + vocab);
+    if (style == "ninf") x[rng() % vocab] = 1.0f;  // never a row of only -inf
+  }
+  t.poison_outputs();
+  const KernelResult res = runner.topk(t);
+  if (!res.ok()) report_failure(nullptr, 0, label + ": " + res.message);
+  KD_CHECK(res.ok());
+  std::vector<float> want_logp(static_cast<size_t>(rows) * k), logp(vocab);
+  std::vector<int32_t> want_tok(static_cast<size_t>(rows) * k), ids(vocab);
+  for (int r = 0; r < rows; ++r) {
+    const float* x = t.logits.data() + static_cast<size_t>(r) * vocab;
+    const double m = *std::max_element(x, x + vocab);
+    double sum = 0.0;
+    for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(x[i]) - m);
+    const double lse = m + std::log(sum);
+    for (int i = 0; i < vocab; ++i) logp[i] = static_cast<float>(static_cast<double>(x[i]) - lse);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                      [&](int a, int b) { return logp[a] != logp[b] ? logp[a] > logp[b] : a < b; });
+    for (int j = 0; j < k; ++j) {
+      want_tok[static_cast<size_t>(r) * k + j] = ids[j];
+      want_logp[static_cast<size_t>(r) * k + j] = logp[ids[j]];
+    }
+  }
+  const int before = failures_in_case();
+  expect_equal_arrays(label + " tok", t.tok.data(), want_tok.data(), static_cast<int64_t>(want_tok.size()));
+  expect_equal_arrays(label + " logp", t.logp.data(), want_logp.data(), static_cast<int64_t>(want_logp.size()));
+  if (failures_in_case() != before) std::printf("    (%s failed)\n", label.c_str());
+}
+
+// The random cases above over the block sizes and both load paths (V % 4 != 0: scalar loads).
+// `sms` sets the runner's pretend SM count where it has one (the emulator), so the rows
+// choose 512-, 256- or 128-thread blocks.
+template <class Runner>
+void run_random_topk_cases(Runner& runner, uint64_t seed, bool large) {
+  std::printf("    random topk seed %llu\n", static_cast<unsigned long long>(seed));
+  const int big = large ? 163840 : 40000;
+  run_random_topk_case(runner, "normal", 3, big, 256, seed + 1);
+  run_random_topk_case(runner, "normal", 2, big + 3, 1024, seed + 2);
+  run_random_topk_case(runner, "ascending", 2, 20000, 1024, seed + 3);
+  run_random_topk_case(runner, "ascending", 1, 9001, 7, seed + 4);
+  run_random_topk_case(runner, "ninf", 3, 50000, 1024, seed + 5);
+  run_random_topk_case(runner, "ties", 2, 30001, 256, seed + 6);
+  run_random_topk_case(runner, "huge", 2, 20000, 64, seed + 7);
+  run_random_topk_case(runner, "rising", 2, 30000, 256, seed + 11);
+  run_random_topk_case(runner, "straddle", 2, 30000, 256, seed + 13);
+  run_random_topk_case(runner, "normal", 1, 5003, 5, seed + 12);
+  run_random_topk_case(runner, "normal", 4, 97, 97, seed + 8);
 }
 
 }  // namespace kdtree::test

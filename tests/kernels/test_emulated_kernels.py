@@ -58,9 +58,10 @@ def _run(exe: Path, *args: str, env: dict[str, str] | None = None) -> str:
     return out
 
 
-def test_tree_build_on_emulator(emulated):
-    _run(emulated["emu_tree_build_test"], "tree_build_single", "tree_build_batches", "tree_build_bad",
-         "exp_nonpositive")
+def test_tree_build_on_emulator(emulated, seed):
+    out = _run(emulated["emu_tree_build_test"], "tree_build_single", "tree_build_batches", "tree_build_bad",
+               "topk_random", "exp_nonpositive", env={"KD_SEED": str(seed)})
+    assert "5 passed" in out
 
 
 def test_tree_build_fuzz_on_emulator(emulated, tmp_path, seed):
@@ -72,7 +73,8 @@ def test_tree_build_fuzz_on_emulator(emulated, tmp_path, seed):
 def test_tree_build_barrier_budget_and_heap_agreement(emulated):
     """The profile tool's trees equal the C++ reference heap's on bench_kernels' inputs, and the
     barriers per request stay near what NOTES.md states (the one-sweep search at N <= 256;
-    before it, 260 barriers per request at N=256 on flat rows)."""
+    before it, 260 barriers per request at N=256 on flat rows). Barriers count rounds of the
+    search, not time (NOTES.md), but more of them would mean the search regressed."""
     proc = subprocess.run([str(emulated["emu_tree_build_profile"]), "2"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     rows = [line for line in proc.stdout.splitlines() if "barriers/request" in line]
@@ -83,7 +85,9 @@ def test_tree_build_barrier_budget_and_heap_agreement(emulated):
         row = next(r for r in rows if r.startswith(kind) and f"N={n} " in r)
         return float(row.split("barriers/request")[1].split("|")[0])
 
-    assert barriers("flat", 256) < 70 and barriers("logits", 256) < 30 and barriers("peaky", 256) < 75
+    # at 5b8da44: 56/22/60 (8 requests); now ~36/17/46: the raise's deeper sample, compaction
+    # instead of a second sweep, two barriers per level and per raise
+    assert barriers("flat", 256) < 45 and barriers("logits", 256) < 22 and barriers("peaky", 256) < 55
 
 
 def test_accept_compaction_chain_on_emulator(emulated):

@@ -17,12 +17,12 @@ inline constexpr auto host_data = [](auto& v) { return v.data(); };
 struct EmuTreeRunner {
   size_t smem_limit = 232448;  // per-block limit of the pretend device (H100/H200); the
                                // logp rows are staged in shared memory when they fit
+  int sms = 132;               // SMs of the pretend device (H200): sets topk's block size
   KernelResult topk(TopkIO& t) {
     const TopkLogprobsParams p = topk_params(t, host_data);
     TopkLogprobsPlan plan;
-    if (KernelResult r = make_topk_logprobs_plan(p, smem_limit, &plan); !r.ok()) return r;
-    ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes,
-                    plan.vec4 ? kern::topk_logprobs_kernel<true> : kern::topk_logprobs_kernel<false>, p);
+    if (KernelResult r = make_topk_logprobs_plan(p, smem_limit, sms, &plan); !r.ok()) return r;
+    ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, topk_logprobs_kernel_for(plan), p);
     return KernelResult::success();
   }
 
@@ -30,7 +30,7 @@ struct EmuTreeRunner {
     const TreeBuildParams p = tree_build_params(io, host_data);
     TreeBuildPlan plan;
     if (KernelResult r = make_tree_build_plan(p, smem_limit, &plan); !r.ok()) return r;
-    ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel, p, plan.staged);
+    ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged), p);
     return KernelResult::success();
   }
 };

@@ -1,8 +1,8 @@
 // Where tree_build's time goes, counted on the SIMT emulator: barriers per request by phase
 // (the kernel's KD_PHASE marks), and how often the one-sweep search hands over to the
-// bisection, on bench_kernels' input kinds. A barrier is the unit here: between two of them
-// the block's warps run a short dependent chain (a binary search, a scan), so on the GPU a
-// launch costs roughly barriers x a fraction of a microsecond. Every tree is also checked
+// bisection, on bench_kernels' input kinds. Barriers count rounds, not time: what a launch
+// costs on the GPU is the length of the dependent chains between them (see NOTES.md; the
+// kernel's -DKD_TREE_PHASE_CLOCKS build measures cycles per phase). Every tree is also checked
 // against the reference heap (csrc/bench/tree_heap.h). A tool for NOTES.md; its output is
 // checked by tests/kernels/test_emulated_kernels.py.
 //
@@ -95,7 +95,7 @@ void profile_case(const std::string& kind, int requests, int N, int D) {
   if (!make_tree_build_plan(p, 232448, &plan).ok()) std::abort();
   profile::barriers.clear();
   profile::entered.clear();
-  ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel, p, plan.staged);
+  ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged), p);
   int max_depth = 0, differ = 0;
   for (int32_t d : depth) max_depth = std::max(max_depth, static_cast<int>(d));
   bench::TreeHeap heap;

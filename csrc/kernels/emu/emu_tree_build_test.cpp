@@ -2,6 +2,7 @@
 // Built and run by tests/kernels/test_emulated_kernels.py; no GPU needed.
 #include <cmath>
 #include <random>
+#include <vector>
 
 #include "emu_runners.h"
 #include "kernels/exp_f64.cuh"
@@ -51,26 +52,60 @@ KD_TEST(tree_build_fuzz) {
   }
 }
 
+// topk_logprobs on fresh random rows (seed from KD_SEED or the clock, printed) against the
+// host reference, with the pretend device's SM count set so that the rows take each block
+// size (512, 256, 128 threads).
+KD_TEST(topk_random_rows) {
+  const char* env = std::getenv("KD_SEED");
+  const uint64_t seed = env && *env ? std::strtoull(env, nullptr, 10) : static_cast<uint64_t>(std::random_device{}());
+  for (const int sms : {132, 1}) {
+    EmuTreeRunner runner;
+    runner.sms = sms;  // 132: <= 4 rows -> 512 threads; 1: 2 rows -> 256, 3-4 rows -> 128
+    run_random_topk_cases(runner, seed, false);
+  }
+}
+
 // topk_logprobs' float64 exp against the C library's (correctly rounded on glibc): within
-// one ulp on random arguments across the range it is used on, exact at 0, 0 below -708.
-KD_TEST(exp_nonpositive_within_one_ulp) {
-  std::mt19937_64 rng(20261130);
+// one ulp on random arguments across the range it is used on, exact at 0, 0 below -708; with
+// the 64- and the 256-entry table.
+template <int TableBits>
+double worst_exp_ulps(const double* table) {
+  std::mt19937_64 rng(20261130 + TableBits);
   std::uniform_real_distribution<double> wide(-708.0, 0.0), narrow(-1.0, 0.0);
   double worst = 0.0, at = 0.0;
   for (int i = 0; i < 2000000; ++i) {
     const double d = i % 2 ? wide(rng) : narrow(rng);
-    const double got = kern::exp_nonpositive(d, kern::kExp2Table), want = std::exp(d);
+    const double got = kern::exp_nonpositive<TableBits>(d, table), want = std::exp(d);
     const double ulps = std::fabs(got - want) / (std::nextafter(want, INFINITY) - want);
     if (ulps > worst) {
       worst = ulps;
       at = d;
     }
   }
-  std::printf("    worst %.3f ulp at %.17g\n", worst, at);
-  KD_EXPECT(worst <= 1.0);
+  std::printf("    %d-entry table: worst %.3f ulp at %.17g\n", 1 << TableBits, worst, at);
+  return worst;
+}
+
+KD_TEST(exp_nonpositive_within_one_ulp) {
+  KD_EXPECT(worst_exp_ulps<6>(kern::kExp2Table) <= 1.0);
+  KD_EXPECT(worst_exp_ulps<8>(kern::kExp2FineTable) <= 1.0);
   KD_EXPECT_EQ(kern::exp_nonpositive(0.0, kern::kExp2Table), 1.0);
+  KD_EXPECT_EQ(kern::exp_nonpositive<8>(0.0, kern::kExp2FineTable), 1.0);
   KD_EXPECT_EQ(kern::exp_nonpositive(-INFINITY, kern::kExp2Table), 0.0);
   KD_EXPECT_EQ(kern::exp_nonpositive(-708.5, kern::kExp2Table), 0.0);
+  // topk's layout (interleaved copies of the pre-shifted table) gives the plain table's bits
+  constexpr int kBits = kern::kTopkExpBits, kCopies = kern::kTopkTableCopies, kShift = kern::kTopkTableShift;
+  std::vector<double> copies(static_cast<size_t>(kCopies) << kBits);
+  for (size_t i = 0; i < copies.size(); ++i) copies[i] = kern::exp2_table_preshifted<kBits>(static_cast<int>(i / kCopies));
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> wide(-708.0, 0.0);
+  int differ = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const double d = wide(rng);
+    const int lane_bytes = (i % kCopies) * static_cast<int>(sizeof(double));
+    differ += kern::exp_nonpositive<kBits, kShift, true>(d, copies.data(), lane_bytes) != kern::exp_nonpositive<kBits>(d, kern::kExp2FineTable);
+  }
+  KD_EXPECT_EQ(differ, 0);
 }
 
 KD_TEST_MAIN()

@@ -522,6 +522,12 @@ inline long long __double_as_longlong(double d) {
   std::memcpy(&v, &d, 8);
   return v;
 }
+inline int __double2hiint(double d) { return static_cast<int>(static_cast<unsigned long long>(__double_as_longlong(d)) >> 32); }
+inline int __double2loint(double d) { return static_cast<int>(static_cast<unsigned>(__double_as_longlong(d))); }
+inline double __hiloint2double(int hi, int lo) {
+  return __longlong_as_double(static_cast<long long>((static_cast<unsigned long long>(static_cast<unsigned>(hi)) << 32) |
+                                                     static_cast<unsigned>(lo)));
+}
 template <class T>
 inline T __ldg(const T* p) { return *p; }
 using std::max;
