@@ -7,8 +7,14 @@
 //   S = Q K^T           warp (rg, cg): 16 rows x kKeysPerWarp keys, 36 k-steps of 16
 //   mask, scale         prefix tail beyond the split, tree keys by the ancestor bits
 //   online softmax      row max shared across the CG warps of a row group through smem
-//   P (bf16) -> smem, O += P V   warp (rg, cg): 16 rows x kOutColsPerWarp columns
+//   P (bf16) -> smem, O += P V   warp (prg, pcg): kPRowsPerWarp rows x kColsPerWarp columns
 // Shared-memory tiles are XOR-swizzled by 16-byte chunk so ldmatrix is conflict-free.
+// P V may use fewer warps along the rows than S (PRowGroups < RowGroups): each warp then
+// owns more rows and fewer columns, so every V fragment it loads feeds more MMAs (the 64 x 64
+// tile: 2 x 4 instead of 4 x 2 reads V from shared memory twice instead of four times, -16%
+// of the tile's shared-memory reads). Its O rows are not its S rows, so every warp tracks
+// the rescaling of its O rows from shared memory (the S warps of column group 0 write it
+// before the barrier that publishes P; the final maxima go to red_max after the loop).
 #pragma once
 
 #include "ptx_mma.cuh"
@@ -17,23 +23,29 @@
 
 namespace kdtree::kern {
 
-template <int RowGroups, int ColGroups, int TileKeys, int Stages>
+template <int RowGroups, int ColGroups, int TileKeys, int Stages, int PRowGroups>
 struct Bf16AttnConfig {
-  static constexpr int kRowGroups = RowGroups;  // warps along the rows (16 rows each)
-  static constexpr int kColGroups = ColGroups;  // warps sharing a row group (split keys / columns)
+  static constexpr int kRowGroups = RowGroups;  // S: warps along the rows (16 rows each)
+  static constexpr int kColGroups = ColGroups;  // S: warps sharing a row group (split keys)
   static constexpr int kWarps = RowGroups * ColGroups;
+  static constexpr int kPRowGroups = PRowGroups;           // P V: warps along the rows
+  static constexpr int kPColGroups = kWarps / PRowGroups;  // P V: warps along the 512 columns
+  static constexpr int kPRowsPerWarp = 16 * RowGroups / PRowGroups;  // O rows of one warp
+  static constexpr int kPM = kPRowsPerWarp / 16;                     // its m16 row tiles
+  static constexpr bool kSameRows = PRowGroups == RowGroups;         // O rows == S rows
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kTileRows = 16 * RowGroups;
   static constexpr int kTileKeys = TileKeys;
   static constexpr int kStages = Stages;                       // K tiles in flight
   static constexpr int kKeysPerWarp = TileKeys / ColGroups;    // S columns of one warp
   static constexpr int kSTiles = kKeysPerWarp / 8;             // its n8 tiles
-  static constexpr int kColsPerWarp = kVerifyLatentDim / ColGroups;  // O columns of one warp
+  static constexpr int kColsPerWarp = kVerifyLatentDim / kPColGroups;  // O columns of one warp
   static constexpr int kOTiles = kColsPerWarp / 8;
   static constexpr int kChunks = kVerifyQKDim / 8;             // 72 16-byte chunks per row
   static constexpr int kPChunks = TileKeys / 8;                // chunks per P row
   static_assert(kKeysPerWarp % 8 == 0 && (kSTiles == 1 || kSTiles % 2 == 0), "S tiles come in pairs (or one)");
   static_assert(kOTiles % 2 == 0, "O tiles come in pairs");
+  static_assert(kWarps % PRowGroups == 0 && RowGroups % PRowGroups == 0, "P V warps tile the rows evenly");
   static_assert(TileKeys % 16 == 0 && 64 % TileKeys == 0, "key tiles divide the 64-key mask tiles");
   static_assert(kPChunks == 4 || kPChunks % 8 == 0, "P rows swizzle in groups of 4 or 8 chunks");
 
@@ -47,16 +59,34 @@ struct Bf16AttnConfig {
   static constexpr size_t kPOff = kKOff + kStages * kKBytes;
   static constexpr size_t kMaxOff = kPOff + kPBytes;                       // float [CG][rows]
   static constexpr size_t kSumOff = kMaxOff + sizeof(float) * ColGroups * kTileRows;
-  static constexpr size_t kMaskOff = kSumOff + sizeof(float) * ColGroups * kTileRows;
+  static constexpr size_t kAlphaOff = kSumOff + sizeof(float) * ColGroups * kTileRows;  // float [rows]
+  static constexpr size_t kMaskOff = kAlphaOff + (kSameRows ? 0 : sizeof(float) * kTileRows);
   static constexpr size_t kSmemBytes = kMaskOff + 16;
 };
 
-using Bf16AttnSm90 = Bf16AttnConfig<4, 2, 64, 2>;   // 64 x 64 tiles, 8 warps, ~225 KB: H100/H200
-using Bf16AttnSmall = Bf16AttnConfig<2, 4, 32, 1>;  // 32 x 32 tiles, 8 warps, ~75 KB: sm_120, sm_89
+// 64 x 64 tiles, 8 warps, ~225 KB: H100/H200. S 4 x 2 warps (16 rows x 32 keys), P V 2 x 4
+// (32 rows x 128 columns).
+using Bf16AttnSm90 = Bf16AttnConfig<4, 2, 64, 2, 2>;
+// The same tile with P V in the S layout (16 rows x 256 columns): the kernel before the 2 x 4
+// P V, kept selectable (force_config, bench `config=5`) to time one against the other.
+using Bf16AttnSm90SameRows = Bf16AttnConfig<4, 2, 64, 2, 4>;
+// ... and with P V 1 x 8 (64 rows x 64 columns: V read once, P eight times), also selectable.
+using Bf16AttnSm90PvRows64 = Bf16AttnConfig<4, 2, 64, 2, 1>;
+// 32 x 32 tiles, 8 warps, ~75 KB: sm_120, sm_89. S 2 x 4 (16 rows x 8 keys), P V 1 x 8
+// (32 rows x 64 columns).
+using Bf16AttnSmall = Bf16AttnConfig<2, 4, 32, 1, 1>;
 static_assert(Bf16AttnSm90::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Sm90].smem_bytes &&
                   Bf16AttnSm90::kTileRows == kVerifyConfigShapes[kVerifyBf16Sm90].tile_rows &&
                   Bf16AttnSm90::kTileKeys == kVerifyConfigShapes[kVerifyBf16Sm90].tile_keys,
               "verify_attn_plan.h must describe Bf16AttnSm90");
+static_assert(Bf16AttnSm90SameRows::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Sm90SameRows].smem_bytes &&
+                  Bf16AttnSm90SameRows::kTileRows == kVerifyConfigShapes[kVerifyBf16Sm90SameRows].tile_rows &&
+                  Bf16AttnSm90SameRows::kTileKeys == kVerifyConfigShapes[kVerifyBf16Sm90SameRows].tile_keys,
+              "verify_attn_plan.h must describe Bf16AttnSm90SameRows");
+static_assert(Bf16AttnSm90PvRows64::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Sm90PvRows64].smem_bytes &&
+                  Bf16AttnSm90PvRows64::kTileRows == kVerifyConfigShapes[kVerifyBf16Sm90PvRows64].tile_rows &&
+                  Bf16AttnSm90PvRows64::kTileKeys == kVerifyConfigShapes[kVerifyBf16Sm90PvRows64].tile_keys,
+              "verify_attn_plan.h must describe Bf16AttnSm90PvRows64");
 static_assert(Bf16AttnSmall::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Small].smem_bytes &&
                   Bf16AttnSmall::kTileRows == kVerifyConfigShapes[kVerifyBf16Small].tile_rows &&
                   Bf16AttnSmall::kTileKeys == kVerifyConfigShapes[kVerifyBf16Small].tile_keys,
@@ -107,11 +137,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_bf16_kernel(cons
   uint8_t* p_s = smem + Cfg::kPOff;
   float* red_max = reinterpret_cast<float*>(smem + Cfg::kMaxOff);  // [CG][rows]
   float* red_sum = reinterpret_cast<float*>(smem + Cfg::kSumOff);  // [CG][rows]
+  float* red_alpha = reinterpret_cast<float*>(smem + Cfg::kAlphaOff);  // [rows] (P V rows != S rows)
   uint32_t* mask_s = reinterpret_cast<uint32_t*>(smem + Cfg::kMaskOff);
 
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % kWarpSize, warp = tid / kWarpSize;
-  const int rg = warp % Cfg::kRowGroups, cg = warp / Cfg::kRowGroups;
+  const int rg = warp % Cfg::kRowGroups, cg = warp / Cfg::kRowGroups;        // S
+  const int prg = warp % Cfg::kPRowGroups, pcg = warp / Cfg::kPRowGroups;    // P V
   const int g = lane / 4, tig = lane % 4;  // fragment row / column pair
   const SplitWork w = split_work(k, Cfg::kTileRows);
   const uint32_t tail_mask = w.tail ? active_tail_tiles(k, w, Cfg::kTileRows, mask_s) : 0u;
@@ -138,10 +170,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_bf16_kernel(cons
   }
 
   const __nv_bfloat16* kv = static_cast<const __nv_bfloat16*>(k.p.kv) + static_cast<int64_t>(w.b) * k.p.kv_batch_stride;
-  float o[Cfg::kOTiles][4];
+  // O rows of this thread: tile row o_row0 + 16 i + g + 8 h for m16 tile i, half h
+  const int o_row0 = prg * Cfg::kPRowsPerWarp;
+  float o[Cfg::kPM][Cfg::kOTiles][4];
 #pragma unroll
-  for (int j = 0; j < Cfg::kOTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // lo, hi rows (base 2)
+  for (int i = 0; i < Cfg::kPM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::kOTiles; ++j) o[i][j][0] = o[i][j][1] = o[i][j][2] = o[i][j][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // S rows lo, hi (base 2)
 
   load_query_tile<Cfg>(q_s, k, w.b, w.row0);
   {
@@ -239,27 +275,50 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_bf16_kernel(cons
     }
     l_run[0] = l_run[0] * alpha[0] + rowsum[0];
     l_run[1] = l_run[1] * alpha[1] + rowsum[1];
+    if constexpr (Cfg::kSameRows) {
 #pragma unroll
-    for (int j = 0; j < Cfg::kOTiles; ++j) {
-      o[j][0] *= alpha[0];
-      o[j][1] *= alpha[0];
-      o[j][2] *= alpha[1];
-      o[j][3] *= alpha[1];
+      for (int j = 0; j < Cfg::kOTiles; ++j) {
+        o[0][j][0] *= alpha[0];
+        o[0][j][1] *= alpha[0];
+        o[0][j][2] *= alpha[1];
+        o[0][j][3] *= alpha[1];
+      }
+    } else if (cg == 0 && tig == 0) {  // published by the barrier below; rewritten after the next tile's first
+      red_alpha[r_lo] = alpha[0];
+      red_alpha[r_hi] = alpha[1];
     }
     __syncthreads();  // P complete
+    if constexpr (!Cfg::kSameRows) {
+#pragma unroll
+      for (int i = 0; i < Cfg::kPM; ++i) {
+        const float a_lo = red_alpha[o_row0 + 16 * i + g], a_hi = red_alpha[o_row0 + 16 * i + g + 8];
+#pragma unroll
+        for (int j = 0; j < Cfg::kOTiles; ++j) {
+          o[i][j][0] *= a_lo;
+          o[i][j][1] *= a_lo;
+          o[i][j][2] *= a_hi;
+          o[i][j][3] *= a_hi;
+        }
+      }
+    }
 
-    // O += P V for this warp's 16 rows x kColsPerWarp columns
-    const int col_base = cg * Cfg::kColsPerWarp;
+    // O += P V for this warp's kPRowsPerWarp rows x kColsPerWarp columns
+    const int col_base = pcg * Cfg::kColsPerWarp;
 #pragma unroll
     for (int ks = 0; ks < Cfg::kTileKeys / 16; ++ks) {
-      uint32_t a[4];
-      ldmatrix_x4(a, p_s + p_offset<Cfg::kPChunks>(16 * rg + lane % 16, 2 * ks + lane / 16));
+      uint32_t a[Cfg::kPM][4];
+#pragma unroll
+      for (int i = 0; i < Cfg::kPM; ++i)
+        ldmatrix_x4(a[i], p_s + p_offset<Cfg::kPChunks>(o_row0 + 16 * i + lane % 16, 2 * ks + lane / 16));
 #pragma unroll
       for (int np = 0; np < Cfg::kOTiles / 2; ++np) {
         uint32_t bv[4];
         ldmatrix_x4_trans(bv, k_s + qk_offset(16 * ks + lane % 8 + 8 * ((lane / 8) % 2), (col_base + 16 * np) / 8 + lane / 16));
-        mma_bf16_16816(o[2 * np], a, bv[0], bv[1]);
-        mma_bf16_16816(o[2 * np + 1], a, bv[2], bv[3]);
+#pragma unroll
+        for (int i = 0; i < Cfg::kPM; ++i) {
+          mma_bf16_16816(o[i][2 * np], a[i], bv[0], bv[1]);
+          mma_bf16_16816(o[i][2 * np + 1], a[i], bv[2], bv[3]);
+        }
       }
     }
     if (Cfg::kStages == 1 && it + 1 < n_tiles) {
@@ -279,50 +338,47 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_bf16_kernel(cons
   if (tig == 0) {
     red_sum[cg * Cfg::kTileRows + r_lo] = l_run[0];
     red_sum[cg * Cfg::kTileRows + r_hi] = l_run[1];
+    if (!Cfg::kSameRows && cg == 0) {  // the final maxima for the O warps (red_max is no longer read)
+      red_max[r_lo] = m_run[0];
+      red_max[r_hi] = m_run[1];
+    }
   }
   __syncthreads();
-  float inv[2], lse2[2];
+  const int col_base = pcg * Cfg::kColsPerWarp;
+  const int64_t part_base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = h == 0 ? r_lo : r_hi;
-    float l = 0.0f;
-#pragma unroll
-    for (int c = 0; c < Cfg::kColGroups; ++c) l += red_sum[c * Cfg::kTileRows + r];
-    inv[h] = l > 0.0f ? 1.0f / l : 0.0f;
-    lse2[h] = l > 0.0f ? m_run[h] + log2f(l) : -INFINITY;
-  }
-  const int col_base = cg * Cfg::kColsPerWarp;
-  const int ms[2] = {m_lo, m_hi};
-  if (k.splits == 1) {
-    OutT* out = static_cast<OutT*>(k.p.out) + static_cast<int64_t>(w.b) * k.rows * kVerifyLatentDim;
+  for (int i = 0; i < Cfg::kPM; ++i)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      if (ms[h] >= k.rows) continue;
-      OutT* row = out + static_cast<int64_t>(ms[h]) * kVerifyLatentDim + col_base + 2 * tig;
+      const int r = o_row0 + 16 * i + g + 8 * h, m = w.row0 + r;
+      if (m >= k.rows) continue;
+      float l = 0.0f;
 #pragma unroll
-      for (int j = 0; j < Cfg::kOTiles; ++j) {
-        const float x0 = o[j][2 * h] * inv[h], x1 = o[j][2 * h + 1] * inv[h];
-        if constexpr (sizeof(OutT) == 4) {
-          *reinterpret_cast<float2*>(row + 8 * j) = make_float2(x0, x1);
-        } else {
-          *reinterpret_cast<__nv_bfloat162*>(row + 8 * j) = __floats2bfloat162_rn(x0, x1);
+      for (int c = 0; c < Cfg::kColGroups; ++c) l += red_sum[c * Cfg::kTileRows + r];
+      const float m_row = Cfg::kSameRows ? m_run[h] : red_max[r];
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const float lse2 = l > 0.0f ? m_row + log2f(l) : -INFINITY;
+      if (k.splits == 1) {
+        OutT* row = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(w.b) * k.rows + m) * kVerifyLatentDim + col_base + 2 * tig;
+#pragma unroll
+        for (int j = 0; j < Cfg::kOTiles; ++j) {
+          const float x0 = o[i][j][2 * h] * inv, x1 = o[i][j][2 * h + 1] * inv;
+          if constexpr (sizeof(OutT) == 4) {
+            *reinterpret_cast<float2*>(row + 8 * j) = make_float2(x0, x1);
+          } else {
+            *reinterpret_cast<__nv_bfloat162*>(row + 8 * j) = __floats2bfloat162_rn(x0, x1);
+          }
         }
+        if (pcg == 0 && tig == 0 && k.p.lse)
+          k.p.lse[static_cast<int64_t>(w.b) * k.rows + m] = lse2 == -INFINITY ? -INFINITY : lse2 / kLog2e;
+      } else {
+        float* row = k.part_o + (part_base + m) * kVerifyLatentDim + col_base + 2 * tig;
+#pragma unroll
+        for (int j = 0; j < Cfg::kOTiles; ++j)
+          *reinterpret_cast<float2*>(row + 8 * j) = make_float2(o[i][j][2 * h] * inv, o[i][j][2 * h + 1] * inv);
+        if (pcg == 0 && tig == 0) k.part_lse[part_base + m] = lse2;
       }
-      if (cg == 0 && tig == 0 && k.p.lse)
-        k.p.lse[static_cast<int64_t>(w.b) * k.rows + ms[h]] = lse2[h] == -INFINITY ? -INFINITY : lse2[h] / kLog2e;
     }
-  } else {
-    const int64_t base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (ms[h] >= k.rows) continue;
-      float* row = k.part_o + (base + ms[h]) * kVerifyLatentDim + col_base + 2 * tig;
-#pragma unroll
-      for (int j = 0; j < Cfg::kOTiles; ++j)
-        *reinterpret_cast<float2*>(row + 8 * j) = make_float2(o[j][2 * h] * inv[h], o[j][2 * h + 1] * inv[h]);
-      if (cg == 0 && tig == 0) k.part_lse[base + ms[h]] = lse2[h];
-    }
-  }
 }
 
 }  // namespace kdtree::kern

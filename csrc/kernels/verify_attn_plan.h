@@ -19,7 +19,9 @@ enum VerifyAttnConfig : int {
   kVerifyF32 = 2,         // 16 rows x 32 keys, CUDA cores
   kVerifyBf16Decode = 3,  // <= 32 rows (decode shapes), 64 keys, two K stages: ~186 KB
   kVerifyBf16DecodeSmall = 4,  // <= 32 rows, 32 keys, one K stage: ~75 KB
-  kVerifyConfigCount = 5,
+  kVerifyBf16Sm90SameRows = 5,  // config 0 with P V in the S warp layout (only when forced: timing)
+  kVerifyBf16Sm90PvRows64 = 6,  // config 0 with P V 1 x 8 warps (only when forced: timing)
+  kVerifyConfigCount = 7,
 };
 
 struct VerifyConfigShape {
@@ -28,11 +30,13 @@ struct VerifyConfigShape {
 };
 // Shapes of the configurations; the kernel headers static_assert that they match.
 inline constexpr VerifyConfigShape kVerifyConfigShapes[kVerifyConfigCount] = {
-    {64, 64, 230416},  // Bf16AttnSm90
-    {32, 32, 76816},   // Bf16AttnSmall
+    {64, 64, 230672},  // Bf16AttnSm90
+    {32, 32, 76944},   // Bf16AttnSmall
     {16, 32, 113488},  // F32Attn
     {32, 64, 190480},  // Bf16DecodeSm90
     {32, 32, 76816},   // Bf16DecodeSmall
+    {64, 64, 230416},  // Bf16AttnSm90SameRows
+    {64, 64, 230672},  // Bf16AttnSm90PvRows64
 };
 inline bool verify_config_is_decode(int config) {
   return config == kVerifyBf16Decode || config == kVerifyBf16DecodeSmall;

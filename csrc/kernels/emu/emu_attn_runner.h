@@ -68,6 +68,14 @@ struct EmuAttnRunner {
         ::kdemu::launch(grid, dim3(Bf16AttnSm90::kThreads), Bf16AttnSm90::kSmemBytes,
                         verify_attn_bf16_kernel<Bf16AttnSm90, __nv_bfloat16>, k);
         break;
+      case kVerifyBf16Sm90SameRows:
+        ::kdemu::launch(grid, dim3(Bf16AttnSm90SameRows::kThreads), Bf16AttnSm90SameRows::kSmemBytes,
+                        verify_attn_bf16_kernel<Bf16AttnSm90SameRows, __nv_bfloat16>, k);
+        break;
+      case kVerifyBf16Sm90PvRows64:
+        ::kdemu::launch(grid, dim3(Bf16AttnSm90PvRows64::kThreads), Bf16AttnSm90PvRows64::kSmemBytes,
+                        verify_attn_bf16_kernel<Bf16AttnSm90PvRows64, __nv_bfloat16>, k);
+        break;
       case kVerifyBf16Small:
         ::kdemu::launch(grid, dim3(Bf16AttnSmall::kThreads), Bf16AttnSmall::kSmemBytes,
                         verify_attn_bf16_kernel<Bf16AttnSmall, __nv_bfloat16>, k);
