@@ -21,7 +21,9 @@ enum VerifyAttnConfig : int {
   kVerifyBf16DecodeSmall = 4,  // <= 32 rows, 32 keys, one K stage: ~75 KB
   kVerifyBf16Sm90SameRows = 5,  // config 0 with P V in the S warp layout (only when forced: timing)
   kVerifyBf16Sm90PvRows64 = 6,  // config 0 with P V 1 x 8 warps (only when forced: timing)
-  kVerifyConfigCount = 7,
+  kVerifyBf16Sm90S4 = 7,        // config 0 with S on 4 warps of 32 x 32 (only when forced: timing)
+  kVerifyBf16Sm90S4Rows = 8,    // config 0 with S on 4 warps of 16 x 64 (only when forced: timing)
+  kVerifyConfigCount = 9,
 };
 
 struct VerifyConfigShape {
@@ -37,6 +39,8 @@ inline constexpr VerifyConfigShape kVerifyConfigShapes[kVerifyConfigCount] = {
     {32, 32, 76816},   // Bf16DecodeSmall
     {64, 64, 230416},  // Bf16AttnSm90SameRows
     {64, 64, 230672},  // Bf16AttnSm90PvRows64
+    {64, 64, 230672},  // Bf16AttnSm90S4
+    {64, 64, 230160},  // Bf16AttnSm90S4Rows
 };
 inline bool verify_config_is_decode(int config) {
   return config == kVerifyBf16Decode || config == kVerifyBf16DecodeSmall;

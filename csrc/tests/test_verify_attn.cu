@@ -86,7 +86,8 @@ KD_GPU_TEST(small_cases_one_split) {
   GpuAttnRunner runner;
   run_attn_bundle(runner, bundle(),
                   {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90SameRows,
-                   kVerifyBf16Sm90PvRows64}, 0);
+                   kVerifyBf16Sm90PvRows64, kVerifyBf16Sm90S4,
+                   kVerifyBf16Sm90S4Rows}, 0);
 }
 
 KD_GPU_TEST(small_cases_forced_splits) {
@@ -95,7 +96,8 @@ KD_GPU_TEST(small_cases_forced_splits) {
   else
     run_attn_bundle(runner, bundle(),
                     {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90SameRows,
-                   kVerifyBf16Sm90PvRows64}, 64);
+                   kVerifyBf16Sm90PvRows64, kVerifyBf16Sm90S4,
+                   kVerifyBf16Sm90S4Rows}, 64);
 }
 
 // One file per case (schema v0.*), generated on this machine from a logged seed.
