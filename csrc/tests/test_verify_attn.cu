@@ -85,9 +85,7 @@ const KdtrFile& bundle() {
 KD_GPU_TEST(small_cases_one_split) {
   GpuAttnRunner runner;
   run_attn_bundle(runner, bundle(),
-                  {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90SameRows,
-                   kVerifyBf16Sm90PvRows64, kVerifyBf16Sm90S4,
-                   kVerifyBf16Sm90S4Rows}, 0);
+                  {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic}, 0);
 }
 
 KD_GPU_TEST(small_cases_forced_splits) {
@@ -95,9 +93,7 @@ KD_GPU_TEST(small_cases_forced_splits) {
   if (quick_mode()) run_attn_bundle(runner, bundle(), {kVerifyBf16Sm90, kVerifyBf16Decode}, 64);
   else
     run_attn_bundle(runner, bundle(),
-                    {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90SameRows,
-                   kVerifyBf16Sm90PvRows64, kVerifyBf16Sm90S4,
-                   kVerifyBf16Sm90S4Rows}, 64);
+                    {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic}, 64);
 }
 
 // One file per case (schema v0.*), generated on this machine from a logged seed.

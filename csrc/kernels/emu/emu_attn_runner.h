@@ -68,21 +68,9 @@ struct EmuAttnRunner {
         ::kdemu::launch(grid, dim3(Bf16AttnSm90::kThreads), Bf16AttnSm90::kSmemBytes,
                         verify_attn_bf16_kernel<Bf16AttnSm90, __nv_bfloat16>, k);
         break;
-      case kVerifyBf16Sm90SameRows:
-        ::kdemu::launch(grid, dim3(Bf16AttnSm90SameRows::kThreads), Bf16AttnSm90SameRows::kSmemBytes,
-                        verify_attn_bf16_kernel<Bf16AttnSm90SameRows, __nv_bfloat16>, k);
-        break;
-      case kVerifyBf16Sm90PvRows64:
-        ::kdemu::launch(grid, dim3(Bf16AttnSm90PvRows64::kThreads), Bf16AttnSm90PvRows64::kSmemBytes,
-                        verify_attn_bf16_kernel<Bf16AttnSm90PvRows64, __nv_bfloat16>, k);
-        break;
-      case kVerifyBf16Sm90S4:
-        ::kdemu::launch(grid, dim3(Bf16AttnSm90S4::kThreads), Bf16AttnSm90S4::kSmemBytes,
-                        verify_attn_bf16_kernel<Bf16AttnSm90S4, __nv_bfloat16>, k);
-        break;
-      case kVerifyBf16Sm90S4Rows:
-        ::kdemu::launch(grid, dim3(Bf16AttnSm90S4Rows::kThreads), Bf16AttnSm90S4Rows::kSmemBytes,
-                        verify_attn_bf16_kernel<Bf16AttnSm90S4Rows, __nv_bfloat16>, k);
+      case kVerifyBf16Sm90Classic:
+        ::kdemu::launch(grid, dim3(Bf16AttnSm90Classic::kThreads), Bf16AttnSm90Classic::kSmemBytes,
+                        verify_attn_bf16_kernel<Bf16AttnSm90Classic, __nv_bfloat16>, k);
         break;
       case kVerifyBf16Small:
         ::kdemu::launch(grid, dim3(Bf16AttnSmall::kThreads), Bf16AttnSmall::kSmemBytes,

@@ -18,17 +18,13 @@ const KdtrFile& bundle() {
 KD_TEST(verify_attn_one_split) {
   EmuAttnRunner runner;
   run_attn_bundle(runner, bundle(),
-                  {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90SameRows,
-                   kVerifyBf16Sm90PvRows64, kVerifyBf16Sm90S4,
-                   kVerifyBf16Sm90S4Rows}, 0);
+                  {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic}, 0);
 }
 
 KD_TEST(verify_attn_forced_splits) {
   EmuAttnRunner runner;
   run_attn_bundle(runner, bundle(),
-                  {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90SameRows,
-                   kVerifyBf16Sm90PvRows64, kVerifyBf16Sm90S4,
-                   kVerifyBf16Sm90S4Rows}, 64);
+                  {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic}, 64);
 }
 
 // Files of python_engine/refgen/large_attn_cases.py (folder in $KD_LARGE_ATTN_DIR): the
