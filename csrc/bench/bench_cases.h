@@ -38,7 +38,7 @@ inline const std::map<std::string, std::set<std::string>>& suite_keys() {
   static const std::map<std::string, std::set<std::string>> keys = {
       {"gemm", {"m", "n", "k"}},
       {"copy", {"mb"}},
-      {"verify_attn", {"dtype", "batch", "heads", "n", "prefix"}},
+      {"verify_attn", {"dtype", "batch", "heads", "n", "prefix", "config", "split_keys"}},
       {"topk", {"rows", "vocab", "k"}},
       {"tree_build", {"batch", "budget", "depth", "input", "vocab"}},
       {"accept", {"batch", "budget"}},

@@ -8,7 +8,9 @@
 // small default set runs. Suites and their keys (defaults in brackets):
 //   gemm         m n k                         cuBLAS bf16 GEMM, f32 accumulate: the matrix-rate ceiling
 //   copy         mb [1024]                     device-to-device copy: the memory ceiling (read + write)
-//   verify_attn  dtype [bf16] batch [1] heads n prefix
+//   verify_attn  dtype [bf16] batch [1] heads n prefix config [plan's] split_keys [plan's]
+//                config / split_keys force a tile configuration (VerifyAttnConfig) or the
+//                prefix keys per split, to time variants against the plan's choice
 //   topk         rows vocab k
 //   tree_build   batch budget depth [15] input [flat|logits] vocab [4096]
 //                also times the reference heap (tree_heap.h) on one CPU core and checks the
@@ -302,6 +304,8 @@ void bench_verify(const Case& c, Env& env, Record& r) {
   p.vis_words = words;
   p.scale = 1.0f / std::sqrt(192.0f);
   p.out = out.get();
+  p.force_config = static_cast<int>(c.num("config", -1));
+  p.force_split_keys = static_cast<int>(c.num("split_keys", 0));
   VerifyAttnPlan plan;
   check(verify_attn_plan(p, &plan));
   DeviceBuffer<uint8_t> ws(plan.workspace_bytes);

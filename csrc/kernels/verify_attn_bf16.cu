@@ -26,6 +26,9 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
     case kVerifyBf16Sm90:
       r = launch_config<Bf16AttnSm90, verify_attn_bf16_kernel<Bf16AttnSm90, __nv_bfloat16>>(k, plan, stream);
       break;
+    case kVerifyBf16Sm90Classic:
+      r = launch_config<Bf16AttnSm90Classic, verify_attn_bf16_kernel<Bf16AttnSm90Classic, __nv_bfloat16>>(k, plan, stream);
+      break;
     case kVerifyBf16Small:
       r = launch_config<Bf16AttnSmall, verify_attn_bf16_kernel<Bf16AttnSmall, __nv_bfloat16>>(k, plan, stream);
       break;

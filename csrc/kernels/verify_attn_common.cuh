@@ -139,9 +139,14 @@ KD_DEVICE int schedule_length(const SplitWork& w, uint32_t tail_mask, int tile_k
 }
 
 // Merge of the splits' partials: one block per (row, quarter of the 512 columns, request),
-// 32 threads x 4 columns, so that even a few rows (decode shapes) spread over many SMs.
-constexpr int kMergeThreads = 32;
-constexpr int kMergeColBlocks = kVerifyLatentDim / (4 * kMergeThreads);
+// each lane 4 columns, so that even a few rows (decode shapes) spread over many SMs. The
+// 4 warps of a block take every 4th split each (the decode plans' 64-128 splits are then 4
+// loads deep per warp instead of one warp reading them all in turn: the merge is latency-
+// bound, not bandwidth-bound), and their sums meet in shared memory. Every warp reduces the
+// splits' lse itself, lanes across the splits.
+constexpr int kMergeWarps = 4;
+constexpr int kMergeThreads = kMergeWarps * kWarpSize;
+constexpr int kMergeColBlocks = kVerifyLatentDim / (4 * kWarpSize);
 
 inline dim3 verify_merge_grid(const VerifyKernelParams& k) {
   return dim3(static_cast<unsigned>(k.rows), kMergeColBlocks, static_cast<unsigned>(k.p.batch));
@@ -149,40 +154,58 @@ inline dim3 verify_merge_grid(const VerifyKernelParams& k) {
 
 template <class OutT>
 __global__ void __launch_bounds__(kMergeThreads) verify_merge_kernel(const VerifyKernelParams k) {
+  __shared__ float4 warp_acc[kMergeWarps - 1][kWarpSize];
   const int m = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.z);
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int S = k.splits;
   const int64_t stride = static_cast<int64_t>(k.rows) * kVerifyLatentDim;  // between splits
   const float* lse = k.part_lse + static_cast<int64_t>(b) * S * k.rows + m;
   float top = -INFINITY;
-  for (int s = 0; s < S; ++s) top = fmaxf(top, lse[static_cast<int64_t>(s) * k.rows]);
+  for (int s = lane; s < S; s += kWarpSize) top = fmaxf(top, lse[static_cast<int64_t>(s) * k.rows]);
+#pragma unroll
+  for (int d = kWarpSize / 2; d > 0; d /= 2) top = fmaxf(top, __shfl_xor_sync(kFullMask, top, d));
   float total = 0.0f;
-  for (int s = 0; s < S; ++s) {
+  for (int s = lane; s < S; s += kWarpSize) {
     const float l = lse[static_cast<int64_t>(s) * k.rows];
     if (l != -INFINITY) total += exp2f(l - top);
   }
+#pragma unroll
+  for (int d = kWarpSize / 2; d > 0; d /= 2) total += __shfl_xor_sync(kFullMask, total, d);
   const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-  const int col = (static_cast<int>(blockIdx.y) * kMergeThreads + static_cast<int>(threadIdx.x)) * 4;
+  const int col = (static_cast<int>(blockIdx.y) * kWarpSize + lane) * 4;
   const float* o = k.part_o + static_cast<int64_t>(b) * S * stride + static_cast<int64_t>(m) * kVerifyLatentDim + col;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int s = 0; s < S; ++s) {
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+  for (int s = warp; s < S; s += kMergeWarps) {
     const float l = lse[static_cast<int64_t>(s) * k.rows];
-    if (l == -INFINITY) continue;
+    if (l == -INFINITY) continue;  // an empty split wrote no partial output
     const float wgt = exp2f(l - top) * inv;
     const float4 v = *reinterpret_cast<const float4*>(o + s * stride);
-    acc[0] += wgt * v.x;
-    acc[1] += wgt * v.y;
-    acc[2] += wgt * v.z;
-    acc[3] += wgt * v.w;
+    acc.x += wgt * v.x;
+    acc.y += wgt * v.y;
+    acc.z += wgt * v.z;
+    acc.w += wgt * v.w;
+  }
+  if (warp > 0) warp_acc[warp - 1][lane] = acc;
+  __syncthreads();
+  if (warp > 0) return;
+#pragma unroll
+  for (int i = 0; i < kMergeWarps - 1; ++i) {
+    const float4 v = warp_acc[i][lane];
+    acc.x += v.x;
+    acc.y += v.y;
+    acc.z += v.z;
+    acc.w += v.w;
   }
   OutT* out = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(b) * k.rows + m) * kVerifyLatentDim + col;
   if constexpr (sizeof(OutT) == 4) {
-    *reinterpret_cast<float4*>(out) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    *reinterpret_cast<float4*>(out) = acc;
   } else {
     __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(out);
-    o2[0] = __floats2bfloat162_rn(acc[0], acc[1]);
-    o2[1] = __floats2bfloat162_rn(acc[2], acc[3]);
+    o2[0] = __floats2bfloat162_rn(acc.x, acc.y);
+    o2[1] = __floats2bfloat162_rn(acc.z, acc.w);
   }
-  if (threadIdx.x == 0 && blockIdx.y == 0 && k.p.lse)
+  if (lane == 0 && blockIdx.y == 0 && k.p.lse)
     k.p.lse[static_cast<int64_t>(b) * k.rows + m] = total > 0.0f ? (top + log2f(total)) / kLog2e : -INFINITY;
 }
 

@@ -19,7 +19,8 @@ enum VerifyAttnConfig : int {
   kVerifyF32 = 2,         // 16 rows x 32 keys, CUDA cores
   kVerifyBf16Decode = 3,  // <= 32 rows (decode shapes), 64 keys, two K stages: ~186 KB
   kVerifyBf16DecodeSmall = 4,  // <= 32 rows, 32 keys, one K stage: ~75 KB
-  kVerifyConfigCount = 5,
+  kVerifyBf16Sm90Classic = 5,  // config 0's tile in the earlier warp layout (only when forced: timing)
+  kVerifyConfigCount = 6,
 };
 
 struct VerifyConfigShape {
@@ -28,11 +29,12 @@ struct VerifyConfigShape {
 };
 // Shapes of the configurations; the kernel headers static_assert that they match.
 inline constexpr VerifyConfigShape kVerifyConfigShapes[kVerifyConfigCount] = {
-    {64, 64, 230416},  // Bf16AttnSm90
-    {32, 32, 76816},   // Bf16AttnSmall
+    {64, 64, 230672},  // Bf16AttnSm90
+    {32, 32, 76944},   // Bf16AttnSmall
     {16, 32, 113488},  // F32Attn
     {32, 64, 190480},  // Bf16DecodeSm90
     {32, 32, 76816},   // Bf16DecodeSmall
+    {64, 64, 230416},  // Bf16AttnSm90Classic
 };
 inline bool verify_config_is_decode(int config) {
   return config == kVerifyBf16Decode || config == kVerifyBf16DecodeSmall;
@@ -112,11 +114,31 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
         splits = s;
       }
     }
+    // The tree's key tiles all fall on the last split: cut the prefix so that the last
+    // split's prefix tiles plus the tree's come to no more than the others' (never longer than
+    // cutting the prefix alone), and take one split more when that shortens the longest split
+    // without another wave (H=64, n=1, 32k: 65 splits of 8 tiles, the last one the tree
+    // alone, instead of 64 of 8 and a 9th on the last; ~4.8 us a tile there on the H200).
+    const int prefix_tiles = (p.max_prefix + pl.tile_keys - 1) / pl.tile_keys;
+    const int tail_tiles = (p.tree_len + 63) / 64 * (64 / pl.tile_keys);
+    const int total = prefix_tiles + tail_tiles;
+    const int max_per = p.dtype == AttnDType::kF32 ? kVerifyF32MaxSplitKeys / pl.tile_keys : total;  // float32: short sums
+    auto per_of = [&](int s) { return std::min(max_per, (total + s - 1) / s); };  // tiles a split, the tree's included
+    auto used_of = [&](int s) { return (total + per_of(s) - 1) / per_of(s); };    // splits that cut makes
+    auto waves_of = [&](int s) { return (base * used_of(s) + slots - 1) / slots; };
+    if (splits < kVerifyMaxSplits && waves_of(splits + 1) == waves_of(splits) &&
+        std::max(per_of(splits + 1), tail_tiles) < std::max(per_of(splits), tail_tiles))
+      ++splits;
+    pl.split_len = per_of(splits) * pl.tile_keys;
+    splits = used_of(splits);
   }
-  if (p.force_split_keys > 0 && p.max_prefix > 0) splits = (p.max_prefix + p.force_split_keys - 1) / p.force_split_keys;
-  const int per_split = (p.max_prefix + splits - 1) / splits;
-  pl.split_len = std::max(pl.tile_keys, (per_split + pl.tile_keys - 1) / pl.tile_keys * pl.tile_keys);
-  pl.splits = p.max_prefix > 0 ? (p.max_prefix + pl.split_len - 1) / pl.split_len : 1;
+  if (p.force_split_keys > 0 && p.max_prefix > 0) {
+    pl.split_len = std::max(pl.tile_keys, (p.force_split_keys + pl.tile_keys - 1) / pl.tile_keys * pl.tile_keys);
+    splits = (p.max_prefix + pl.split_len - 1) / pl.split_len;
+  }
+  if (p.max_prefix == 0) pl.split_len = pl.tile_keys;
+  pl.splits = splits;
+  if (splits > kVerifyMaxSplits) return KernelResult::over_limit("verify_attn: more than 65535 key splits");
   if (p.batch > 65535) return KernelResult::over_limit("verify_attn: batch over 65535 (grid.z)");
   pl.workspace_bytes = verify_workspace_for(p.batch, pl.splits, rows);
   *plan = pl;

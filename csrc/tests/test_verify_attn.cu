@@ -84,13 +84,16 @@ const KdtrFile& bundle() {
 
 KD_GPU_TEST(small_cases_one_split) {
   GpuAttnRunner runner;
-  run_attn_bundle(runner, bundle(), {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall}, 0);
+  run_attn_bundle(runner, bundle(),
+                  {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic}, 0);
 }
 
 KD_GPU_TEST(small_cases_forced_splits) {
   GpuAttnRunner runner;  // quick mode (sanitizers): one configuration of each kernel is enough for the merge
   if (quick_mode()) run_attn_bundle(runner, bundle(), {kVerifyBf16Sm90, kVerifyBf16Decode}, 64);
-  else run_attn_bundle(runner, bundle(), {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall}, 64);
+  else
+    run_attn_bundle(runner, bundle(),
+                    {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic}, 64);
 }
 
 // One file per case (schema v0.*), generated on this machine from a logged seed.

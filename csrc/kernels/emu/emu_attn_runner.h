@@ -68,6 +68,10 @@ struct EmuAttnRunner {
         ::kdemu::launch(grid, dim3(Bf16AttnSm90::kThreads), Bf16AttnSm90::kSmemBytes,
                         verify_attn_bf16_kernel<Bf16AttnSm90, __nv_bfloat16>, k);
         break;
+      case kVerifyBf16Sm90Classic:
+        ::kdemu::launch(grid, dim3(Bf16AttnSm90Classic::kThreads), Bf16AttnSm90Classic::kSmemBytes,
+                        verify_attn_bf16_kernel<Bf16AttnSm90Classic, __nv_bfloat16>, k);
+        break;
       case kVerifyBf16Small:
         ::kdemu::launch(grid, dim3(Bf16AttnSmall::kThreads), Bf16AttnSmall::kSmemBytes,
                         verify_attn_bf16_kernel<Bf16AttnSmall, __nv_bfloat16>, k);

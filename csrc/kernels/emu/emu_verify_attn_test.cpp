@@ -17,12 +17,14 @@ const KdtrFile& bundle() {
 
 KD_TEST(verify_attn_one_split) {
   EmuAttnRunner runner;
-  run_attn_bundle(runner, bundle(), {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall}, 0);
+  run_attn_bundle(runner, bundle(),
+                  {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic}, 0);
 }
 
 KD_TEST(verify_attn_forced_splits) {
   EmuAttnRunner runner;
-  run_attn_bundle(runner, bundle(), {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall}, 64);
+  run_attn_bundle(runner, bundle(),
+                  {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic}, 64);
 }
 
 // Files of python_engine/refgen/large_attn_cases.py (folder in $KD_LARGE_ATTN_DIR): the
