@@ -6,7 +6,9 @@
 #   OUT=/tmp/o scripts/gpu_engine_run.sh [steps...]     steps default to all, in order:
 #   build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe
 # and, named only: split (the simulated split on one GPU), multigpu (kdtree run --gpus 2 tests),
-# kernels (kdtree bench kernels, the full sweep), gpus (1 vs KDTREE_GPUS=2 GPUs over NCCL), collectives (NCCL's cost per call at the engine's sizes)
+# kernels (kdtree bench kernels, the full sweep), benchall (kdtree bench all: build, native tests
+# on fresh large cases, compute-sanitizer, the kernel bench; KDTREE_BENCH_BUDGET_S), int4 (the
+# INT4 DDTree == AR tests), gpus (1 vs KDTREE_GPUS=2 GPUs over NCCL), collectives (NCCL's cost per call at the engine's sizes)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -44,6 +46,9 @@ for s in "${STEPS[@]}"; do
     w4a16) step w4a16 240 bash -c "build/release/bin/test_moe_w4a16 && KDTREE_SANITIZE_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 9 build/release/bin/test_moe_w4a16 | tail -3" ;;
     kernels) step kernels 480 "$PY" -m kdtree_cli bench kernels --out "$OUT/kbench"
            cp "$OUT/kbench/bench.md" "$OUT/kernels.md" 2>/dev/null; cp "$OUT/kbench/bench.json" "$OUT/kernels.json" 2>/dev/null ;;
+    benchall) step benchall 400 "$PY" -m kdtree_cli bench all --out "$OUT/all" --budget-s "${KDTREE_BENCH_BUDGET_S:-300}"
+           for f in summary.md bench.md bench.json; do cp "$OUT/all/$f" "$OUT/all-$f" 2>/dev/null; done ;;
+    int4) step int4 300 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_decode.py -k int4 ;;
     moe) step moe 300 "$PY" -m kdtree_cli bench moe --no-build --out-dir "$OUT" ;;
     bench|bench16) dt=float32; [ $s = bench16 ] && dt=bfloat16
            step $s 300 "$PY" -c "from pathlib import Path; from kdtree_cli.bench.engine import EngineBench, run_engine_bench; \
@@ -69,5 +74,5 @@ done
 cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz ./* 2>/dev/null
 find . -type f ! -name logs.tgz ! -name env.txt ! -name native-results.jsonl ! -name native-run.jsonl \
   ! -name load.json ! -name engine.json ! -name moe.json ! -name gpus.json ! -name gpus.md ! -name moe.md \
-  ! -name kernels.md ! -name kernels.json ! -name collectives.json ! -name collectives.md -delete
+  ! -name kernels.md ! -name kernels.json ! -name all-summary.md ! -name all-bench.md ! -name all-bench.json ! -name collectives.json ! -name collectives.md -delete
 printf '%s\n' "${rows[@]}"
