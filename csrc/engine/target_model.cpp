@@ -97,40 +97,31 @@ void TargetModel::set_collective_stream(cudaStream_t stream) {
 }
 
 size_t TargetModel::attention_workspace_bytes() const {
-  // the largest split-KV workspace over every forward shape the engine runs: trees and AR
-  // steps over any number of slots, prefill chunks of any length
+  // the largest split-KV workspace over every forward the engine accepts: any number of slots
+  // with any tokens per slot (trees, AR steps, drafter blocks, prefill chunks, the C API's
+  // forward) that fit forward_rows, at any prefix up to the cache capacity (the plan's
+  // prefix-independent bound: the split count is not monotone in the prefix)
+  const int capacity = limits_.cache_capacity();
   size_t most = 0;
-  auto consider = [&](int batch, int rows) {
-    const int capacity = limits_.cache_capacity();
-    for (int prefix = 128;; prefix *= 2) {
-      const int bound = std::min(prefix, capacity - rows);
-      if (bound < 0) break;
+  alignas(256) static const int16_t dummy[8] = {};  // the plan checks pointers: any aligned address
+  for (int batch = 1; batch <= limits_.slots; ++batch)
+    for (int rows = 1; rows <= kVerifyMaxTreeLen && batch * rows <= limits_.forward_rows(); ++rows) {
+      if (capacity - rows < 0) break;
       VerifyAttnParams p;
       p.dtype = attn_type(dt_);
       p.batch = batch;
       p.heads = dims_.local_heads();
       p.tree_len = rows;
-      p.max_prefix = bound;
+      p.max_prefix = capacity - rows;
       p.kv_row_stride = kVerifyQKDim;
       p.kv_batch_stride = static_cast<int64_t>(capacity) * kVerifyQKDim;
       p.vis_words = (rows + 31) / 32;
       p.scale = dims_.softmax_scale;
-      // the plan checks pointers and alignment: any aligned non-null address will do
-      alignas(256) static const int16_t dummy[8] = {};
       p.q_lat = p.q_pe = p.kv = dummy;
       p.out = const_cast<int16_t*>(dummy);
       p.vis = reinterpret_cast<const uint32_t*>(dummy);
-      most = std::max(most, verify_attn_workspace_bytes(p));
-      if (bound >= capacity - rows) break;
+      most = std::max(most, verify_attn_workspace_bound_bytes(p));
     }
-  };
-  for (int b = 1; b <= limits_.slots; ++b) {
-    consider(b, 1);
-    consider(b, limits_.tree_rows());
-    consider(b, limits_.max_block);
-  }
-  for (int t = 1; t < limits_.prefill_chunk; t *= 2) consider(1, t);
-  consider(1, limits_.prefill_chunk);
   return most;
 }
 

@@ -21,6 +21,11 @@ size_t verify_attn_workspace_bytes(const VerifyAttnParams& p) {
   return verify_attn_plan(p, &plan).ok() ? plan.workspace_bytes : 0;
 }
 
+size_t verify_attn_workspace_bound_bytes(const VerifyAttnParams& p) {
+  VerifyAttnPlan plan;
+  return verify_attn_plan(p, &plan).ok() ? plan.workspace_bound_bytes : 0;
+}
+
 KernelResult verify_attn(const VerifyAttnParams& p, cudaStream_t stream) {
   VerifyAttnPlan plan;
   if (KernelResult r = verify_attn_plan(p, &plan); !r.ok()) return r;

@@ -72,12 +72,19 @@ struct VerifyAttnPlan {
   size_t smem_bytes = 0;
   size_t workspace_bytes = 0;  // partials: 0 when splits == 1
   int config = 0;       // which compiled tile configuration (internal)
+  // No prefix up to max_prefix (same batch, heads, tree) gets more splits than split_bound,
+  // nor more workspace than workspace_bound_bytes: one workspace of that size serves them all.
+  int split_bound = 0;
+  size_t workspace_bound_bytes = 0;
 };
 
 // The plan for these sizes on the current device (errors if impossible there).
 KernelResult verify_attn_plan(const VerifyAttnParams& p, VerifyAttnPlan* plan);
 // Bytes of workspace verify_attn needs for these sizes on the current device (0 on error).
 size_t verify_attn_workspace_bytes(const VerifyAttnParams& p);
+// Bytes of workspace that serve every prefix from 0 to p.max_prefix (0 on error): what an
+// engine allocates once for a cache capacity (the split count is not monotone in the prefix).
+size_t verify_attn_workspace_bound_bytes(const VerifyAttnParams& p);
 
 KernelResult verify_attn(const VerifyAttnParams& p, cudaStream_t stream);
 

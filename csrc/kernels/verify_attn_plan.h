@@ -51,6 +51,12 @@ constexpr int kVerifyMinSplitKeys = 64;
 constexpr int kVerifyF32MaxSplitKeys = 4096; // keeps float32 running sums short (accuracy)
 constexpr int kVerifyMaxSplits = 65535;      // grid.y
 
+// Waves of CTAs the split search considers at most: its cost model charges every wave a fixed
+// cost (query load, tree tail, epilogue), so it picks a second wave only when the first is
+// badly filled and never gains from a third; the cap makes the split count bounded
+// independently of the prefix (VerifyAttnPlan::split_bound).
+constexpr int kVerifyMaxSplitWaves = 2;
+
 inline size_t verify_workspace_for(int batch, int splits, int rows) {
   if (splits <= 1) return 0;
   const size_t parts = static_cast<size_t>(batch) * splits * rows;
@@ -98,12 +104,16 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
                          ? static_cast<int>(smem_per_sm / static_cast<int64_t>(pl.smem_bytes + 1024))
                          : 1;
   const int64_t slots = static_cast<int64_t>(num_sms > 0 ? num_sms : 1) * per_sm;
+  // the splits kVerifyMaxSplitWaves waves of CTAs hold (at least 1)
+  const int split_cap = static_cast<int>(std::min<int64_t>(
+      kVerifyMaxSplits, std::max<int64_t>(1, (kVerifyMaxSplitWaves * slots + base - 1) / base)));
   int splits = 1;
   if (p.max_prefix > 0) {
     // the split count with the least estimated time: waves x (key tiles per split + fixed
     // cost of ~3 tiles for the query load, the tree tail and the epilogue)
     const int min_splits = p.dtype == AttnDType::kF32 ? (p.max_prefix + kVerifyF32MaxSplitKeys - 1) / kVerifyF32MaxSplitKeys : 1;
-    const int max_splits = std::max(min_splits, std::min(kVerifyMaxSplits, (p.max_prefix + kVerifyMinSplitKeys - 1) / kVerifyMinSplitKeys));
+    const int max_splits = std::max(min_splits, std::min({kVerifyMaxSplits, split_cap,
+                                                          (p.max_prefix + kVerifyMinSplitKeys - 1) / kVerifyMinSplitKeys}));
     double best = 0.0;
     for (int s = min_splits; s <= max_splits; ++s) {
       const int64_t waves = (base * s + slots - 1) / slots;
@@ -141,6 +151,18 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
   if (splits > kVerifyMaxSplits) return KernelResult::over_limit("verify_attn: more than 65535 key splits");
   if (p.batch > 65535) return KernelResult::over_limit("verify_attn: batch over 65535 (grid.z)");
   pl.workspace_bytes = verify_workspace_for(p.batch, pl.splits, rows);
+  // The bound over prefixes 0 .. max_prefix: the search stays within split_cap (float32: or its
+  // minimum, which grows with the prefix), the tree's tail adds one, and float32's cut at
+  // kVerifyF32MaxSplitKeys uses at most (prefix + tree) / that keys, rounded up, plus one.
+  if (p.force_split_keys > 0) {
+    pl.split_bound = pl.splits;
+  } else {
+    const int64_t keys = static_cast<int64_t>(p.max_prefix) + p.tree_len;
+    const int64_t f32_splits = p.dtype == AttnDType::kF32 ? (keys + kVerifyF32MaxSplitKeys - 1) / kVerifyF32MaxSplitKeys + 1 : 0;
+    pl.split_bound = static_cast<int>(std::min<int64_t>(kVerifyMaxSplits, std::max<int64_t>(split_cap + 1, f32_splits)));
+    pl.split_bound = std::max(pl.split_bound, pl.splits);
+  }
+  pl.workspace_bound_bytes = verify_workspace_for(p.batch, pl.split_bound, rows);
   *plan = pl;
   return KernelResult::success();
 }

@@ -52,3 +52,67 @@ KD_TEST(verify_attn_large_from_env) {
 }
 
 KD_TEST_MAIN()
+
+// The plan's prefix-independent workspace bound (what the engine allocates once per cache
+// capacity): for devices like the H200 and the RTX PRO 6000, trees and prefill shapes, every
+// prefix up to the capacity gets at most split_bound splits and workspace_bound_bytes of
+// workspace. The split count is not monotone in the prefix, so probing a few prefixes is not
+// enough (64 heads, batch 4, 17 tokens needed more than the powers of two showed).
+KD_TEST(verify_attn_workspace_bound_covers_every_prefix) {
+  struct Device {
+    int sms, smem_optin, smem_per_sm;
+  };
+  const Device devices[] = {{132, 232448, 233472}, {188, 101376, 102400}};
+  struct Shape {
+    AttnDType dtype;
+    int batch, heads, tree_len, capacity;
+  };
+  const Shape shapes[] = {{AttnDType::kBF16, 1, 64, 2, 40000},   {AttnDType::kBF16, 4, 64, 17, 40000},
+                          {AttnDType::kBF16, 1, 8, 2, 40000},    {AttnDType::kBF16, 8, 8, 65, 40000},
+                          {AttnDType::kBF16, 1, 64, 256, 40000}, {AttnDType::kF32, 2, 16, 33, 40000},
+                          {AttnDType::kBF16, 3, 128, 9, 140000}};
+  alignas(256) static const int16_t dummy[8] = {};
+  int checked = 0;
+  for (const Device& d : devices)
+    for (const Shape& s : shapes) {
+      VerifyAttnParams p;
+      p.dtype = s.dtype;
+      p.batch = s.batch;
+      p.heads = s.heads;
+      p.tree_len = s.tree_len;
+      p.kv_row_stride = kVerifyQKDim;
+      p.kv_batch_stride = static_cast<int64_t>(s.capacity) * kVerifyQKDim;
+      p.vis_words = (s.tree_len + 31) / 32;
+      p.scale = 0.1f;
+      p.q_lat = p.q_pe = p.kv = dummy;
+      p.out = const_cast<int16_t*>(dummy);
+      p.vis = reinterpret_cast<const uint32_t*>(dummy);
+      p.max_prefix = s.capacity - s.tree_len;
+      VerifyAttnPlan bound;
+      const KernelResult r = make_verify_attn_plan(p, d.sms, d.smem_optin, d.smem_per_sm, &bound);
+      if (r.status == KernelStatus::kOverLimit && s.dtype == AttnDType::kF32) continue;  // no f32 tile on ~99 KB devices
+      if (!r.ok()) std::printf("    B%d H%d T%d: %s\n", s.batch, s.heads, s.tree_len, r.message.c_str());
+      KD_EXPECT(r.ok());
+      // every prefix below 4096, then steps that hit many residues of the tile and split sizes
+      const int top = p.max_prefix;
+      for (int prefix = 0; prefix <= top; prefix += prefix < 4096 ? 1 : 97) {
+        p.max_prefix = prefix;
+        VerifyAttnPlan plan;
+        const KernelResult rp = make_verify_attn_plan(p, d.sms, d.smem_optin, d.smem_per_sm, &plan);
+        if (!rp.ok()) {
+          std::printf("    prefix %d of B%d H%d T%d: %s\n", prefix, s.batch, s.heads, s.tree_len, rp.message.c_str());
+          KD_EXPECT(false);
+          return;
+        }
+        if (plan.splits > bound.split_bound || plan.workspace_bytes > bound.workspace_bound_bytes) {
+          KD_EXPECT(false);
+          std::printf("    prefix %d of shape B%d H%d T%d: %d splits, %zu bytes; bound %d, %zu\n", prefix, s.batch,
+                      s.heads, s.tree_len, plan.splits, plan.workspace_bytes, bound.split_bound,
+                      bound.workspace_bound_bytes);
+          return;
+        }
+        ++checked;
+      }
+    }
+  std::printf("    %d plans within their shape's bound\n", checked);
+}
