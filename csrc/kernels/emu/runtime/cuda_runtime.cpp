@@ -9,6 +9,7 @@
 // (the engine falls back to eager rounds, as it does on a GPU that refuses a capture).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -179,6 +180,20 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
 }
 
 cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) { return cudaSuccess; }
+
+// The emulator models no registers: the blocks the threads and the shared memory allow on an
+// SM of the stand-in device (what cuda_runtime.h's cudaOccupancyMaxActiveBlocksPerMultiprocessor
+// template calls; the topk_logprobs occupancy query reports it)
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* num_blocks, const void*, int block_size,
+                                                                   size_t dynamic_smem, unsigned int) {
+  constexpr int kMaxThreadsPerSm = 2048;
+  constexpr size_t kSmemReservedPerBlock = 1024;  // the runtime's own share, as on the GPU
+  if (!num_blocks || block_size < 1) return set_error(cudaErrorInvalidValue);
+  const int by_threads = kMaxThreadsPerSm / block_size;
+  const int by_smem = static_cast<int>(static_cast<size_t>(kEmuSmemPerSm) / (dynamic_smem + kSmemReservedPerBlock));
+  *num_blocks = std::max(0, std::min(by_threads, by_smem));
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetLastError(void) {
   const cudaError_t e = state().last;
