@@ -171,11 +171,12 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
   src[0] = p.w + e * p.w_expert_stride + (static_cast<int64_t>(tile) * chunks + wk) * kW4BlockWords + 4 * lane;
   if constexpr (kSwiglu)
     src[kMats - 1] = p.w_up + e * p.w_expert_stride + (static_cast<int64_t>(tile) * chunks + wk) * kW4BlockWords + 4 * lane;
+  // this warp's ring of kStages slots, offset to the lane's own 16 bytes (its copy target)
   uint32_t* const ring = smem + warp * kStages * kSlotWords + 4 * lane;
   const bool scale_lane = lane < kW4ScaleWords / 4;  // lanes 0..3 also copy the 16 scale words
   const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(p.x);
-  // a chunk past k (k % 64 == 32: the last chunk's upper 32 columns) reads no x
-  const int tail_chunk = p.k % kW4TileCols ? chunks - 1 : -1;  // (see x_back below)
+  // the chunk that reaches past k (k % 64 == 32: its upper 32 columns; see x_back below)
+  const int tail_chunk = p.k % kW4TileCols ? chunks - 1 : -1;
   const uint32_t mask2 = kNibbleMask2, magic2 = kBf16x2Magic128;
 
   // the copies of block `block` (relative to `base`, a compile-time index in the unrolled
@@ -256,7 +257,7 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
         uint32_t sv[kMats];
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
-          const uint32_t* blk = ring - 4 * lane + slot * kSlotWords + m * kW4BlockWords;
+          const uint32_t* blk = ring - 4 * lane + slot * kSlotWords + m * kW4BlockWords;  // the block's start
           wv[m] = *reinterpret_cast<const uint4*>(blk + 4 * lane);
           sv[m] = blk[kW4WeightWords + (quad / 2) * 8 + g];
         }
