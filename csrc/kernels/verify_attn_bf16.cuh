@@ -403,21 +403,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_bf16_kernel(cons
       if (k.splits == 1) {
         OutT* row = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(w.b) * k.rows + m) * kVerifyLatentDim + col_base + 2 * tig;
 #pragma unroll
-        for (int j = 0; j < Cfg::kOTiles; ++j) {
-          const float x0 = o[i][j][2 * h] * inv, x1 = o[i][j][2 * h + 1] * inv;
-          if constexpr (sizeof(OutT) == 4) {
-            *reinterpret_cast<float2*>(row + 8 * j) = make_float2(x0, x1);
-          } else {
-            *reinterpret_cast<__nv_bfloat162*>(row + 8 * j) = __floats2bfloat162_rn(x0, x1);
-          }
-        }
+        for (int j = 0; j < Cfg::kOTiles; ++j)
+          store_out_pair(row + 8 * j, o[i][j][2 * h] * inv, o[i][j][2 * h + 1] * inv);
         if (pcg == 0 && tig == 0 && k.p.lse)
-          k.p.lse[static_cast<int64_t>(w.b) * k.rows + m] = lse2 == -INFINITY ? -INFINITY : lse2 / kLog2e;
+          k.p.lse[static_cast<int64_t>(w.b) * k.rows + m] = natural_lse(lse2);
       } else {
         float* row = k.part_o + (part_base + m) * kVerifyLatentDim + col_base + 2 * tig;
 #pragma unroll
         for (int j = 0; j < Cfg::kOTiles; ++j)
-          *reinterpret_cast<float2*>(row + 8 * j) = make_float2(o[i][j][2 * h] * inv, o[i][j][2 * h + 1] * inv);
+          store_out_pair(row + 8 * j, o[i][j][2 * h] * inv, o[i][j][2 * h + 1] * inv);
         if (pcg == 0 && tig == 0) k.part_lse[part_base + m] = lse2;
       }
     }

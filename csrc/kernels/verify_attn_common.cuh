@@ -138,6 +138,20 @@ KD_DEVICE int schedule_length(const SplitWork& w, uint32_t tail_mask, int tile_k
   return prefix_tiles + tail;
 }
 
+// Two adjacent columns of a normalised output row, in the output's type (float32 or bf16,
+// rounded to nearest even).
+template <class OutT>
+KD_DEVICE void store_out_pair(OutT* at, float x0, float x1) {
+  if constexpr (sizeof(OutT) == 4) {
+    *reinterpret_cast<float2*>(at) = make_float2(x0, x1);
+  } else {
+    *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(x0, x1);
+  }
+}
+
+// A row's log-sum-exp as the caller reads it (natural log) from the kernels' base-2 one.
+KD_DEVICE float natural_lse(float lse2) { return lse2 == -INFINITY ? -INFINITY : lse2 / kLog2e; }
+
 // Merge of the splits' partials: one block per (row, quarter of the 512 columns, request),
 // each lane 4 columns, so that even a few rows (decode shapes) spread over many SMs. The
 // 4 warps of a block take every 4th split each (the decode plans' 64-128 splits are then 4

@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(F32Attn::kThreads) verify_attn_f32_kernel(cons
       float* out = static_cast<float*>(k.p.out) + (static_cast<int64_t>(w.b) * k.rows + m) * kVerifyLatentDim;
       out[tid] = o[r][0] * inv;
       out[tid + 256] = o[r][1] * inv;
-      if (tid == 0 && k.p.lse) k.p.lse[static_cast<int64_t>(w.b) * k.rows + m] = lse2 == -INFINITY ? -INFINITY : lse2 / kLog2e;
+      if (tid == 0 && k.p.lse) k.p.lse[static_cast<int64_t>(w.b) * k.rows + m] = natural_lse(lse2);
     } else {
       float* out = k.part_o + (lse_base + m) * kVerifyLatentDim;
       out[tid] = o[r][0] * inv;
