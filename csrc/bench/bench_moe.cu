@@ -256,12 +256,14 @@ int main(int argc, char** argv) {
         p.out = gate_up ? act.p : out.p;
         p.out_stride = p.n;
       };
-      auto int4_params = [&](const DeviceRouting& r, bool gate_up, W4RowTile tile, int slices, bool overlap) {
+      auto int4_params = [&](const DeviceRouting& r, bool gate_up, W4RowTile tile, int slices, bool overlap,
+                             W4XSource x_source) {
         MoeW4a16Params p;
         fill(p, r, gate_up);
         p.max_rows_per_expert = n;
         p.row_tile = tile;
         p.k_slices = slices;
+        p.x_source = x_source;
         p.overlap_previous = overlap && !gate_up;  // as the engine launches the down GEMM
         p.w = gate_up ? q_gate.p : q_down.p;
         p.w_up = gate_up ? q_up.p : nullptr;
@@ -285,22 +287,34 @@ int main(int argc, char** argv) {
       };
       std::vector<Case> cases;
       // the automatic choice as the engine launches it, then each row tile and each slice count
-      // forced (the rest automatic), and the down GEMM not overlapping the gate/up one
+      // forced (the rest automatic), the down GEMM not overlapping the gate/up one, and x read from
+      // global memory or staged in shared memory
       struct Int4Variant {
         const char* name;
         W4RowTile tile;
         int slices;
         bool overlap;
+        W4XSource x_source;
       };
+      constexpr W4XSource kAutoX = W4XSource::kAuto;
       const Int4Variant variants[] = {
-          {"int4", W4RowTile::kAuto, 0, true},          {"int4_tile8", W4RowTile::k8, 0, true},
-          {"int4_tile16", W4RowTile::k16, 0, true},     {"int4_tile32", W4RowTile::k32, 0, true},
-          {"int4_slices1", W4RowTile::kAuto, 1, true},  {"int4_slices2", W4RowTile::kAuto, 2, true},
-          {"int4_slices4", W4RowTile::kAuto, 4, true},  {"int4_serial", W4RowTile::kAuto, 0, false}};
+          {"int4", W4RowTile::kAuto, 0, true, kAutoX},
+          {"int4_tile8", W4RowTile::k8, 0, true, kAutoX},
+          {"int4_tile16", W4RowTile::k16, 0, true, kAutoX},
+          {"int4_tile32", W4RowTile::k32, 0, true, kAutoX},
+          {"int4_slices1", W4RowTile::kAuto, 1, true, kAutoX},
+          {"int4_slices2", W4RowTile::kAuto, 2, true, kAutoX},
+          {"int4_slices4", W4RowTile::kAuto, 4, true, kAutoX},
+          {"int4_serial", W4RowTile::kAuto, 0, false, kAutoX},
+          {"int4_xglobal", W4RowTile::kAuto, 0, true, W4XSource::kGlobal},
+          {"int4_xshared", W4RowTile::kAuto, 0, true, W4XSource::kShared}};
       for (const Int4Variant& v : variants)
         cases.push_back(
-            {v.name, [&, v] { check(moe_gemm_w4a16(int4_params(*cur, true, v.tile, v.slices, v.overlap), nullptr)); },
-             [&, v] { check(moe_gemm_w4a16(int4_params(*cur, false, v.tile, v.slices, v.overlap), nullptr)); }});
+            {v.name,
+             [&, v] { check(moe_gemm_w4a16(int4_params(*cur, true, v.tile, v.slices, v.overlap, v.x_source), nullptr)); },
+             [&, v] {
+               check(moe_gemm_w4a16(int4_params(*cur, false, v.tile, v.slices, v.overlap, v.x_source), nullptr));
+             }});
       cases.push_back({"bf16", [&] { check(moe_gemm(bf16_params(*cur, true), nullptr)); },
                        [&] { check(moe_gemm(bf16_params(*cur, false), nullptr)); }});
       for (const Case& c : cases) {

@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "moe_gemm_w4a16.cuh"
+#include "launch_support.h"
 #include "model_dtype.cuh"
 #include "moe_route.cuh"
 #include "ptx_mma.cuh"
@@ -46,7 +47,10 @@ constexpr int w4_min_blocks(int frags) { return frags == 1 ? 4 : 2; }
 constexpr int kW4MinChunksPerSlice = 28;
 
 constexpr int kW4MaxExpertWords = kMoeMaxExperts / kWarpSize;
+constexpr size_t kW4StaticSmemBytes = kW4MaxExpertWords * sizeof(unsigned);  // the kernel's owns_rows
 constexpr size_t kW4StaticSmemLimit = 48 * 1024;  // above this a launch must opt in
+// shared memory the driver keeps per CTA on sm_80+ (cudaDevAttrReservedSharedMemoryPerBlock)
+constexpr size_t kSmemReservedPerBlock = 1024;
 // bf16 bit patterns: 0x4300 | n is the bf16 128 + n for a nibble n (128's ulp is 1), so
 // (0x4300 | n) - 136 = n - 8 = q, exactly
 constexpr uint32_t kNibbleMask2 = 0x000f000fu;
@@ -120,12 +124,23 @@ KD_DEVICE __nv_bfloat162 dup_half(uint32_t w, bool hi) {
 #endif
 }
 
-// 16-byte read-only load (x rows, written by an earlier kernel).
-KD_DEVICE uint4 load16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+// 16 bytes of x: from the CTA's staged copy in shared memory, or a read-only global load (x
+// rows are written by an earlier kernel)
+template <bool kXShared>
+KD_DEVICE uint4 load_x16(const void* p) {
+  if constexpr (kXShared) return *reinterpret_cast<const uint4*>(p);
+  else return __ldg(reinterpret_cast<const uint4*>(p));
+}
 
-template <bool kSwiglu, int kWarpsN, int kFrags>
-__global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_kernel(const MoeW4a16Params p) {
+// Staged x rows sit this many bf16 apart in shared memory: the row plus 16 bytes, so that the
+// 8 rows of a B fragment start 4 banks apart instead of on the same bank
+inline KD_HOST_DEVICE int w4_x_stage_stride(int k) { return k + 8; }
+inline size_t w4_x_stage_bytes(int k, int rows) { return static_cast<size_t>(rows) * w4_x_stage_stride(k) * 2; }
+
+template <bool kSwiglu, int kWarpsN, int kFrags, bool kXShared>
+__global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_kernel(const MoeW4a16Params p, int x_stage_rows) {
   using Tile = W4Tile<kSwiglu, kWarpsN, kFrags>;
+  static_assert(!kXShared || kFrags == 1, "x is staged for the 8-row tile only");
   constexpr int kMats = Tile::kMats, kWarpsK = Tile::kWarpsK, kStages = Tile::kStages;
   KD_DYNAMIC_SMEM(uint32_t, smem);
   __shared__ unsigned owns_rows[kW4MaxExpertWords];  // bit e % 32 of word e / 32: expert e has rows
@@ -175,6 +190,9 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
   uint32_t* const ring = smem + warp * kStages * kSlotWords + 4 * lane;
   const bool scale_lane = lane < kW4ScaleWords / 4;  // lanes 0..3 also copy the 16 scale words
   const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(p.x);
+  // the pass's x rows when staged (kXShared), after the ring / partial-sum area
+  __nv_bfloat16* const x_staged = reinterpret_cast<__nv_bfloat16*>(smem + Tile::kSmemBytes / 4);
+  const int x_staged_stride = w4_x_stage_stride(p.k);
   // the chunk that reaches past k (k % 64 == 32: its upper 32 columns; see x_back below)
   const int tail_chunk = p.k % kW4TileCols ? chunks - 1 : -1;
   const uint32_t mask2 = kNibbleMask2, magic2 = kBf16x2Magic128;
@@ -192,8 +210,11 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
     }
   };
 
-  for (int r0 = row_begin; r0 < row_end; r0 += Tile::kPassRows) {
-    const int pass_rows = min(Tile::kPassRows, row_end - r0);
+  // rows per pass: the tile's, or as many as the staged x has room for (sized by the launch from
+  // max_rows_per_expert; an expert with more rows takes more passes, so results never depend on it)
+  const int pass_step = kXShared ? x_stage_rows : Tile::kPassRows;
+  for (int r0 = row_begin; r0 < row_end; r0 += pass_step) {
+    const int pass_rows = min(pass_step, row_end - r0);
     const int frags = ceil_div(pass_rows, 8);
     // the weights first: their addresses depend on nothing loaded (the x_row lookups below do)
 #pragma unroll
@@ -209,13 +230,27 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
     for (int f = 0; f < kFrags; ++f) {
       const int r = min(r0 + 8 * f + g, row_end - 1);
       const int row = p.x_row ? p.x_row[r] : r;
-      xp[f] = x + row * p.x_stride + 16 * quad + wk * kW4TileCols;
+      xp[f] = kXShared ? x_staged + (r - r0) * x_staged_stride : x + row * p.x_stride;
+      xp[f] += 16 * quad + wk * kW4TileCols;
     }
     float acc[kMats][kFrags][4] = {};
 
     // everything above read only the weights, offsets and x_row; x may come from the kernel
     // this launch overlaps (p.overlap_previous)
     if (r0 == row_begin) grid_dependency_wait();
+    if constexpr (kXShared) {
+      // the pass's rows (k % 32 == 0: whole 16-byte pieces), in one batch with the ring's fill;
+      // waiting for all of it here costs one fill latency, which block 0 would cost anyway
+      const int pieces = p.k / 8;
+      for (int i = tid; i < pass_rows * pieces; i += kW4Threads) {
+        const int rr = i / pieces, c = i - rr * pieces;
+        const int row = p.x_row ? p.x_row[r0 + rr] : r0 + rr;
+        cp_async_16(x_staged + rr * x_staged_stride + 8 * c, x + row * p.x_stride + 8 * c, true);
+      }
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
+    }
     // block j sits in slot j % kStages: the loop runs kStages blocks per trip, unrolled;
     // trip_src points at block j0 of the trip
     const uint32_t* trip_src[kMats];
@@ -232,8 +267,8 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
       for (int f = 0; f < kFrags; ++f) {
         if (f == 0 || f < frags) {
           const __nv_bfloat16* xs = xp[f] + ahead * (kWarpsK * kW4TileCols) - x_back;
-          dst[f][0] = load16(xs);
-          dst[f][1] = load16(xs + 8);
+          dst[f][0] = load_x16<kXShared>(xs);
+          dst[f][1] = load_x16<kXShared>(xs + 8);
         } else {
           dst[f][0] = dst[f][1] = make_uint4(0, 0, 0, 0);
         }
@@ -326,27 +361,75 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
   }
 }
 
-template <bool kSwiglu, int kWarpsN, int kFrags>
-void launch_moe_w4a16(const MoeW4a16Params& p, int slots, cudaStream_t stream) {
+template <bool kSwiglu, int kWarpsN, int kFrags, bool kXShared>
+KernelResult launch_moe_w4a16(const MoeW4a16Params& p, int slots, int x_stage_rows, cudaStream_t stream) {
   using Tile = W4Tile<kSwiglu, kWarpsN, kFrags>;
   const dim3 grid(ceil_div(ceil_div(p.n, kW4TileRows), kWarpsN), slots);
-  auto* kernel = moe_w4a16_kernel<kSwiglu, kWarpsN, kFrags>;
+  auto* kernel = moe_w4a16_kernel<kSwiglu, kWarpsN, kFrags, kXShared>;
+  const size_t smem = Tile::kSmemBytes + (kXShared ? w4_x_stage_bytes(p.k, x_stage_rows) : 0);
+  if (smem > kW4StaticSmemLimit) {
+    const void* fn = reinterpret_cast<const void*>(kernel);
+    if (KernelResult r = allow_dynamic_smem(fn, smem, "moe_w4a16_kernel"); !r.ok()) return r;
+    // several such CTAs share an SM only with the largest carveout
+    if (KernelResult r = prefer_shared_carveout(fn, "moe_w4a16_kernel"); !r.ok()) return r;
+  }
   // its error, if any, is the runtime's last error: launch_status reports it
-  (void)KD_LAUNCH_OVERLAPPED(p.overlap_previous, kernel, grid, kW4Threads, Tile::kSmemBytes, stream, p);
+  (void)KD_LAUNCH_OVERLAPPED(p.overlap_previous, kernel, grid, kW4Threads, smem, stream, p, x_stage_rows);
+  return launch_status("moe_w4a16_kernel launch");
 }
 
-template <bool kSwiglu, int kFrags>
-void launch_moe_w4a16_slices(const MoeW4a16Params& p, int slices, int slots, cudaStream_t stream) {
-  if (slices == 4) launch_moe_w4a16<kSwiglu, kW4Warps / 4, kFrags>(p, slots, stream);
-  else if (slices == 2) launch_moe_w4a16<kSwiglu, kW4Warps / 2, kFrags>(p, slots, stream);
-  else launch_moe_w4a16<kSwiglu, kW4Warps, kFrags>(p, slots, stream);
+template <bool kSwiglu, int kFrags, bool kXShared = false>
+KernelResult launch_moe_w4a16_slices(const MoeW4a16Params& p, int slices, int slots, int x_stage_rows,
+                                     cudaStream_t stream) {
+  if (slices == 4) return launch_moe_w4a16<kSwiglu, kW4Warps / 4, kFrags, kXShared>(p, slots, x_stage_rows, stream);
+  if (slices == 2) return launch_moe_w4a16<kSwiglu, kW4Warps / 2, kFrags, kXShared>(p, slots, x_stage_rows, stream);
+  return launch_moe_w4a16<kSwiglu, kW4Warps, kFrags, kXShared>(p, slots, x_stage_rows, stream);
 }
 
+// x_stage_rows > 0 (8-row tile only): x staged in shared memory, that many rows per pass
 template <bool kSwiglu>
-void launch_moe_w4a16_rows(const MoeW4a16Params& p, int pass_rows, int slices, int slots, cudaStream_t stream) {
-  if (pass_rows <= 8) launch_moe_w4a16_slices<kSwiglu, 1>(p, slices, slots, stream);
-  else if (pass_rows <= 16) launch_moe_w4a16_slices<kSwiglu, 2>(p, slices, slots, stream);
-  else launch_moe_w4a16_slices<kSwiglu, 4>(p, slices, slots, stream);
+KernelResult launch_moe_w4a16_rows(const MoeW4a16Params& p, int pass_rows, int slices, int slots, int x_stage_rows,
+                                   cudaStream_t stream) {
+  if (pass_rows <= 8 && x_stage_rows > 0)
+    return launch_moe_w4a16_slices<kSwiglu, 1, true>(p, slices, slots, x_stage_rows, stream);
+  if (pass_rows <= 8) return launch_moe_w4a16_slices<kSwiglu, 1>(p, slices, slots, 0, stream);
+  if (pass_rows <= 16) return launch_moe_w4a16_slices<kSwiglu, 2>(p, slices, slots, 0, stream);
+  return launch_moe_w4a16_slices<kSwiglu, 4>(p, slices, slots, 0, stream);
+}
+
+// CTAs of the 8-row tile that fit one SM's shared memory with `smem` bytes each (registers allow
+// w4_min_blocks(1))
+inline int w4_ctas_per_sm(const DeviceLimits& d, size_t smem) {
+  const size_t per_cta = smem + kW4StaticSmemBytes + kSmemReservedPerBlock;
+  return std::min<int>(w4_min_blocks(1), static_cast<int>(d.smem_per_sm / per_cta));
+}
+
+// Rows of x per pass staged in shared memory for an 8-row-tile launch of `pass_rows` (the
+// host's bound), or 0 to read x from global memory: kAuto stages when the rows fit
+// kW4XStageMaxBytes and cost no CTA per SM; kShared whenever one row fits the block's limit.
+template <bool kSwiglu>
+KernelResult x_stage_rows_for(const MoeW4a16Params& p, int pass_rows, int slices, int* out) {
+  *out = 0;
+  if (pass_rows > 8 || p.x_source == W4XSource::kGlobal) return KernelResult::success();
+  DeviceLimits d;
+  if (KernelResult r = current_device_limits(&d); !r.ok()) return r;
+  const size_t ring = slices == 4   ? W4Tile<kSwiglu, kW4Warps / 4, 1>::kSmemBytes
+                      : slices == 2 ? W4Tile<kSwiglu, kW4Warps / 2, 1>::kSmemBytes
+                                    : W4Tile<kSwiglu, kW4Warps, 1>::kSmemBytes;
+  if (p.x_source == W4XSource::kShared) {
+    const int room = static_cast<int>((d.smem_optin - ring - kW4StaticSmemBytes) / w4_x_stage_bytes(p.k, 1));
+    if (room < 1)
+      return KernelResult::over_limit("moe_gemm_w4a16: x_source kShared: one x row of k " + std::to_string(p.k) +
+                                      " does not fit the device's shared memory");
+    *out = std::min(pass_rows, room);
+    return KernelResult::success();
+  }
+  const size_t staged = w4_x_stage_bytes(p.k, pass_rows);
+  if (staged <= static_cast<size_t>(kW4XStageMaxBytes) &&
+      ring + staged + kW4StaticSmemBytes <= static_cast<size_t>(d.smem_optin) &&
+      w4_ctas_per_sm(d, ring + staged) == w4_ctas_per_sm(d, ring))
+    *out = pass_rows;
+  return KernelResult::success();
 }
 
 // slices for k input columns when not forced (see kW4MinChunksPerSlice)
@@ -377,9 +460,13 @@ KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
   const int pass_rows = p.row_tile != W4RowTile::kAuto ? static_cast<int>(p.row_tile) : auto_rows;
   const int slots = std::min(p.experts, p.rows);  // experts that can own rows
   const int slices = p.k_slices ? p.k_slices : kern::auto_k_slices(p.k);
-  if (p.w_up) kern::launch_moe_w4a16_rows<true>(p, pass_rows, slices, slots, stream);
-  else kern::launch_moe_w4a16_rows<false>(p, pass_rows, slices, slots, stream);
-  return launch_status("moe_w4a16_kernel launch");
+  int x_rows = 0;
+  if (KernelResult r = p.w_up ? kern::x_stage_rows_for<true>(p, pass_rows, slices, &x_rows)
+                              : kern::x_stage_rows_for<false>(p, pass_rows, slices, &x_rows);
+      !r.ok())
+    return r;
+  return p.w_up ? kern::launch_moe_w4a16_rows<true>(p, pass_rows, slices, slots, x_rows, stream)
+                : kern::launch_moe_w4a16_rows<false>(p, pass_rows, slices, slots, x_rows, stream);
 }
 
 KernelResult moe_w4a16_repack(const int32_t* weight_packed, const uint16_t* weight_scale, int n, int k,

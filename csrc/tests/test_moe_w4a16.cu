@@ -150,6 +150,7 @@ struct Problem {
   int max_rows_per_expert = 0;
   W4RowTile row_tile = W4RowTile::kAuto;
   int k_slices = 0;  // 0 = automatic
+  W4XSource x_source = W4XSource::kAuto;
 };
 
 // Runs the kernel; the output rows [rows, out_stride] as bf16 bits.
@@ -170,6 +171,7 @@ std::vector<uint16_t> run_gpu(const Problem& pb) {
   p.max_rows_per_expert = pb.max_rows_per_expert;
   p.row_tile = pb.row_tile;
   p.k_slices = pb.k_slices;
+  p.x_source = pb.x_source;
   p.x = x.get();
   p.x_stride = pb.x_stride;
   p.x_row = x_row.get();
@@ -269,6 +271,15 @@ void run_ragged_case(const std::string& name, bool swiglu, int n, int k, const s
   for (int slices : {1, 2, 4}) {  // every CTA shape, whatever the automatic choice for this k
     pb.k_slices = slices;
     expect_matches_reference(name + " k_slices=" + std::to_string(slices), pb, run_gpu(pb));
+  }
+  pb.k_slices = 0;
+  // x staged in shared memory and read from global memory, on the 8-row tile; the staged rows
+  // per pass follow the bound (3: below the real load, so experts take more passes)
+  pb.row_tile = W4RowTile::k8;
+  pb.max_rows_per_expert = 3;
+  for (W4XSource source : {W4XSource::kGlobal, W4XSource::kShared}) {
+    pb.x_source = source;
+    expect_matches_reference(name + (source == W4XSource::kShared ? " x shared" : " x global"), pb, run_gpu(pb));
   }
 }
 
