@@ -256,17 +256,9 @@ int main(int argc, char** argv) {
         p.out = gate_up ? act.p : out.p;
         p.out_stride = p.n;
       };
-      // prefetch: 0 none; else the gate/up launch asks L2 for this fraction (in 1/4) of each
-      // expert's down weights, at its CTAs' start (> 0) or end (< 0)
       auto int4_params = [&](const DeviceRouting& r, bool gate_up, W4RowTile tile, int slices, bool overlap,
-                             W4XSource x_source, int prefetch) {
+                             W4XSource x_source) {
         MoeW4a16Params p;
-        if (gate_up && prefetch) {
-          p.l2_prefetch = q_down.p;
-          p.l2_prefetch_expert_stride = down_words * 4;
-          p.l2_prefetch_bytes = down_words * 4 * std::abs(prefetch) / 4 / 16 * 16;
-          p.l2_prefetch_late = prefetch < 0;
-        }
         fill(p, r, gate_up);
         p.max_rows_per_expert = n;
         p.row_tile = tile;
@@ -303,30 +295,26 @@ int main(int argc, char** argv) {
         int slices;
         bool overlap;
         W4XSource x_source;
-        int prefetch;
       };
       constexpr W4XSource kAutoX = W4XSource::kAuto;
       const Int4Variant variants[] = {
-          {"int4", W4RowTile::kAuto, 0, true, kAutoX, 0},
-          {"int4_tile8", W4RowTile::k8, 0, true, kAutoX, 0},
-          {"int4_tile16", W4RowTile::k16, 0, true, kAutoX, 0},
-          {"int4_tile32", W4RowTile::k32, 0, true, kAutoX, 0},
-          {"int4_slices1", W4RowTile::kAuto, 1, true, kAutoX, 0},
-          {"int4_slices2", W4RowTile::kAuto, 2, true, kAutoX, 0},
-          {"int4_slices4", W4RowTile::kAuto, 4, true, kAutoX, 0},
-          {"int4_serial", W4RowTile::kAuto, 0, false, kAutoX, 0},
-          {"int4_xglobal", W4RowTile::kAuto, 0, true, W4XSource::kGlobal, 0},
-          {"int4_xshared", W4RowTile::kAuto, 0, true, W4XSource::kShared, 0},
-          {"int4_pf4", W4RowTile::kAuto, 0, true, kAutoX, 4},
-          {"int4_pf2", W4RowTile::kAuto, 0, true, kAutoX, 2},
-          {"int4_pf4late", W4RowTile::kAuto, 0, true, kAutoX, -4},
-          {"int4_pf2late", W4RowTile::kAuto, 0, true, kAutoX, -2}};
-      for (const Int4Variant& v : variants) {
-        auto launch = [&, v](bool gate_up) {
-          check(moe_gemm_w4a16(int4_params(*cur, gate_up, v.tile, v.slices, v.overlap, v.x_source, v.prefetch), nullptr));
-        };
-        cases.push_back({v.name, [launch] { launch(true); }, [launch] { launch(false); }});
-      }
+          {"int4", W4RowTile::kAuto, 0, true, kAutoX},
+          {"int4_tile8", W4RowTile::k8, 0, true, kAutoX},
+          {"int4_tile16", W4RowTile::k16, 0, true, kAutoX},
+          {"int4_tile32", W4RowTile::k32, 0, true, kAutoX},
+          {"int4_slices1", W4RowTile::kAuto, 1, true, kAutoX},
+          {"int4_slices2", W4RowTile::kAuto, 2, true, kAutoX},
+          {"int4_slices4", W4RowTile::kAuto, 4, true, kAutoX},
+          {"int4_serial", W4RowTile::kAuto, 0, false, kAutoX},
+          {"int4_xglobal", W4RowTile::kAuto, 0, true, W4XSource::kGlobal},
+          {"int4_xshared", W4RowTile::kAuto, 0, true, W4XSource::kShared}};
+      for (const Int4Variant& v : variants)
+        cases.push_back(
+            {v.name,
+             [&, v] { check(moe_gemm_w4a16(int4_params(*cur, true, v.tile, v.slices, v.overlap, v.x_source), nullptr)); },
+             [&, v] {
+               check(moe_gemm_w4a16(int4_params(*cur, false, v.tile, v.slices, v.overlap, v.x_source), nullptr));
+             }});
       cases.push_back({"bf16", [&] { check(moe_gemm(bf16_params(*cur, true), nullptr)); },
                        [&] { check(moe_gemm(bf16_params(*cur, false), nullptr)); }});
       for (const Case& c : cases) {

@@ -45,9 +45,6 @@ constexpr int w4_min_blocks(int frags) { return frags == 1 ? 4 : 2; }
 // slice x 8 row tiles. Measured on the H200 (results/h200/bench/moe.md, int4_slices*): these
 // were the fastest or within a few percent at n = 1 .. 128 for each GEMM.
 constexpr int kW4MinChunksPerSlice = 28;
-// One cp.async.bulk.prefetch asks for at most this many bytes (a CTA's share of an expert's next
-// weights is split over warp 0's lanes in such pieces: ~130 KB per gate/up CTA at Kimi's shapes)
-constexpr int64_t kW4L2PrefetchPiece = 32 * 1024;
 
 constexpr int kW4MaxExpertWords = kMoeMaxExperts / kWarpSize;
 constexpr size_t kW4StaticSmemBytes = kW4MaxExpertWords * sizeof(unsigned);  // the kernel's owns_rows
@@ -127,18 +124,6 @@ KD_DEVICE __nv_bfloat162 dup_half(uint32_t w, bool hi) {
 #endif
 }
 
-// This CTA's share of expert e's range of the next launch's weights (MoeW4a16Params::l2_prefetch),
-// asked of L2 by warp 0 in kW4L2PrefetchPiece pieces.
-KD_DEVICE void prefetch_next_weights(const MoeW4a16Params& p, int e, int warp, int lane) {
-  if (warp != 0) return;
-  const int64_t ctas = gridDim.x, share = ceil_div<int64_t>(ceil_div<int64_t>(p.l2_prefetch_bytes, ctas), 16) * 16;
-  const int64_t begin = static_cast<int64_t>(blockIdx.x) * share;
-  const int64_t end = min(begin + share, p.l2_prefetch_bytes);
-  const char* base = static_cast<const char*>(p.l2_prefetch) + e * p.l2_prefetch_expert_stride;
-  for (int64_t at = begin + lane * kW4L2PrefetchPiece; at < end; at += kWarpSize * kW4L2PrefetchPiece)
-    l2_prefetch_bulk(base + at, static_cast<uint32_t>(min(kW4L2PrefetchPiece, end - at)));
-}
-
 // 16 bytes of x: from the CTA's staged copy in shared memory, or a read-only global load (x
 // rows are written by an earlier kernel)
 template <bool kXShared>
@@ -211,9 +196,6 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
   // the chunk that reaches past k (k % 64 == 32: its upper 32 columns; see x_back below)
   const int tail_chunk = p.k % kW4TileCols ? chunks - 1 : -1;
   const uint32_t mask2 = kNibbleMask2, magic2 = kBf16x2Magic128;
-  // with a prefetch for the next launch, this launch's weights (read once) make way for it in L2
-  const uint64_t policy = p.l2_prefetch ? l2_evict_first_policy() : l2_evict_normal_policy();
-  if (p.l2_prefetch && !p.l2_prefetch_late) prefetch_next_weights(p, e, warp, lane);
 
   // the copies of block `block` (relative to `base`, a compile-time index in the unrolled
   // loop) into ring slot `slot`; a block past the slice copies nothing (src-size 0: no read,
@@ -223,8 +205,8 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
     for (int m = 0; m < kMats; ++m) {
       uint32_t* dst = ring + slot * kSlotWords + m * kW4BlockWords;
       const uint32_t* from = base[m] + block * kChunkStride;
-      cp_async_16_hint(dst, from, valid, policy);
-      if (scale_lane) cp_async_16_hint(dst + kW4WeightWords, from + kW4WeightWords, valid, policy);
+      cp_async_16(dst, from, valid);
+      if (scale_lane) cp_async_16(dst + kW4WeightWords, from + kW4WeightWords, valid);
     }
   };
 
@@ -377,7 +359,6 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
     }
     __syncthreads();  // the next pass reuses the shared memory
   }
-  if (p.l2_prefetch && p.l2_prefetch_late) prefetch_next_weights(p, e, warp, lane);
 }
 
 template <bool kSwiglu, int kWarpsN, int kFrags, bool kXShared>

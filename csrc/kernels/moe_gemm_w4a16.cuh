@@ -94,15 +94,6 @@ struct MoeW4a16Params {
   // dependent launch, sm_90+), find its expert and fill its weight ring, then wait for it
   // before the first x load. The engine sets it on the down GEMM, after the gate/up GEMM.
   bool overlap_previous = false;
-  // L2 prefetch of the next launch's weights for the experts this launch runs (the engine: the
-  // down projection's, from the gate/up launch): each CTA of expert e asks L2 for its share of
-  // [l2_prefetch + e * l2_prefetch_expert_stride, + l2_prefetch_bytes), at its start or, with
-  // l2_prefetch_late, after its own weights; this launch's weight copies are then marked evict-first.
-  // Null = none. Bytes and stride multiples of 16, the address 16-byte aligned.
-  const void* l2_prefetch = nullptr;
-  int64_t l2_prefetch_expert_stride = 0;
-  int64_t l2_prefetch_bytes = 0;
-  bool l2_prefetch_late = false;
   const void* x = nullptr;         // bf16; grouped row r reads x row (x_row ? x_row[r] : r)
   int64_t x_stride = 0;            // elements, a multiple of 8 (16-byte row loads); x 16-byte aligned
   const int32_t* x_row = nullptr;  // [rows] or null
@@ -142,14 +133,6 @@ inline KernelResult check_moe_w4a16_params(const MoeW4a16Params& p) {
     return KernelResult::invalid("moe_gemm_w4a16: row_tile " + s(t) + " is not one of 0 (auto), 8, 16, 32");
   if (p.k_slices != 0 && p.k_slices != 1 && p.k_slices != 2 && p.k_slices != 4)
     return KernelResult::invalid("moe_gemm_w4a16: k_slices " + s(p.k_slices) + " is not one of 0 (auto), 1, 2, 4");
-  const int xs = static_cast<int>(p.x_source);
-  if (xs < 0 || xs > 2)
-    return KernelResult::invalid("moe_gemm_w4a16: x_source " + s(xs) + " is not one of 0 (auto), 1 (global), 2 (shared)");
-  if (p.l2_prefetch && (misaligned(p.l2_prefetch) || p.l2_prefetch_bytes < 0 || p.l2_prefetch_bytes % 16 ||
-                        p.l2_prefetch_expert_stride % 16))
-    return KernelResult::invalid("moe_gemm_w4a16: l2_prefetch must be 16-byte aligned, its bytes " +
-                                 s(p.l2_prefetch_bytes) + " and stride " + s(p.l2_prefetch_expert_stride) +
-                                 " non-negative multiples of 16");
   return KernelResult::success();
 }
 

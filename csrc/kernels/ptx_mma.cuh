@@ -62,50 +62,6 @@ KD_DEVICE void cp_async_16(void* smem_dst, const void* gmem_src, bool valid) {
 #endif
 }
 
-// An L2 cache policy for data read once and not again soon (createpolicy, sm_80+): cp_async_16_hint
-// with it lets L2 evict those lines first, keeping room for data prefetched for a later kernel.
-KD_DEVICE uint64_t l2_evict_first_policy() {
-#if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-#else
-  return 0;
-#endif
-}
-KD_DEVICE uint64_t l2_evict_normal_policy() {
-#if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-#else
-  return 0;
-#endif
-}
-
-// cp_async_16 with an L2 cache policy (l2_evict_first_policy, l2_evict_normal_policy).
-KD_DEVICE void cp_async_16_hint(void* smem_dst, const void* gmem_src, bool valid, uint64_t policy) {
-#if defined(KD_SIMT_EMULATION)
-  (void)policy;
-  cp_async_16(smem_dst, gmem_src, valid);
-#elif defined(__CUDA_ARCH__)
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(smem_addr(smem_dst)),
-               "l"(gmem_src), "r"(valid ? 16 : 0), "l"(policy)
-               : "memory");
-#endif
-}
-
-// Ask L2 to fetch [src, src + bytes) (bytes a multiple of 16, src 16-byte aligned) without waiting
-// for it: cp.async.bulk.prefetch (sm_90+); nothing before sm_90 and in the emulator.
-KD_DEVICE void l2_prefetch_bulk(const void* src, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(KD_SIMT_EMULATION)
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-#else
-  (void)src;
-  (void)bytes;
-#endif
-}
-
 KD_DEVICE void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
   asm volatile("cp.async.commit_group;\n" ::: "memory");

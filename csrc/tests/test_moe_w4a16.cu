@@ -151,7 +151,6 @@ struct Problem {
   W4RowTile row_tile = W4RowTile::kAuto;
   int k_slices = 0;  // 0 = automatic
   W4XSource x_source = W4XSource::kAuto;
-  int l2_prefetch = 0;  // 1: at the CTAs' start, 2: at their end (of the weights themselves)
 };
 
 // Runs the kernel; the output rows [rows, out_stride] as bf16 bits.
@@ -173,12 +172,6 @@ std::vector<uint16_t> run_gpu(const Problem& pb) {
   p.row_tile = pb.row_tile;
   p.k_slices = pb.k_slices;
   p.x_source = pb.x_source;
-  if (pb.l2_prefetch) {
-    p.l2_prefetch = dw.get();
-    p.l2_prefetch_expert_stride = w.words * 4;
-    p.l2_prefetch_bytes = w.words * 4;
-    p.l2_prefetch_late = pb.l2_prefetch == 2;
-  }
   p.x = x.get();
   p.x_stride = pb.x_stride;
   p.x_row = x_row.get();
@@ -287,11 +280,6 @@ void run_ragged_case(const std::string& name, bool swiglu, int n, int k, const s
   for (W4XSource source : {W4XSource::kGlobal, W4XSource::kShared}) {
     pb.x_source = source;
     expect_matches_reference(name + (source == W4XSource::kShared ? " x shared" : " x global"), pb, run_gpu(pb));
-  }
-  pb.x_source = W4XSource::kAuto;
-  for (int at : {1, 2}) {  // an L2 prefetch changes no result
-    pb.l2_prefetch = at;
-    expect_matches_reference(name + (at == 1 ? " l2 prefetch" : " l2 prefetch late"), pb, run_gpu(pb));
   }
 }
 
