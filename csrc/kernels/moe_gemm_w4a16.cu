@@ -27,14 +27,7 @@
 #include "launch_support.h"
 #include "model_dtype.cuh"
 #include "moe_route.cuh"
-#include "ptx_bulk_copy.cuh"
 #include "ptx_mma.cuh"
-
-// 1: the weight ring is filled by per-lane cp.async (each lane its 16 bytes); 0: by lane 0's bulk
-// copies completing on a barrier per slot (an A/B switch while both are measured)
-#ifndef KD_W4_RING_CP_ASYNC
-#define KD_W4_RING_CP_ASYNC 0
-#endif
 
 namespace kdtree {
 namespace kern {
@@ -151,23 +144,9 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
   constexpr int kMats = Tile::kMats, kWarpsK = Tile::kWarpsK, kStages = Tile::kStages;
   KD_DYNAMIC_SMEM(uint32_t, smem);
   __shared__ unsigned owns_rows[kW4MaxExpertWords];  // bit e % 32 of word e / 32: expert e has rows
-#if !KD_W4_RING_CP_ASYNC
-  __shared__ uint64_t ring_full[kW4Warps * kStages];  // per warp and ring slot: its block has landed
-#endif
   // a launch with p.overlap_previous after this one may start as our last blocks start
   grid_dependents_launch();
   const int tid = static_cast<int>(threadIdx.x), warp = tid / kWarpSize, lane = tid % kWarpSize;
-#if !KD_W4_RING_CP_ASYNC
-  // a warp's ring slot s completes a phase when lane 0 has announced the slot's bytes and they landed
-  constexpr int kBarBytes = sizeof(uint64_t);
-  const shared_addr_t full = shared_address(ring_full + warp * kStages);
-  if (lane == 0) {
-    for (int s = 0; s < kStages; ++s) mbarrier_init(full + s * kBarBytes, 1);
-    fence_mbarrier_init();
-  }
-  __syncwarp();
-  uint32_t phases = 0;  // bit s: the parity of slot s's next phase
-#endif
 
   // which expert: the blockIdx.y-th one that owns rows (one pass over offsets, all warps)
   const int expert_words = ceil_div(p.experts, kWarpSize);
@@ -218,7 +197,6 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
   const int tail_chunk = p.k % kW4TileCols ? chunks - 1 : -1;
   const uint32_t mask2 = kNibbleMask2, magic2 = kBf16x2Magic128;
 
-#if KD_W4_RING_CP_ASYNC
   // the copies of block `block` (relative to `base`, a compile-time index in the unrolled
   // loop) into ring slot `slot`; a block past the slice copies nothing (src-size 0: no read,
   // the free slot zero-filled), so no branch
@@ -231,21 +209,6 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
       if (scale_lane) cp_async_16(dst + kW4WeightWords, from + kW4WeightWords, valid);
     }
   };
-#else
-  (void)scale_lane;
-  // block `block` (relative to `base`, a compile-time index in the unrolled loop) into ring slot
-  // `slot`: lane 0 (whose 16-byte offset in base is 0) announces the slot's bytes and moves each
-  // matrix's 576-byte block with one bulk copy
-  const shared_addr_t ring_at = shared_address(smem + warp * kStages * kSlotWords);
-  auto issue = [&](const uint32_t* const (&base)[kMats], int block, int slot, bool valid) {
-    if (lane != 0 || !valid) return;
-    mbarrier_arrive_expect_tx(full + slot * kBarBytes, kMats * kW4BlockWords * 4);
-#pragma unroll
-    for (int m = 0; m < kMats; ++m)
-      bulk_copy_to_shared(ring_at + (slot * kSlotWords + m * kW4BlockWords) * 4, base[m] + block * kChunkStride,
-                          kW4BlockWords * 4, full + slot * kBarBytes);
-  };
-#endif
 
   // rows per pass: the tile's, or as many as the staged x has room for (sized by the launch from
   // max_rows_per_expert; an expert with more rows takes more passes, so results never depend on it)
@@ -257,7 +220,7 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
 #pragma unroll
     for (int j = 0; j < kStages - 1; ++j) {
       issue(src, j, j, j < my_chunks);
-      cp_async_commit();  // one group per block: the wait below counts groups (cp.async ring)
+      cp_async_commit();  // one group per block: the wait below counts groups
     }
     // B operand rows: lane (g, quad) reads grouped row r0 + 8f + g (the last row stands in
     // past the end: its results are not stored), columns 16 quad .. 16 quad + 15 of a chunk;
@@ -321,12 +284,7 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
         // block j has landed (kStages - 2 younger groups may still be in flight); after the
         // barrier every lane's copies, the scale words of lanes 0..3 included, are visible and
         // every lane has read slot j - 1, which the next copy refills
-#if KD_W4_RING_CP_ASYNC
         cp_async_wait<kStages - 2>();
-#else
-        mbarrier_wait_parity(full + slot * kBarBytes, (phases >> slot) & 1u);
-        phases ^= 1u << slot;
-#endif
         __syncwarp();
         issue(trip_src, slot + kStages - 1, (slot + kStages - 1) % kStages, j + kStages - 1 < my_chunks);
         cp_async_commit();
