@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "moe_gemm_w4a16.cuh"
 #include "launch_support.h"
@@ -132,9 +133,10 @@ KD_DEVICE uint4 load_x16(const void* p) {
   else return __ldg(reinterpret_cast<const uint4*>(p));
 }
 
-// Staged x rows sit this many bf16 apart in shared memory: the row plus 16 bytes, so that the
-// 8 rows of a B fragment start 4 banks apart instead of on the same bank
-inline KD_HOST_DEVICE int w4_x_stage_stride(int k) { return k + 8; }
+// Staged x rows sit this many bf16 apart in shared memory: the row, zeros up to the next whole
+// 64-column chunk (what the mma loop reads past k), and 16 bytes, so that the 8 rows of a B
+// fragment start 4 banks apart instead of on the same bank
+inline KD_HOST_DEVICE int w4_x_stage_stride(int k) { return ceil_div(k, kW4TileCols) * kW4TileCols + 8; }
 inline size_t w4_x_stage_bytes(int k, int rows) { return static_cast<size_t>(rows) * w4_x_stage_stride(k) * 2; }
 
 template <bool kSwiglu, int kWarpsN, int kFrags, bool kXShared>
@@ -239,13 +241,15 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
     // this launch overlaps (p.overlap_previous)
     if (r0 == row_begin) grid_dependency_wait();
     if constexpr (kXShared) {
-      // the pass's rows (k % 32 == 0: whole 16-byte pieces), in one batch with the ring's fill;
-      // waiting for all of it here costs one fill latency, which block 0 would cost anyway
-      const int pieces = p.k / 8;
+      // the pass's rows in 16-byte pieces (k % 32 == 0), zeros past k up to the whole chunk (a
+      // zero-filled copy: src-size 0, nothing read), in one batch with the ring's fill; waiting
+      // for all of it here costs one fill latency, which block 0 would cost anyway
+      const int pieces = chunks * (kW4TileCols / 8), inside = p.k / 8;
       for (int i = tid; i < pass_rows * pieces; i += kW4Threads) {
         const int rr = i / pieces, c = i - rr * pieces;
         const int row = p.x_row ? p.x_row[r0 + rr] : r0 + rr;
-        cp_async_16(x_staged + rr * x_staged_stride + 8 * c, x + row * p.x_stride + 8 * c, true);
+        const __nv_bfloat16* from = x + row * p.x_stride + 8 * min(c, inside - 1);
+        cp_async_16(x_staged + rr * x_staged_stride + 8 * c, from, c < inside);
       }
       cp_async_commit();
       cp_async_wait<0>();
@@ -258,11 +262,14 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
     for (int m = 0; m < kMats; ++m) trip_src[m] = src[m];
     // x of block j (loading it a block ahead measured slower: more instructions, no stall
     // saved). In a chunk past k (k % 64 == 32: the last chunk's upper half) lanes 2..3 of each quad
-    // read the chunk's lower half instead: the repacked weights of those columns are exactly 0
-    // (q = 0, scale 0), so the products are too, and no load is predicated or zero-filled.
-    // `ahead` is j's distance from the trip's first block (a constant in the unrolled loop).
-    auto load_x = [&](uint4 (&dst)[kFrags][2], int j, int ahead) {
-      const int x_back = wk + j * kWarpsK == tail_chunk && quad >= 2 ? kW4TileCols / 2 : 0;
+    // read the chunk's lower half instead (kTail): the repacked weights of those columns are
+    // exactly 0 (q = 0, scale 0), so the products are too, and no load is predicated. Staged x
+    // has zeros there, so only x from global memory needs it. `ahead` is j's distance from the
+    // trip's first block (a constant in the unrolled loop).
+    auto load_x = [&](uint4 (&dst)[kFrags][2], int j, int ahead, auto tail) {
+      int x_back = 0;
+      if constexpr (decltype(tail)::value && !kXShared)
+        x_back = wk + j * kWarpsK == tail_chunk && quad >= 2 ? kW4TileCols / 2 : 0;
 #pragma unroll
       for (int f = 0; f < kFrags; ++f) {
         if (f == 0 || f < frags) {
@@ -274,50 +281,63 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
         }
       }
     };
-    for (int j0 = 0; j0 < my_chunks; j0 += kStages) {
+    // block j = j0 + slot: wait for it, refill the slot read last (if a block is left for it:
+    // slot < refills), dequantize and multiply
+    auto step = [&](int j, int slot, int refills, auto tail) {
+      uint4 xv[kFrags][2];
+      load_x(xv, j, slot, tail);
+      // block j has landed (kStages - 2 younger groups may still be in flight); after the
+      // barrier every lane's copies, the scale words of lanes 0..3 included, are visible and
+      // every lane has read slot j - 1, which the next copy refills
+      cp_async_wait<kStages - 2>();
+      __syncwarp();
+      issue(trip_src, slot + kStages - 1, (slot + kStages - 1) % kStages, slot < refills);
+      cp_async_commit();
+      uint4 wv[kMats];
+      uint32_t sv[kMats];
 #pragma unroll
-      for (int slot = 0; slot < kStages; ++slot) {
-        const int j = j0 + slot;
-        if (j >= my_chunks) break;
-        uint4 xv[kFrags][2];
-        load_x(xv, j, slot);
-        // block j has landed (kStages - 2 younger groups may still be in flight); after the
-        // barrier every lane's copies, the scale words of lanes 0..3 included, are visible and
-        // every lane has read slot j - 1, which the next copy refills
-        cp_async_wait<kStages - 2>();
-        __syncwarp();
-        issue(trip_src, slot + kStages - 1, (slot + kStages - 1) % kStages, j + kStages - 1 < my_chunks);
-        cp_async_commit();
-        uint4 wv[kMats];
-        uint32_t sv[kMats];
+      for (int m = 0; m < kMats; ++m) {
+        const uint32_t* blk = ring - 4 * lane + slot * kSlotWords + m * kW4BlockWords;  // the block's start
+        wv[m] = *reinterpret_cast<const uint4*>(blk + 4 * lane);
+        sv[m] = blk[kW4WeightWords + (quad / 2) * 8 + g];
+      }
 #pragma unroll
-        for (int m = 0; m < kMats; ++m) {
-          const uint32_t* blk = ring - 4 * lane + slot * kSlotWords + m * kW4BlockWords;  // the block's start
-          wv[m] = *reinterpret_cast<const uint4*>(blk + 4 * lane);
-          sv[m] = blk[kW4WeightWords + (quad / 2) * 8 + g];
-        }
+      for (int m = 0; m < kMats; ++m) {
+        const __nv_bfloat162 scale_g = dup_half(sv[m], false), scale_g8 = dup_half(sv[m], true);
 #pragma unroll
-        for (int m = 0; m < kMats; ++m) {
-          const __nv_bfloat162 scale_g = dup_half(sv[m], false), scale_g8 = dup_half(sv[m], true);
+        for (int s = 0; s < 4; ++s) {
+          const uint32_t word = s == 0 ? wv[m].x : s == 1 ? wv[m].y : s == 2 ? wv[m].z : wv[m].w;
+          uint32_t a[4];
+          dequant_word(a, word, scale_g, scale_g8, mask2, magic2);
 #pragma unroll
-          for (int s = 0; s < 4; ++s) {
-            const uint32_t word = s == 0 ? wv[m].x : s == 1 ? wv[m].y : s == 2 ? wv[m].z : wv[m].w;
-            uint32_t a[4];
-            dequant_word(a, word, scale_g, scale_g8, mask2, magic2);
-#pragma unroll
-            for (int f = 0; f < kFrags; ++f) {
-              if (f > 0 && f >= frags) continue;  // frags >= 1: fragment 0 always runs
-              const uint4& v = xv[f][s / 2];
-              const uint32_t b0 = (s % 2) ? v.z : v.x, b1 = (s % 2) ? v.w : v.y;
-              mma_bf16_16816(acc[m][f], a, b0, b1);
-            }
+          for (int f = 0; f < kFrags; ++f) {
+            if (f > 0 && f >= frags) continue;  // frags >= 1: fragment 0 always runs
+            const uint4& v = xv[f][s / 2];
+            const uint32_t b0 = (s % 2) ? v.z : v.x, b1 = (s % 2) ? v.w : v.y;
+            mma_bf16_16816(acc[m][f], a, b0, b1);
           }
         }
       }
+    };
+    auto next_trip = [&] {
 #pragma unroll
       for (int m = 0; m < kMats; ++m) trip_src[m] += kStages * kChunkStride;
 #pragma unroll
       for (int f = 0; f < kFrags; ++f) xp[f] += kStages * (kWarpsK * kW4TileCols);
+    };
+    // whole trips with no per-block bound checks while blocks remain after them (so the last
+    // block, which may be the tail chunk, is always in the final trip below)
+    int j0 = 0;
+    for (; j0 + kStages < my_chunks; j0 += kStages) {
+      const int refills = my_chunks - (kStages - 1) - j0;
+#pragma unroll
+      for (int slot = 0; slot < kStages; ++slot) step(j0 + slot, slot, refills, std::false_type{});
+      next_trip();
+    }
+#pragma unroll
+    for (int slot = 0; slot < kStages; ++slot) {
+      if (j0 + slot >= my_chunks) break;
+      step(j0 + slot, slot, my_chunks - (kStages - 1) - j0, std::true_type{});
     }
     cp_async_wait<0>();
 
