@@ -287,34 +287,38 @@ int main(int argc, char** argv) {
       };
       std::vector<Case> cases;
       // the automatic choice as the engine launches it, then each row tile and each slice count
-      // forced (the rest automatic), the down GEMM not overlapping the gate/up one, and x read from
-      // global memory or staged in shared memory
+      // forced (the rest automatic; per GEMM where named), the down GEMM not overlapping the gate/up
+      // one, and x read from global memory or staged in shared memory
       struct Int4Variant {
         const char* name;
         W4RowTile tile;
-        int slices;
+        int slices_gate_up, slices_down;
         bool overlap;
-        W4XSource x_source;
+        W4XSource x_gate_up, x_down;
       };
-      constexpr W4XSource kAutoX = W4XSource::kAuto;
+      constexpr W4RowTile kAutoTile = W4RowTile::kAuto;
+      constexpr W4XSource kAutoX = W4XSource::kAuto, kShared = W4XSource::kShared, kGlobal = W4XSource::kGlobal;
       const Int4Variant variants[] = {
-          {"int4", W4RowTile::kAuto, 0, true, kAutoX},
-          {"int4_tile8", W4RowTile::k8, 0, true, kAutoX},
-          {"int4_tile16", W4RowTile::k16, 0, true, kAutoX},
-          {"int4_tile32", W4RowTile::k32, 0, true, kAutoX},
-          {"int4_slices1", W4RowTile::kAuto, 1, true, kAutoX},
-          {"int4_slices2", W4RowTile::kAuto, 2, true, kAutoX},
-          {"int4_slices4", W4RowTile::kAuto, 4, true, kAutoX},
-          {"int4_serial", W4RowTile::kAuto, 0, false, kAutoX},
-          {"int4_xglobal", W4RowTile::kAuto, 0, true, W4XSource::kGlobal},
-          {"int4_xshared", W4RowTile::kAuto, 0, true, W4XSource::kShared}};
-      for (const Int4Variant& v : variants)
-        cases.push_back(
-            {v.name,
-             [&, v] { check(moe_gemm_w4a16(int4_params(*cur, true, v.tile, v.slices, v.overlap, v.x_source), nullptr)); },
-             [&, v] {
-               check(moe_gemm_w4a16(int4_params(*cur, false, v.tile, v.slices, v.overlap, v.x_source), nullptr));
-             }});
+          {"int4", kAutoTile, 0, 0, true, kAutoX, kAutoX},
+          {"int4_tile8", W4RowTile::k8, 0, 0, true, kAutoX, kAutoX},
+          {"int4_tile16", W4RowTile::k16, 0, 0, true, kAutoX, kAutoX},
+          {"int4_tile32", W4RowTile::k32, 0, 0, true, kAutoX, kAutoX},
+          {"int4_slices1", kAutoTile, 1, 1, true, kAutoX, kAutoX},
+          {"int4_slices2", kAutoTile, 2, 2, true, kAutoX, kAutoX},
+          {"int4_slices4", kAutoTile, 4, 4, true, kAutoX, kAutoX},
+          {"int4_gate_up_slices2", kAutoTile, 2, 0, true, kAutoX, kAutoX},
+          {"int4_serial", kAutoTile, 0, 0, false, kAutoX, kAutoX},
+          {"int4_xglobal", kAutoTile, 0, 0, true, kGlobal, kGlobal},
+          {"int4_xshared", kAutoTile, 0, 0, true, kShared, kShared},
+          {"int4_down_xshared", kAutoTile, 0, 0, true, kAutoX, kShared}};
+      for (const Int4Variant& v : variants) {
+        auto launch = [&, v](bool gate_up) {
+          const MoeW4a16Params p = int4_params(*cur, gate_up, v.tile, gate_up ? v.slices_gate_up : v.slices_down,
+                                               v.overlap, gate_up ? v.x_gate_up : v.x_down);
+          check(moe_gemm_w4a16(p, nullptr));
+        };
+        cases.push_back({v.name, [launch] { launch(true); }, [launch] { launch(false); }});
+      }
       cases.push_back({"bf16", [&] { check(moe_gemm(bf16_params(*cur, true), nullptr)); },
                        [&] { check(moe_gemm(bf16_params(*cur, false), nullptr)); }});
       for (const Case& c : cases) {

@@ -424,9 +424,15 @@ inline int w4_ctas_per_sm(const DeviceLimits& d, size_t smem) {
   return std::min<int>(w4_min_blocks(1), static_cast<int>(d.smem_per_sm / per_cta));
 }
 
+// kAuto stages x when an SM still holds this many CTAs (or as many as without staging): on the
+// H200 (results/h200/bench/moe.md) the down GEMM with 8 staged rows (3 CTAs per SM) beat x from
+// global memory (4 per SM) by 7-13% at n = 8..128, while a gate/up GEMM with 8 staged rows of
+// k = 7168 (1 CTA per SM) lost 30-45%
+constexpr int kW4XStageMinCtas = 3;
+
 // Rows of x per pass staged in shared memory for an 8-row-tile launch of `pass_rows` (the
-// host's bound), or 0 to read x from global memory: kAuto stages when the rows fit
-// kW4XStageMaxBytes and cost no CTA per SM; kShared whenever one row fits the block's limit.
+// host's bound), or 0 to read x from global memory: kAuto stages when the CTAs per SM stay at
+// kW4XStageMinCtas or more (or unchanged); kShared whenever one row fits the block's limit.
 template <bool kSwiglu>
 KernelResult x_stage_rows_for(const MoeW4a16Params& p, int pass_rows, int slices, int* out) {
   *out = 0;
@@ -445,9 +451,8 @@ KernelResult x_stage_rows_for(const MoeW4a16Params& p, int pass_rows, int slices
     return KernelResult::success();
   }
   const size_t staged = w4_x_stage_bytes(p.k, pass_rows);
-  if (staged <= static_cast<size_t>(kW4XStageMaxBytes) &&
-      ring + staged + kW4StaticSmemBytes <= static_cast<size_t>(d.smem_optin) &&
-      w4_ctas_per_sm(d, ring + staged) == w4_ctas_per_sm(d, ring))
+  if (ring + staged + kW4StaticSmemBytes <= static_cast<size_t>(d.smem_optin) &&
+      w4_ctas_per_sm(d, ring + staged) >= std::min(w4_ctas_per_sm(d, ring), kW4XStageMinCtas))
     *out = pass_rows;
   return KernelResult::success();
 }

@@ -43,11 +43,6 @@ constexpr int kW4BlockWords = kW4WeightWords + kW4ScaleWords;
 // kAuto takes the 8-row tile up to this many tokens (decode and verify sizes, where each
 // expert gets a few rows): the largest size the tile choice was measured at (moe_gemm_w4a16.cu)
 constexpr int kW4SmallTileMaxTokens = 128;
-// W4XSource::kAuto stages x in shared memory when the staged rows take at most this many
-// bytes: a decode gate/up row of Kimi (k = 7168: 14.3 KB) or four down rows (k = 2048), and
-// the CTA (36 KB of weight ring + x) still fits four to an H200 SM, as the registers allow
-// (the launcher also checks the device's shared memory per SM)
-constexpr int kW4XStageMaxBytes = 18 * 1024;
 
 // uint32 words of one expert's repacked [n, k] weight (its slice of the stacked buffer).
 inline int64_t moe_w4a16_expert_words(int n, int k) {
@@ -70,9 +65,9 @@ enum class W4RowTile : int { kAuto = 0, k8 = 8, k16 = 16, k32 = 32 };
 
 // Where the 8-row tile reads x from. kShared copies the pass's x rows into shared memory once
 // per CTA (one cp.async batch, next to the weight ring's fill), so the mma loop reads them with
-// LDS instead of waiting on an L2 load per 64-column block; kAuto does so when the rows fit
-// kW4XStageMaxBytes (decode: 1-2 rows per expert), kGlobal never (benchmarks, tests). Results do
-// not depend on it. Wider row tiles always read x from global memory.
+// LDS instead of waiting on an L2 load per 64-column block; kAuto does so when the staged rows
+// still leave most of the CTAs per SM (moe_gemm_w4a16.cu), kGlobal never (benchmarks, tests).
+// Results do not depend on it. Wider row tiles always read x from global memory.
 enum class W4XSource : int { kAuto = 0, kGlobal = 1, kShared = 2 };
 
 struct MoeW4a16Params {
