@@ -295,6 +295,7 @@ int main(int argc, char** argv) {
         int slices_gate_up, slices_down;
         bool overlap;
         W4XSource x_gate_up, x_down;
+        int cta_warps = 0;
       };
       constexpr W4RowTile kAutoTile = W4RowTile::kAuto;
       constexpr W4XSource kAutoX = W4XSource::kAuto, kShared = W4XSource::kShared, kGlobal = W4XSource::kGlobal;
@@ -310,11 +311,13 @@ int main(int argc, char** argv) {
           {"int4_serial", kAutoTile, 0, 0, false, kAutoX, kAutoX},
           {"int4_xglobal", kAutoTile, 0, 0, true, kGlobal, kGlobal},
           {"int4_xshared", kAutoTile, 0, 0, true, kShared, kShared},
-          {"int4_down_xshared", kAutoTile, 0, 0, true, kAutoX, kShared}};
+          {"int4_down_xshared", kAutoTile, 0, 0, true, kAutoX, kShared},
+          {"int4_cta8", kAutoTile, 0, 0, true, kAutoX, kAutoX, 8}};
       for (const Int4Variant& v : variants) {
         auto launch = [&, v](bool gate_up) {
-          const MoeW4a16Params p = int4_params(*cur, gate_up, v.tile, gate_up ? v.slices_gate_up : v.slices_down,
-                                               v.overlap, gate_up ? v.x_gate_up : v.x_down);
+          MoeW4a16Params p = int4_params(*cur, gate_up, v.tile, gate_up ? v.slices_gate_up : v.slices_down, v.overlap,
+                                         gate_up ? v.x_gate_up : v.x_down);
+          p.cta_warps = v.cta_warps;
           check(moe_gemm_w4a16(p, nullptr));
         };
         cases.push_back({v.name, [launch] { launch(true); }, [launch] { launch(false); }});

@@ -33,12 +33,12 @@
 namespace kdtree {
 namespace kern {
 
-constexpr int kW4Warps = 8;
-constexpr int kW4Threads = kW4Warps * kWarpSize;
-// CTAs per SM that __launch_bounds__ asks registers for: four at one 8-row fragment (<= 64
+constexpr int kW4Warps = 8;  // warps per CTA, but for the 4-warp CTAs of small 1-slice grids (kW4SmallCtaWarps)
+constexpr int kW4SmallCtaWarps = 4;
+// Warps per SM that __launch_bounds__ asks registers for: 32 at one 8-row fragment (<= 64
 // registers: 32 warps stream weights, and a decode gate/up launch of 8 experts x 64 CTAs fits
-// one wave of 132 SMs), two otherwise (<= 128: the wider accumulators)
-constexpr int w4_min_blocks(int frags) { return frags == 1 ? 4 : 2; }
+// one wave of 132 SMs), 16 otherwise (<= 128: the wider accumulators)
+constexpr int w4_min_blocks(int warps, int frags) { return (frags == 1 ? 32 : 16) / warps; }
 // The automatic slice count: the most slices (of 4, 2, 1) that leave each warp at least this
 // many 64-column chunks, so that its cp.async ring (4-8 blocks deep) reaches a steady state
 // instead of one fill and drain per CTA. Kimi's gate/up (k = 7168, 112 chunks) gets 4 slices
@@ -58,21 +58,20 @@ constexpr uint32_t kNibbleMask2 = 0x000f000fu;
 constexpr uint32_t kBf16x2Magic128 = 0x43004300u;
 constexpr uint32_t kBf16x2Minus136 = 0x43084308u;
 
-template <bool kSwiglu, int kWarpsN, int kFrags>
+template <bool kSwiglu, int kWarpsN, int kWarpsK, int kFrags>
 struct W4Tile {
   static constexpr int kMats = kSwiglu ? 2 : 1;
-  static constexpr int kWarpsK = kW4Warps / kWarpsN;
+  static constexpr int kWarps = kWarpsN * kWarpsK, kThreads = kWarps * kWarpSize;
   // blocks in flight per warp: ~4.6 KB of weights per warp either way, ~37 KB per CTA, so
   // two or more CTAs per SM keep > 70 KB per SM in flight; the estimate of what an H200
   // needs (Little's law: ~20 B/clk/SM of DRAM bandwidth x ~1.5 K clk of loaded latency) is ~30 KB
   static constexpr int kStages = kSwiglu ? 4 : 8;
   static constexpr int kPassRows = 8 * kFrags;
-  static constexpr int kRingWords = kW4Warps * kStages * kMats * kW4BlockWords;
+  static constexpr int kRingWords = kWarps * kStages * kMats * kW4BlockWords;
   // partial sums: [slice][row tile][matrix][frag][lane][4] floats
   static constexpr int kRedFloats = kWarpsK * kWarpsN * kMats * kFrags * kWarpSize * 4;
   static constexpr size_t kSmemBytes = 4 * static_cast<size_t>(kRingWords > kRedFloats ? kRingWords : kRedFloats);
   static_assert(kSmemBytes <= kW4StaticSmemLimit, "W4A16 tile needs more than 48 KB of shared memory");
-  static_assert(kW4Warps % kWarpsN == 0, "row tiles must divide the warps");
 };
 
 // The bf16 pair (lo, hi) as one register.
@@ -139,11 +138,13 @@ KD_DEVICE uint4 load_x16(const void* p) {
 inline KD_HOST_DEVICE int w4_x_stage_stride(int k) { return ceil_div(k, kW4TileCols) * kW4TileCols + 8; }
 inline size_t w4_x_stage_bytes(int k, int rows) { return static_cast<size_t>(rows) * w4_x_stage_stride(k) * 2; }
 
-template <bool kSwiglu, int kWarpsN, int kFrags, bool kXShared>
-__global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_kernel(const MoeW4a16Params p, int x_stage_rows) {
-  using Tile = W4Tile<kSwiglu, kWarpsN, kFrags>;
+template <bool kSwiglu, int kWarpsN, int kWarpsK, int kFrags, bool kXShared>
+__global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWarpsN* kWarpsK, kFrags))
+    moe_w4a16_kernel(const MoeW4a16Params p, int x_stage_rows) {
+  using Tile = W4Tile<kSwiglu, kWarpsN, kWarpsK, kFrags>;
+  constexpr int kWarps = Tile::kWarps, kThreads = Tile::kThreads;
   static_assert(!kXShared || kFrags == 1, "x is staged for the 8-row tile only");
-  constexpr int kMats = Tile::kMats, kWarpsK = Tile::kWarpsK, kStages = Tile::kStages;
+  constexpr int kMats = Tile::kMats, kStages = Tile::kStages;
   KD_DYNAMIC_SMEM(uint32_t, smem);
   __shared__ unsigned owns_rows[kW4MaxExpertWords];  // bit e % 32 of word e / 32: expert e has rows
   // a launch with p.overlap_previous after this one may start as our last blocks start
@@ -152,7 +153,7 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
 
   // which expert: the blockIdx.y-th one that owns rows (one pass over offsets, all warps)
   const int expert_words = ceil_div(p.experts, kWarpSize);
-  for (int i = warp; i < expert_words; i += kW4Warps) {
+  for (int i = warp; i < expert_words; i += kWarps) {
     const int e = i * kWarpSize + lane;
     const bool has = e < p.experts && p.offsets[e + 1] > p.offsets[e];
     const unsigned bits = __ballot_sync(kFullMask, has);
@@ -245,7 +246,7 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
       // zero-filled copy: src-size 0, nothing read), in one batch with the ring's fill; waiting
       // for all of it here costs one fill latency, which block 0 would cost anyway
       const int pieces = chunks * (kW4TileCols / 8), inside = p.k / 8;
-      for (int i = tid; i < pass_rows * pieces; i += kW4Threads) {
+      for (int i = tid; i < pass_rows * pieces; i += kThreads) {
         const int rr = i / pieces, c = i - rr * pieces;
         const int row = p.x_row ? p.x_row[r0 + rr] : r0 + rr;
         const __nv_bfloat16* from = x + row * p.x_stride + 8 * min(c, inside - 1);
@@ -357,7 +358,7 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
     // grouped row r0 + 8 frag + 2 quad + i % 2
     constexpr int kOutputs = kWarpsN * kFrags * kWarpSize * 4;
     __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out);
-    for (int idx = tid; idx < kOutputs; idx += kW4Threads) {
+    for (int idx = tid; idx < kOutputs; idx += kThreads) {
       const int i = idx % 4, l = (idx / 4) % kWarpSize, f = (idx / (4 * kWarpSize)) % kFrags;
       const int tn = idx / (4 * kWarpSize * kFrags);
       const int col = (static_cast<int>(blockIdx.x) * kWarpsN + tn) * kW4TileRows + l / 4 + 8 * (i / 2);
@@ -381,11 +382,19 @@ __global__ void __launch_bounds__(kW4Threads, w4_min_blocks(kFrags)) moe_w4a16_k
   }
 }
 
-template <bool kSwiglu, int kWarpsN, int kFrags, bool kXShared>
+// A launch's CTA shape and staging, chosen on the host (moe_gemm_w4a16 below).
+struct W4Launch {
+  int frags = 1;        // 8-row fragments per pass: 1, 2 or 4
+  int warps_n = 8;      // row tiles per CTA
+  int warps_k = 1;      // k slices per CTA
+  int x_stage_rows = 0; // > 0 (frags 1 only): x staged in shared memory, that many rows per pass
+};
+
+template <bool kSwiglu, int kWarpsN, int kWarpsK, int kFrags, bool kXShared>
 KernelResult launch_moe_w4a16(const MoeW4a16Params& p, int slots, int x_stage_rows, cudaStream_t stream) {
-  using Tile = W4Tile<kSwiglu, kWarpsN, kFrags>;
+  using Tile = W4Tile<kSwiglu, kWarpsN, kWarpsK, kFrags>;
   const dim3 grid(ceil_div(ceil_div(p.n, kW4TileRows), kWarpsN), slots);
-  auto* kernel = moe_w4a16_kernel<kSwiglu, kWarpsN, kFrags, kXShared>;
+  auto* kernel = moe_w4a16_kernel<kSwiglu, kWarpsN, kWarpsK, kFrags, kXShared>;
   const size_t smem = Tile::kSmemBytes + (kXShared ? w4_x_stage_bytes(p.k, x_stage_rows) : 0);
   if (smem > kW4StaticSmemLimit) {
     const void* fn = reinterpret_cast<const void*>(kernel);
@@ -394,54 +403,59 @@ KernelResult launch_moe_w4a16(const MoeW4a16Params& p, int slots, int x_stage_ro
     if (KernelResult r = prefer_shared_carveout(fn, "moe_w4a16_kernel"); !r.ok()) return r;
   }
   // its error, if any, is the runtime's last error: launch_status reports it
-  (void)KD_LAUNCH_OVERLAPPED(p.overlap_previous, kernel, grid, kW4Threads, smem, stream, p, x_stage_rows);
+  (void)KD_LAUNCH_OVERLAPPED(p.overlap_previous, kernel, grid, Tile::kThreads, smem, stream, p, x_stage_rows);
   return launch_status("moe_w4a16_kernel launch");
 }
 
 template <bool kSwiglu, int kFrags, bool kXShared = false>
-KernelResult launch_moe_w4a16_slices(const MoeW4a16Params& p, int slices, int slots, int x_stage_rows,
-                                     cudaStream_t stream) {
-  if (slices == 4) return launch_moe_w4a16<kSwiglu, kW4Warps / 4, kFrags, kXShared>(p, slots, x_stage_rows, stream);
-  if (slices == 2) return launch_moe_w4a16<kSwiglu, kW4Warps / 2, kFrags, kXShared>(p, slots, x_stage_rows, stream);
-  return launch_moe_w4a16<kSwiglu, kW4Warps, kFrags, kXShared>(p, slots, x_stage_rows, stream);
+KernelResult launch_moe_w4a16_shape(const MoeW4a16Params& p, const W4Launch& l, int slots, cudaStream_t stream) {
+  if (l.warps_k == 4) return launch_moe_w4a16<kSwiglu, 2, 4, kFrags, kXShared>(p, slots, l.x_stage_rows, stream);
+  if (l.warps_k == 2) return launch_moe_w4a16<kSwiglu, 4, 2, kFrags, kXShared>(p, slots, l.x_stage_rows, stream);
+  if constexpr (kFrags == 1)
+    if (l.warps_n == kW4SmallCtaWarps)
+      return launch_moe_w4a16<kSwiglu, kW4SmallCtaWarps, 1, kFrags, kXShared>(p, slots, l.x_stage_rows, stream);
+  return launch_moe_w4a16<kSwiglu, 8, 1, kFrags, kXShared>(p, slots, l.x_stage_rows, stream);
 }
 
-// x_stage_rows > 0 (8-row tile only): x staged in shared memory, that many rows per pass
 template <bool kSwiglu>
-KernelResult launch_moe_w4a16_rows(const MoeW4a16Params& p, int pass_rows, int slices, int slots, int x_stage_rows,
-                                   cudaStream_t stream) {
-  if (pass_rows <= 8 && x_stage_rows > 0)
-    return launch_moe_w4a16_slices<kSwiglu, 1, true>(p, slices, slots, x_stage_rows, stream);
-  if (pass_rows <= 8) return launch_moe_w4a16_slices<kSwiglu, 1>(p, slices, slots, 0, stream);
-  if (pass_rows <= 16) return launch_moe_w4a16_slices<kSwiglu, 2>(p, slices, slots, 0, stream);
-  return launch_moe_w4a16_slices<kSwiglu, 4>(p, slices, slots, 0, stream);
+KernelResult launch_moe_w4a16_plan(const MoeW4a16Params& p, const W4Launch& l, int slots, cudaStream_t stream) {
+  if (l.frags == 1 && l.x_stage_rows > 0) return launch_moe_w4a16_shape<kSwiglu, 1, true>(p, l, slots, stream);
+  if (l.frags == 1) return launch_moe_w4a16_shape<kSwiglu, 1>(p, l, slots, stream);
+  if (l.frags == 2) return launch_moe_w4a16_shape<kSwiglu, 2>(p, l, slots, stream);
+  return launch_moe_w4a16_shape<kSwiglu, 4>(p, l, slots, stream);
 }
 
-// CTAs of the 8-row tile that fit one SM's shared memory with `smem` bytes each (registers allow
-// w4_min_blocks(1))
-inline int w4_ctas_per_sm(const DeviceLimits& d, size_t smem) {
+// Shared memory of the weight ring (and partial sums) of a launch's CTA
+template <bool kSwiglu>
+size_t w4_ring_bytes(const W4Launch& l) {
+  if (l.warps_k == 4) return W4Tile<kSwiglu, 2, 4, 1>::kSmemBytes;
+  if (l.warps_k == 2) return W4Tile<kSwiglu, 4, 2, 1>::kSmemBytes;
+  if (l.warps_n == kW4SmallCtaWarps) return W4Tile<kSwiglu, kW4SmallCtaWarps, 1, 1>::kSmemBytes;
+  return W4Tile<kSwiglu, 8, 1, 1>::kSmemBytes;
+}
+
+// CTAs of an 8-row-tile launch with `smem` bytes each that fit one SM (registers allow
+// w4_min_blocks of them)
+inline int w4_ctas_per_sm(const DeviceLimits& d, const W4Launch& l, size_t smem) {
   const size_t per_cta = smem + kW4StaticSmemBytes + kSmemReservedPerBlock;
-  return std::min<int>(w4_min_blocks(1), static_cast<int>(d.smem_per_sm / per_cta));
+  return std::min<int>(w4_min_blocks(l.warps_n * l.warps_k, 1), static_cast<int>(d.smem_per_sm / per_cta));
 }
 
-// kAuto stages x when an SM still holds this many CTAs (or as many as without staging): on the
-// H200 (results/h200/bench/moe.md) the down GEMM with 8 staged rows (3 CTAs per SM) beat x from
-// global memory (4 per SM) by 7-13% at n = 8..128, while a gate/up GEMM with 8 staged rows of
-// k = 7168 (1 CTA per SM) lost 30-45%
-constexpr int kW4XStageMinCtas = 3;
+// kAuto stages x when an SM still holds this many warps (or as many as without staging): on the
+// H200 (results/h200/bench/moe.md) the down GEMM with 8 staged rows (3 CTAs of 8 warps per SM)
+// beat x from global memory (4 per SM) by 7-13% at n = 8..128, while a gate/up GEMM with 8 staged
+// rows of k = 7168 (1 CTA per SM) lost 30-45%
+constexpr int kW4XStageMinWarps = 24;
 
-// Rows of x per pass staged in shared memory for an 8-row-tile launch of `pass_rows` (the
-// host's bound), or 0 to read x from global memory: kAuto stages when the CTAs per SM stay at
-// kW4XStageMinCtas or more (or unchanged); kShared whenever one row fits the block's limit.
+// Rows of x per pass to stage in shared memory for an 8-row-tile launch of `pass_rows` (the
+// host's bound), or 0 to read x from global memory: kAuto stages when the warps per SM stay at
+// kW4XStageMinWarps or more (or unchanged); kShared whenever one row fits the block's limit.
 template <bool kSwiglu>
-KernelResult x_stage_rows_for(const MoeW4a16Params& p, int pass_rows, int slices, int* out) {
+KernelResult x_stage_rows_for(const MoeW4a16Params& p, const DeviceLimits& d, const W4Launch& l, int pass_rows,
+                              int* out) {
   *out = 0;
-  if (pass_rows > 8 || p.x_source == W4XSource::kGlobal) return KernelResult::success();
-  DeviceLimits d;
-  if (KernelResult r = current_device_limits(&d); !r.ok()) return r;
-  const size_t ring = slices == 4   ? W4Tile<kSwiglu, kW4Warps / 4, 1>::kSmemBytes
-                      : slices == 2 ? W4Tile<kSwiglu, kW4Warps / 2, 1>::kSmemBytes
-                                    : W4Tile<kSwiglu, kW4Warps, 1>::kSmemBytes;
+  if (l.frags != 1 || p.x_source == W4XSource::kGlobal) return KernelResult::success();
+  const size_t ring = w4_ring_bytes<kSwiglu>(l);
   if (p.x_source == W4XSource::kShared) {
     const int room = static_cast<int>((d.smem_optin - ring - kW4StaticSmemBytes) / w4_x_stage_bytes(p.k, 1));
     if (room < 1)
@@ -450,12 +464,19 @@ KernelResult x_stage_rows_for(const MoeW4a16Params& p, int pass_rows, int slices
     *out = std::min(pass_rows, room);
     return KernelResult::success();
   }
+  const int warps = l.warps_n * l.warps_k;
   const size_t staged = w4_x_stage_bytes(p.k, pass_rows);
+  const int with = w4_ctas_per_sm(d, l, ring + staged) * warps, without = w4_ctas_per_sm(d, l, ring) * warps;
   if (ring + staged + kW4StaticSmemBytes <= static_cast<size_t>(d.smem_optin) &&
-      w4_ctas_per_sm(d, ring + staged) >= std::min(w4_ctas_per_sm(d, ring), kW4XStageMinCtas))
+      with >= std::min(without, kW4XStageMinWarps))
     *out = pass_rows;
   return KernelResult::success();
 }
+
+// A 1-slice launch of the 8-row tile whose 8-warp CTAs would fill fewer than this many waves
+// runs 4-warp CTAs instead: twice the CTAs spread the rows evenly over the SMs (Kimi's decode
+// down GEMM: 448 CTAs of 8 warps put 4 on some SMs and 3 on the rest; 896 of 4 put 6 or 7)
+constexpr double kW4SmallGridWaves = 2.0;
 
 // slices for k input columns when not forced (see kW4MinChunksPerSlice)
 inline int auto_k_slices(int k) {
@@ -485,13 +506,23 @@ KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
   const int pass_rows = p.row_tile != W4RowTile::kAuto ? static_cast<int>(p.row_tile) : auto_rows;
   const int slots = std::min(p.experts, p.rows);  // experts that can own rows
   const int slices = p.k_slices ? p.k_slices : kern::auto_k_slices(p.k);
-  int x_rows = 0;
-  if (KernelResult r = p.w_up ? kern::x_stage_rows_for<true>(p, pass_rows, slices, &x_rows)
-                              : kern::x_stage_rows_for<false>(p, pass_rows, slices, &x_rows);
+  DeviceLimits d;
+  if (KernelResult r = current_device_limits(&d); !r.ok()) return r;
+  kern::W4Launch l;
+  l.frags = pass_rows <= 8 ? 1 : pass_rows <= 16 ? 2 : 4;
+  l.warps_k = slices;
+  l.warps_n = kern::kW4Warps / slices;
+  if (l.frags == 1 && slices == 1 && p.cta_warps != kern::kW4Warps) {
+    const double ctas = static_cast<double>(kern::ceil_div(kern::ceil_div(p.n, kW4TileRows), l.warps_n)) * slots;
+    const double waves = ctas / (static_cast<double>(d.sms) * kern::w4_min_blocks(kern::kW4Warps, 1));
+    if (p.cta_warps == kern::kW4SmallCtaWarps || waves < kern::kW4SmallGridWaves) l.warps_n = kern::kW4SmallCtaWarps;
+  }
+  if (KernelResult r = p.w_up ? kern::x_stage_rows_for<true>(p, d, l, pass_rows, &l.x_stage_rows)
+                              : kern::x_stage_rows_for<false>(p, d, l, pass_rows, &l.x_stage_rows);
       !r.ok())
     return r;
-  return p.w_up ? kern::launch_moe_w4a16_rows<true>(p, pass_rows, slices, slots, x_rows, stream)
-                : kern::launch_moe_w4a16_rows<false>(p, pass_rows, slices, slots, x_rows, stream);
+  return p.w_up ? kern::launch_moe_w4a16_plan<true>(p, l, slots, stream)
+                : kern::launch_moe_w4a16_plan<false>(p, l, slots, stream);
 }
 
 KernelResult moe_w4a16_repack(const int32_t* weight_packed, const uint16_t* weight_scale, int n, int k,

@@ -84,6 +84,10 @@ struct MoeW4a16Params {
   // slice counts.
   int k_slices = 0;
   W4XSource x_source = W4XSource::kAuto;
+  // Warps per CTA of a 1-slice launch with the 8-row tile: 0 = auto (4 when 8-warp CTAs would fill
+  // under two waves of the GPU, for an even spread; else 8), 4 or 8 force one (benchmarks, tests).
+  // Results do not depend on it.
+  int cta_warps = 0;
   // The previous kernel on the stream wrote only x (nothing else this launch reads, and it
   // reads nothing this launch writes): this launch may start before it ends (programmatic
   // dependent launch, sm_90+), find its expert and fill its weight ring, then wait for it
@@ -128,6 +132,11 @@ inline KernelResult check_moe_w4a16_params(const MoeW4a16Params& p) {
     return KernelResult::invalid("moe_gemm_w4a16: row_tile " + s(t) + " is not one of 0 (auto), 8, 16, 32");
   if (p.k_slices != 0 && p.k_slices != 1 && p.k_slices != 2 && p.k_slices != 4)
     return KernelResult::invalid("moe_gemm_w4a16: k_slices " + s(p.k_slices) + " is not one of 0 (auto), 1, 2, 4");
+  const int xs = static_cast<int>(p.x_source);
+  if (xs < 0 || xs > 2)
+    return KernelResult::invalid("moe_gemm_w4a16: x_source " + s(xs) + " is not one of 0 (auto), 1 (global), 2 (shared)");
+  if (p.cta_warps != 0 && p.cta_warps != 4 && p.cta_warps != 8)
+    return KernelResult::invalid("moe_gemm_w4a16: cta_warps " + s(p.cta_warps) + " is not one of 0 (auto), 4, 8");
   return KernelResult::success();
 }
 

@@ -151,6 +151,7 @@ struct Problem {
   W4RowTile row_tile = W4RowTile::kAuto;
   int k_slices = 0;  // 0 = automatic
   W4XSource x_source = W4XSource::kAuto;
+  int cta_warps = 0;
 };
 
 // Runs the kernel; the output rows [rows, out_stride] as bf16 bits.
@@ -172,6 +173,7 @@ std::vector<uint16_t> run_gpu(const Problem& pb) {
   p.row_tile = pb.row_tile;
   p.k_slices = pb.k_slices;
   p.x_source = pb.x_source;
+  p.cta_warps = pb.cta_warps;
   p.x = x.get();
   p.x_stride = pb.x_stride;
   p.x_row = x_row.get();
@@ -280,6 +282,11 @@ void run_ragged_case(const std::string& name, bool swiglu, int n, int k, const s
   for (W4XSource source : {W4XSource::kGlobal, W4XSource::kShared}) {
     pb.x_source = source;
     expect_matches_reference(name + (source == W4XSource::kShared ? " x shared" : " x global"), pb, run_gpu(pb));
+  }
+  pb.k_slices = 1;  // one slice in CTAs of 4 and of 8 warps
+  for (int warps : {4, 8}) {
+    pb.cta_warps = warps;
+    expect_matches_reference(name + " one slice, " + std::to_string(warps) + "-warp CTAs", pb, run_gpu(pb));
   }
 }
 

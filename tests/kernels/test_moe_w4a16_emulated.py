@@ -87,7 +87,7 @@ class W4Lib:
         lib.kd_w4a16_expert_words.argtypes = [i32, i32]
         lib.kd_w4a16_expert_words.restype = i64
         lib.kd_w4a16_repack.argtypes = [p, p, i32, i32, p, ctypes.c_char_p, i32]
-        lib.kd_w4a16_gemm.argtypes = [i32] * 8 + [p, i64, p, p, p, p, i64, p, i64, ctypes.c_char_p, i32]
+        lib.kd_w4a16_gemm.argtypes = [i32] * 9 + [p, i64, p, p, p, p, i64, p, i64, ctypes.c_char_p, i32]
         self.lib = lib
 
     def expert_words(self, n: int, k: int) -> int:
@@ -108,7 +108,7 @@ class W4Lib:
     def gemm(self, *, x: torch.Tensor, x_row: np.ndarray | None, offsets: np.ndarray, w: np.ndarray,
              w_up: np.ndarray | None, n: int, k: int, out_stride: int | None = None, row_tile: int = 0,
              k_slices: int = 0, max_rows_per_expert: int = 0, x_ptr_offset: int = 0,
-             x_source: int = 0) -> tuple[int, str, torch.Tensor]:
+             x_source: int = 0, cta_warps: int = 0) -> tuple[int, str, torch.Tensor]:
         """(status, message, out bf16 [rows, out_stride]) of one launch; x is [tokens, x_stride] bf16."""
         rows = int(offsets[-1])
         out_stride = out_stride or n
@@ -121,7 +121,8 @@ class W4Lib:
             rows_ptr = x_row.ctypes.data
         err = ctypes.create_string_buffer(512)
         status = self.lib.kd_w4a16_gemm(
-            w.shape[0], rows, n, k, max_rows_per_expert, row_tile, k_slices, x_source, xn.ctypes.data + x_ptr_offset,
+            w.shape[0], rows, n, k, max_rows_per_expert, row_tile, k_slices, x_source, cta_warps,
+            xn.ctypes.data + x_ptr_offset,
             x.shape[1],
             rows_ptr, offsets.ctypes.data, w.ctypes.data, None if w_up is None else w_up.ctypes.data, w.shape[1],
             out.ctypes.data, out_stride, err, 512)
@@ -262,8 +263,8 @@ X_SOURCES = {"auto": 0, "global": 1, "shared": 2}
 @pytest.mark.parametrize("bound", [1, 3, 8], ids=lambda b: f"max_rows{b}")
 @pytest.mark.parametrize("form", ["plain", "swiglu"])
 def test_x_staged_in_shared_memory_does_not_change_results(w4, seed, form, bound):
-    """x read from global memory or staged in shared memory, for every slice count: bit-identical
-    outputs, right against the reference. The staged rows per pass follow max_rows_per_expert (the
+    """x read from global memory or staged in shared memory, for every slice count and (one slice)
+    CTAs of 4 and 8 warps: bit-identical outputs, right against the reference. The staged rows per pass follow max_rows_per_expert (the
     8-row tile's bound); below the real load (experts own up to 71 rows here) the kernel takes more
     passes, and the results must not change."""
     rng = np.random.default_rng(seed)
@@ -276,16 +277,20 @@ def test_x_staged_in_shared_memory_does_not_change_results(w4, seed, form, bound
     offsets = np.concatenate([[0], np.cumsum(ragged_counts(rng, experts))]).astype(np.int32)
     x_row = rng.integers(0, tokens, int(offsets[-1])).astype(np.int32)
     x = torch.randn(tokens, k + 8, generator=gen).to(torch.bfloat16)
-    for slices in (1, 2, 4):
+    one_slice = {}  # CTAs of 4 and 8 warps: the same warps' work, so the same bits
+    for slices, cta_warps in ((1, 4), (1, 8), (2, 0), (4, 0)):
         outs = {}
         for name, source in X_SOURCES.items():
             status, message, outs[name] = w4.gemm(x=x, x_row=x_row, offsets=offsets, w=wg, w_up=wu, n=n, k=k,
                                                   k_slices=slices, max_rows_per_expert=bound,
-                                                  x_source=source)
+                                                  x_source=source, cta_warps=cta_warps)
             assert status == 0, message
         for name in X_SOURCES:
             assert torch.equal(outs[name].view(torch.int16), outs["global"].view(torch.int16)), (name, slices)
         check_against_reference(outs["shared"], x, x_row, offsets, gate, up, n)
+        if slices == 1:
+            one_slice[cta_warps] = outs["global"]
+    assert torch.equal(one_slice[4].view(torch.int16), one_slice[8].view(torch.int16))
 
 
 def test_one_hot_rows_show_each_weight_rounded_to_bf16(w4, seed):
@@ -397,7 +402,8 @@ def test_bench_program_on_emulator(built, tmp_path, seed):
     assert {(r["tokens"], r["impl"]) for r in moe_recs} == {
         (n, impl) for n in tokens for impl in ("int4", "int4_tile8", "int4_tile16", "int4_tile32", "int4_slices1",
                                               "int4_slices2", "int4_slices4", "int4_gate_up_slices2", "int4_serial",
-                                              "int4_xglobal", "int4_xshared", "int4_down_xshared", "bf16")}
+                                              "int4_xglobal", "int4_xshared", "int4_down_xshared", "int4_cta8",
+                                              "bf16")}
     for r in moe_recs:
         ids = [routing[f"n{r['tokens']}.s{s}.topk_ids"] for s in range(sets)]
         assert r["distinct_experts"] == pytest.approx(np.mean([len(np.unique(i)) for i in ids]), abs=0.01)
