@@ -1,8 +1,10 @@
-// The bf16 verify_attn kernels: both tile configurations and the merge, bf16 output.
+// The bf16 verify_attn kernels: the tile configurations (mma.sync, wgmma, decode) and the
+// merge, bf16 output.
 #include "launch_support.h"
 #include "verify_attn_bf16.cuh"
 #include "verify_attn_decode.cuh"
 #include "verify_attn_launch.h"
+#include "verify_attn_wgmma.cuh"
 
 namespace kdtree {
 
@@ -28,6 +30,9 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
       break;
     case kVerifyBf16Sm90Classic:
       r = launch_config<Bf16AttnSm90Classic, verify_attn_bf16_kernel<Bf16AttnSm90Classic, __nv_bfloat16>>(k, plan, stream);
+      break;
+    case kVerifyBf16Wgmma:
+      r = launch_config<Bf16AttnWgmma, verify_attn_wgmma_kernel<__nv_bfloat16>>(k, plan, stream);
       break;
     case kVerifyBf16Small:
       r = launch_config<Bf16AttnSmall, verify_attn_bf16_kernel<Bf16AttnSmall, __nv_bfloat16>>(k, plan, stream);

@@ -1,0 +1,278 @@
+// The bf16 verify_attn kernel on Hopper's warpgroup MMA (wgmma, sm_90a only).
+//
+// A CTA takes 64 query rows (t, h) of one request and one split of its keys, like
+// Bf16AttnSm90, with two warpgroups (8 warps). Q and the key tiles sit in shared memory in
+// the 128-byte-swizzle layout wgmma reads (sw128_offset: 64-column blocks of rows x 128
+// bytes), the key tiles double-buffered with cp.async. Per 64-key tile:
+//   S = Q K^T        warpgroup g: the 64 rows x keys 32 g .. 32 g + 31, 36 m64n32k16 (both
+//                    operands from shared memory); the next tile's copies are issued meanwhile
+//   mask, scale      prefix tail beyond the split, tree keys by the ancestor bits
+//   online softmax   row maxima of the two halves meet in shared memory; both warpgroups
+//                    derive the same maxima and rescaling for their rows
+//   P (bf16) -> smem the whole 64 x 64 P, swizzled, K-major
+//   O += P V         warpgroup g: output columns 256 g .. 256 g + 255, 4 m64n256k16 with V
+//                    (= the key tile's first 512 columns) read N-major; 128 f32 registers
+// A warpgroup's accumulator rows are its S rows (16 (warp % 4) + lane / 4, + 8), so the
+// rescaling of O needs no exchange. Three barriers a tile (tile landed, maxima, P).
+#pragma once
+
+#include "ptx_mma.cuh"
+#include "ptx_wgmma.cuh"
+#include "verify_attn_common.cuh"
+#include "verify_attn_plan.h"
+
+namespace kdtree::kern {
+
+struct Bf16AttnWgmma {
+  static constexpr int kWarpGroups = 2;
+  static constexpr int kGroupThreads = 4 * kWarpSize;
+  static constexpr int kThreads = kWarpGroups * kGroupThreads;
+  static constexpr int kTileRows = 64;   // the wgmma M
+  static constexpr int kTileKeys = 64;
+  static constexpr int kKeysPerGroup = kTileKeys / kWarpGroups;         // S columns of a warpgroup
+  static constexpr int kColsPerGroup = kVerifyLatentDim / kWarpGroups;  // O columns of a warpgroup
+  static constexpr int kSRegs = kKeysPerGroup / 2;                       // m64n32 accumulators
+  static constexpr int kORegs = kColsPerGroup / 2;                       // m64n256 accumulators
+  static constexpr int kChunks = kVerifyQKDim / 8;                       // 72 16-byte chunks per row
+  static constexpr int kLatentChunks = kVerifyLatentDim / 8;             // 64
+  static constexpr int kBlockBytes = kTileRows * 128;                    // one 64-column block of a tile
+  static_assert(kTileKeys == kTileRows, "Q and key tiles share the block size (kBlockBytes)");
+  static_assert(kColsPerGroup == 256 && kKeysPerGroup == 32, "the wgmma shapes below (m64n32, m64n256)");
+
+  // shared-memory layout (bytes from the 1024-byte aligned base)
+  static constexpr size_t kTileBytes = static_cast<size_t>(kTileRows) * kVerifyQKDim * 2;  // Q or one key tile
+  static constexpr size_t kQOff = 0;
+  static constexpr size_t kKOff = kQOff + kTileBytes;
+  static constexpr size_t kPOff = kKOff + 2 * kTileBytes;
+  static constexpr size_t kMaxOff = kPOff + static_cast<size_t>(kTileRows) * kTileKeys * 2;  // float [groups][rows]
+  static constexpr size_t kSumOff = kMaxOff + sizeof(float) * kWarpGroups * kTileRows;        // float [groups][rows]
+  static constexpr size_t kMaskOff = kSumOff + sizeof(float) * kWarpGroups * kTileRows;
+  // + slack to align the base to a swizzle atom (the dynamic shared memory's own alignment
+  // is not promised to be 1024 bytes)
+  static constexpr size_t kSmemBytes = kMaskOff + 16 + kWgmmaAtomBytes;
+};
+static_assert(Bf16AttnWgmma::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Wgmma].smem_bytes &&
+                  Bf16AttnWgmma::kTileRows == kVerifyConfigShapes[kVerifyBf16Wgmma].tile_rows &&
+                  Bf16AttnWgmma::kTileKeys == kVerifyConfigShapes[kVerifyBf16Wgmma].tile_keys,
+              "verify_attn_plan.h must describe Bf16AttnWgmma");
+
+// The query tile (all threads), swizzled for wgmma.
+KD_DEVICE void wgmma_load_query_tile(uint8_t* dst, const VerifyKernelParams& k, int b, int row0) {
+  using Cfg = Bf16AttnWgmma;
+  const __nv_bfloat16* q_lat = static_cast<const __nv_bfloat16*>(k.p.q_lat);
+  const __nv_bfloat16* q_pe = static_cast<const __nv_bfloat16*>(k.p.q_pe);
+  for (int idx = static_cast<int>(threadIdx.x); idx < Cfg::kTileRows * Cfg::kChunks; idx += Cfg::kThreads) {
+    const int r = idx / Cfg::kChunks, c = idx - r * Cfg::kChunks;
+    const int m = row0 + r;
+    const bool ok = m < k.rows;
+    const int64_t row = static_cast<int64_t>(b) * k.rows + m;
+    const __nv_bfloat16* src = !ok ? q_lat
+                               : c < Cfg::kLatentChunks ? q_lat + row * kVerifyLatentDim + c * 8
+                                                        : q_pe + row * kVerifyRopeDim + (c - Cfg::kLatentChunks) * 8;
+    cp_async_16(dst + sw128_offset(Cfg::kTileRows, r, c), src, ok);
+  }
+}
+
+// Copies of a key tile's chunks by all threads (rows >= valid zero-filled), swizzled for wgmma.
+KD_DEVICE void wgmma_load_key_tile(uint8_t* dst, const __nv_bfloat16* kv, int64_t row_stride, int key0, int valid) {
+  using Cfg = Bf16AttnWgmma;
+  for (int idx = static_cast<int>(threadIdx.x); idx < Cfg::kTileKeys * Cfg::kChunks; idx += Cfg::kThreads) {
+    const int r = idx / Cfg::kChunks, c = idx - r * Cfg::kChunks;
+    const bool ok = r < valid;
+    const __nv_bfloat16* src = ok ? kv + (static_cast<int64_t>(key0) + r) * row_stride + c * 8 : kv;
+    cp_async_16(dst + sw128_offset(Cfg::kTileKeys, r, c), src, ok);
+  }
+}
+
+template <class OutT>
+__global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_kernel(const VerifyKernelParams k) {
+#if defined(KD_WGMMA_DEVICE) || defined(KD_SIMT_EMULATION)
+  using Cfg = Bf16AttnWgmma;
+  KD_DYNAMIC_SMEM(uint8_t, raw);
+  uint8_t* smem = raw + (kWgmmaAtomBytes - smem_u32(raw) % kWgmmaAtomBytes) % kWgmmaAtomBytes;
+  uint8_t* p_s = smem + Cfg::kPOff;
+  float* red_max = reinterpret_cast<float*>(smem + Cfg::kMaxOff);  // [groups][rows]
+  float* red_sum = reinterpret_cast<float*>(smem + Cfg::kSumOff);  // [groups][rows]
+  uint32_t* mask_s = reinterpret_cast<uint32_t*>(smem + Cfg::kMaskOff);
+  const uint32_t q_addr = smem_u32(smem + Cfg::kQOff), p_addr = smem_u32(p_s);
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int group = tid / Cfg::kGroupThreads;           // warpgroup: S keys and O columns
+  const int wq = (tid / kWarpSize) % 4;                 // warp within the warpgroup: 16 rows
+  const int lane = tid % kWarpSize, g = lane / 4, tig = lane % 4;
+  const int row_lo = 16 * wq + g, row_hi = row_lo + 8;  // this thread's accumulator rows
+  const SplitWork w = split_work(k, Cfg::kTileRows);
+  const uint32_t tail_mask = w.tail ? active_tail_tiles(k, w, Cfg::kTileRows, mask_s) : 0u;
+  const int n_tiles = schedule_length(w, tail_mask, Cfg::kTileKeys);
+  const int prefix_tiles = (w.key_end - w.key_begin + Cfg::kTileKeys - 1) / Cfg::kTileKeys;
+  const int H = k.p.heads, T = k.p.tree_len;
+
+  if (n_tiles == 0) {  // an empty prefix split (a shorter request): nothing visible
+    if (tid < Cfg::kTileRows && w.row0 + tid < k.rows)
+      k.part_lse[(static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows + w.row0 + tid] = -INFINITY;
+    return;
+  }
+
+  // visibility rows of this thread's two rows, as word offsets into vis
+  int vis_row[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) vis_row[h] = (w.b * T + min(w.row0 + row_lo + 8 * h, k.rows - 1) / H) * k.p.vis_words;
+
+  const __nv_bfloat16* kv = static_cast<const __nv_bfloat16*>(k.p.kv) + static_cast<int64_t>(w.b) * k.p.kv_batch_stride;
+  float o[Cfg::kORegs];
+#pragma unroll
+  for (int i = 0; i < Cfg::kORegs; ++i) o[i] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // base 2; l_run: this thread's keys
+
+  wgmma_load_query_tile(smem + Cfg::kQOff, k, w.b, w.row0);
+  {
+    const KeyTile t0 = key_tile_at(w, prefix_tiles, tail_mask, 0, Cfg::kTileKeys, T);
+    wgmma_load_key_tile(smem + Cfg::kKOff, kv, k.p.kv_row_stride, t0.key0, t0.valid);
+  }
+  cp_async_commit();
+
+  for (int it = 0; it < n_tiles; ++it) {
+    const int buf = it & 1;
+    const uint32_t k_addr = smem_u32(smem + Cfg::kKOff + buf * Cfg::kTileBytes);
+    const KeyTile tile = key_tile_at(w, prefix_tiles, tail_mask, it, Cfg::kTileKeys, T);
+    cp_async_wait<0>();
+    fence_proxy_async_smem();  // the copies this thread waited for, visible to wgmma
+    __syncthreads();           // tile `it` (and Q) landed for everyone; every P V of tile it-1 is complete
+
+    // S = Q K^T for keys 32 group ..: K-major operands, 64-column blocks kBlockBytes apart,
+    // 16 columns (32 bytes) a step inside the swizzle row
+    float s[Cfg::kSRegs];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kVerifyQKDim / 16; ++kk) {
+      const uint32_t step = (kk / 4) * Cfg::kBlockBytes + (kk % 4) * 32;
+      const uint64_t a = wgmma_desc_sw128(q_addr + step, 0, kWgmmaAtomBytes);
+      const uint64_t b = wgmma_desc_sw128(k_addr + step + group * Cfg::kKeysPerGroup * 128, 0, kWgmmaAtomBytes);
+      wgmma_bf16_ss<Cfg::kKeysPerGroup, false>(s, a, b, kk > 0);
+    }
+    wgmma_commit();
+    // the next tile's copies (into the buffer the P V of tile it-1 read) while S runs
+    if (it + 1 < n_tiles) {
+      const KeyTile nx = key_tile_at(w, prefix_tiles, tail_mask, it + 1, Cfg::kTileKeys, T);
+      wgmma_load_key_tile(smem + Cfg::kKOff + (buf ^ 1) * Cfg::kTileBytes, kv, k.p.kv_row_stride, nx.key0, nx.valid);
+    }
+    cp_async_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operand(s);
+
+    // scale into the base-2 domain and mask; row maxima of this warpgroup's keys
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < Cfg::kSRegs / 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = group * Cfg::kKeysPerGroup + 8 * j + 2 * tig + (e & 1);
+        bool ok = key < tile.valid;
+        if (tile.tail_tile >= 0 && ok) {
+          const int tk = tile.tail_tile * Cfg::kTileKeys + key;
+          const uint32_t word = k.p.vis[vis_row[e >> 1] + (tk >> 5)];
+          ok = (word >> (tk & 31)) & 1u;
+        }
+        float& x = s[4 * j + e];
+        x = ok ? x * k.scale_log2 : -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFullMask, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFullMask, mx[h], 2));
+      if (tig == 0) red_max[group * Cfg::kTileRows + row_lo + 8 * h] = mx[h];
+    }
+    __syncthreads();  // both halves' maxima in
+
+    float alpha[2], m_use[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row_lo + 8 * h;
+      const float m_tile = fmaxf(red_max[r], red_max[Cfg::kTileRows + r]);  // same order in both groups
+      const float m_new = fmaxf(m_run[h], m_tile);
+      alpha[h] = m_run[h] == -INFINITY ? 0.0f : exp2f(m_run[h] - m_new);
+      m_use[h] = m_new == -INFINITY ? 0.0f : m_new;  // all masked so far: p = 0, no NaN
+      m_run[h] = m_new;
+    }
+    float rowsum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < Cfg::kSRegs / 4; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[4 * j + e] = exp2f(s[4 * j + e] - m_use[e >> 1]);
+        rowsum[e >> 1] += s[4 * j + e];
+      }
+      const int key = group * Cfg::kKeysPerGroup + 8 * j + 2 * tig;
+      *reinterpret_cast<uint32_t*>(p_s + sw128_offset(Cfg::kTileRows, row_lo, key / 8) + (key % 8) * 2) =
+          pack_bf16x2(s[4 * j], s[4 * j + 1]);
+      *reinterpret_cast<uint32_t*>(p_s + sw128_offset(Cfg::kTileRows, row_hi, key / 8) + (key % 8) * 2) =
+          pack_bf16x2(s[4 * j + 2], s[4 * j + 3]);
+    }
+    l_run[0] = l_run[0] * alpha[0] + rowsum[0];
+    l_run[1] = l_run[1] * alpha[1] + rowsum[1];
+    fence_proxy_async_smem();  // P, visible to wgmma
+    __syncthreads();           // P complete
+
+    // O *= alpha, skipped when no row's maximum moved (x * 1 == x: bit-exact)
+    if (!__all_sync(kFullMask, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
+#pragma unroll
+      for (int i = 0; i < Cfg::kORegs; i += 4) {
+        o[i] *= alpha[0];
+        o[i + 1] *= alpha[0];
+        o[i + 2] *= alpha[1];
+        o[i + 3] *= alpha[1];
+      }
+    }
+    // O += P V: P K-major (16 keys = 32 bytes a step); V N-major: 16 keys = two 8-row groups
+    // an atom apart, 256 columns = 4 blocks of 64 kBlockBytes apart. Waited for here, not
+    // across the loop's back edge (see wgmma_fence_operand): the next tile's barrier follows.
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < Cfg::kTileKeys / 16; ++ks) {
+      const uint64_t a = wgmma_desc_sw128(p_addr + ks * 32, 0, kWgmmaAtomBytes);
+      const uint64_t b = wgmma_desc_sw128(k_addr + group * (Cfg::kColsPerGroup / 64) * Cfg::kBlockBytes + ks * 16 * 128,
+                                          Cfg::kBlockBytes, kWgmmaAtomBytes);
+      wgmma_bf16_ss<Cfg::kColsPerGroup, true>(o, a, b, true);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operand(o);
+  }
+
+  // the row sums across the quad and the two warpgroups
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = l_run[h];
+    l += __shfl_xor_sync(kFullMask, l, 1);
+    l += __shfl_xor_sync(kFullMask, l, 2);
+    if (tig == 0) red_sum[group * Cfg::kTileRows + row_lo + 8 * h] = l;
+  }
+  __syncthreads();
+  const int col_base = group * Cfg::kColsPerGroup;
+  const int64_t part_base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = row_lo + 8 * h, m = w.row0 + r;
+    if (m >= k.rows) continue;
+    const float l = red_sum[r] + red_sum[Cfg::kTileRows + r];
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const float lse2 = l > 0.0f ? m_run[h] + log2f(l) : -INFINITY;
+    if (k.splits == 1) {
+      OutT* row = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(w.b) * k.rows + m) * kVerifyLatentDim + col_base + 2 * tig;
+#pragma unroll
+      for (int j = 0; j < Cfg::kORegs / 4; ++j) store_out_pair(row + 8 * j, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      if (group == 0 && tig == 0 && k.p.lse) k.p.lse[static_cast<int64_t>(w.b) * k.rows + m] = natural_lse(lse2);
+    } else {
+      float* row = k.part_o + (part_base + m) * kVerifyLatentDim + col_base + 2 * tig;
+#pragma unroll
+      for (int j = 0; j < Cfg::kORegs / 4; ++j) store_out_pair(row + 8 * j, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      if (group == 0 && tig == 0) k.part_lse[part_base + m] = lse2;
+    }
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // a build without sm_90a code: the plan picks this kernel on compute capability 9.0 only
+#endif
+}
+
+}  // namespace kdtree::kern
