@@ -32,7 +32,10 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
       r = launch_config<Bf16AttnSm90Classic, verify_attn_bf16_kernel<Bf16AttnSm90Classic, __nv_bfloat16>>(k, plan, stream);
       break;
     case kVerifyBf16Wgmma:
-      r = launch_config<Bf16AttnWgmma, verify_attn_wgmma_kernel<__nv_bfloat16>>(k, plan, stream);
+      r = launch_config<Bf16AttnWgmma, verify_attn_wgmma_kernel<__nv_bfloat16, false>>(k, plan, stream);
+      break;
+    case kVerifyBf16WgmmaRs:
+      r = launch_config<Bf16AttnWgmma, verify_attn_wgmma_kernel<__nv_bfloat16, true>>(k, plan, stream);
       break;
     case kVerifyBf16Small:
       r = launch_config<Bf16AttnSmall, verify_attn_bf16_kernel<Bf16AttnSmall, __nv_bfloat16>>(k, plan, stream);

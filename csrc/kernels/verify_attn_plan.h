@@ -21,7 +21,8 @@ enum VerifyAttnConfig : int {
   kVerifyBf16DecodeSmall = 4,  // <= 32 rows, 32 keys, one K stage: ~75 KB
   kVerifyBf16Sm90Classic = 5,  // config 0's tile in the earlier warp layout (only when forced: timing)
   kVerifyBf16Wgmma = 6,   // 64 rows x 64 keys on wgmma (sm_90a only), two K stages: ~226 KB
-  kVerifyConfigCount = 7,
+  kVerifyBf16WgmmaRs = 7, // config 6 with each warpgroup's own P from registers (only when forced: timing)
+  kVerifyConfigCount = 8,
 };
 
 struct VerifyConfigShape {
@@ -37,7 +38,9 @@ inline constexpr VerifyConfigShape kVerifyConfigShapes[kVerifyConfigCount] = {
     {32, 32, 76816},   // Bf16DecodeSmall
     {64, 64, 230416},  // Bf16AttnSm90Classic
     {64, 64, 231440},  // Bf16AttnWgmma
+    {64, 64, 231440},  // Bf16AttnWgmma, own P from registers
 };
+inline bool verify_config_is_wgmma(int config) { return config == kVerifyBf16Wgmma || config == kVerifyBf16WgmmaRs; }
 inline bool verify_config_is_decode(int config) {
   return config == kVerifyBf16Decode || config == kVerifyBf16DecodeSmall;
 }
@@ -93,7 +96,7 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
     const bool bf16_cfg = p.force_config != kVerifyF32;
     if (p.force_config >= kVerifyConfigCount || bf16_cfg != (p.dtype == AttnDType::kBF16) || !fits(p.force_config) ||
         (verify_config_is_decode(p.force_config) && rows > kVerifyDecodeMaxRows) ||
-        (p.force_config == kVerifyBf16Wgmma && !wgmma))
+        (verify_config_is_wgmma(p.force_config) && !wgmma))
       return KernelResult::invalid("verify_attn: force_config " + std::to_string(p.force_config) +
                                    " does not fit this dtype, shape or device");
     pl.config = p.force_config;

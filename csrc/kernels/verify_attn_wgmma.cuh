@@ -55,6 +55,8 @@ static_assert(Bf16AttnWgmma::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Wgmma]
                   Bf16AttnWgmma::kTileRows == kVerifyConfigShapes[kVerifyBf16Wgmma].tile_rows &&
                   Bf16AttnWgmma::kTileKeys == kVerifyConfigShapes[kVerifyBf16Wgmma].tile_keys,
               "verify_attn_plan.h must describe Bf16AttnWgmma");
+static_assert(kVerifyConfigShapes[kVerifyBf16WgmmaRs].smem_bytes == Bf16AttnWgmma::kSmemBytes,
+              "config 7 is Bf16AttnWgmma with own P in registers");
 
 // The query tile (all threads), swizzled for wgmma.
 KD_DEVICE void wgmma_load_query_tile(uint8_t* dst, const VerifyKernelParams& k, int b, int row0) {
@@ -84,7 +86,9 @@ KD_DEVICE void wgmma_load_key_tile(uint8_t* dst, const __nv_bfloat16* kv, int64_
   }
 }
 
-template <class OutT>
+// kOwnPInRegs: the P V steps over a warpgroup's own keys take P from registers, before the
+// barrier that publishes P (config kVerifyBf16WgmmaRs); else all four from shared memory.
+template <class OutT, bool kOwnPInRegs>
 __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_kernel(const VerifyKernelParams k) {
 #if defined(KD_WGMMA_DEVICE) || defined(KD_SIMT_EMULATION)
   using Cfg = Bf16AttnWgmma;
@@ -196,6 +200,7 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
       m_run[h] = m_new;
     }
     float rowsum[2] = {0.0f, 0.0f};
+    uint32_t p_lo[Cfg::kSRegs / 4], p_hi[Cfg::kSRegs / 4];  // P (bf16 pairs) of rows row_lo / row_hi
 #pragma unroll
     for (int j = 0; j < Cfg::kSRegs / 4; ++j) {
 #pragma unroll
@@ -203,16 +208,11 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
         s[4 * j + e] = exp2f(s[4 * j + e] - m_use[e >> 1]);
         rowsum[e >> 1] += s[4 * j + e];
       }
-      const int key = group * Cfg::kKeysPerGroup + 8 * j + 2 * tig;
-      *reinterpret_cast<uint32_t*>(p_s + sw128_offset(Cfg::kTileRows, row_lo, key / 8) + (key % 8) * 2) =
-          pack_bf16x2(s[4 * j], s[4 * j + 1]);
-      *reinterpret_cast<uint32_t*>(p_s + sw128_offset(Cfg::kTileRows, row_hi, key / 8) + (key % 8) * 2) =
-          pack_bf16x2(s[4 * j + 2], s[4 * j + 3]);
+      p_lo[j] = pack_bf16x2(s[4 * j], s[4 * j + 1]);
+      p_hi[j] = pack_bf16x2(s[4 * j + 2], s[4 * j + 3]);
     }
     l_run[0] = l_run[0] * alpha[0] + rowsum[0];
     l_run[1] = l_run[1] * alpha[1] + rowsum[1];
-    fence_proxy_async_smem();  // P, visible to wgmma
-    __syncthreads();           // P complete
 
     // O *= alpha, skipped when no row's maximum moved (x * 1 == x: bit-exact)
     if (!__all_sync(kFullMask, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
@@ -224,16 +224,44 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
         o[i + 3] *= alpha[1];
       }
     }
-    // O += P V: P K-major (16 keys = 32 bytes a step); V N-major: 16 keys = two 8-row groups
-    // an atom apart, 256 columns = 4 blocks of 64 kBlockBytes apart. Waited for here, not
-    // across the loop's back edge (see wgmma_fence_operand): the next tile's barrier follows.
-    wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < Cfg::kTileKeys / 16; ++ks) {
+    for (int j = 0; j < Cfg::kSRegs / 4; ++j) {
+      const int key = group * Cfg::kKeysPerGroup + 8 * j + 2 * tig;
+      *reinterpret_cast<uint32_t*>(p_s + sw128_offset(Cfg::kTileRows, row_lo, key / 8) + (key % 8) * 2) = p_lo[j];
+      *reinterpret_cast<uint32_t*>(p_s + sw128_offset(Cfg::kTileRows, row_hi, key / 8) + (key % 8) * 2) = p_hi[j];
+    }
+    // O += P V. V N-major: 16 keys = two 8-row groups an atom apart, 256 columns = 4 blocks of
+    // 64 kBlockBytes apart. P from shared memory (K-major, 32 bytes a 16-key step); with
+    // kOwnPInRegs this warpgroup's own 32 keys from registers instead (the accumulator pairs
+    // are the m16n8k16 A fragment), issued before the barrier that publishes P so that they
+    // overlap it (and after P's stores: a wgmma's A registers are not read while in flight).
+    // Waited for within the iteration, not across the loop's back edge (see
+    // wgmma_fence_operand); the next tile's barrier follows.
+    const uint32_t v_addr = k_addr + group * (Cfg::kColsPerGroup / 64) * Cfg::kBlockBytes;
+    constexpr uint32_t kVStep = 16 * 128;  // 16 key rows
+    wgmma_fence();
+    if constexpr (kOwnPInRegs) {
+#pragma unroll
+      for (int ks = 0; ks < Cfg::kKeysPerGroup / 16; ++ks) {
+        const uint32_t a[4] = {p_lo[2 * ks], p_hi[2 * ks], p_lo[2 * ks + 1], p_hi[2 * ks + 1]};
+        const int key_step = group * (Cfg::kKeysPerGroup / 16) + ks;
+        wgmma_bf16_rs_tb<Cfg::kColsPerGroup>(o, a, wgmma_desc_sw128(v_addr + key_step * kVStep, Cfg::kBlockBytes, kWgmmaAtomBytes),
+                                             true);
+      }
+      wgmma_commit();
+    }
+    fence_proxy_async_smem();  // P, visible to wgmma
+    __syncthreads();           // P complete
+    // (the other group's key steps by arithmetic, not a branch on the group: a wgmma on a path
+    // the compiler sees as divergent is serialized)
+    constexpr int kSmemSteps = (kOwnPInRegs ? Cfg::kKeysPerGroup : Cfg::kTileKeys) / 16;
+    const int first_step = kOwnPInRegs ? (1 - group) * (Cfg::kKeysPerGroup / 16) : 0;
+#pragma unroll
+    for (int i = 0; i < kSmemSteps; ++i) {
+      const int ks = first_step + i;
       const uint64_t a = wgmma_desc_sw128(p_addr + ks * 32, 0, kWgmmaAtomBytes);
-      const uint64_t b = wgmma_desc_sw128(k_addr + group * (Cfg::kColsPerGroup / 64) * Cfg::kBlockBytes + ks * 16 * 128,
-                                          Cfg::kBlockBytes, kWgmmaAtomBytes);
-      wgmma_bf16_ss<Cfg::kColsPerGroup, true>(o, a, b, true);
+      wgmma_bf16_ss<Cfg::kColsPerGroup, true>(o, a, wgmma_desc_sw128(v_addr + ks * kVStep, Cfg::kBlockBytes, kWgmmaAtomBytes),
+                                              true);
     }
     wgmma_commit();
     wgmma_wait<0>();

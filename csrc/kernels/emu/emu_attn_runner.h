@@ -76,7 +76,11 @@ struct EmuAttnRunner {
         break;
       case kVerifyBf16Wgmma:
         ::kdemu::launch(grid, dim3(Bf16AttnWgmma::kThreads), Bf16AttnWgmma::kSmemBytes,
-                        verify_attn_wgmma_kernel<__nv_bfloat16>, k);
+                        verify_attn_wgmma_kernel<__nv_bfloat16, false>, k);
+        break;
+      case kVerifyBf16WgmmaRs:
+        ::kdemu::launch(grid, dim3(Bf16AttnWgmma::kThreads), Bf16AttnWgmma::kSmemBytes,
+                        verify_attn_wgmma_kernel<__nv_bfloat16, true>, k);
         break;
       case kVerifyBf16Small:
         ::kdemu::launch(grid, dim3(Bf16AttnSmall::kThreads), Bf16AttnSmall::kSmemBytes,
