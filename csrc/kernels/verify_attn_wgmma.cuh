@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
       for (int ks = 0; ks < Cfg::kKeysPerGroup / 16; ++ks) {
         const uint32_t a[4] = {p_lo[2 * ks], p_hi[2 * ks], p_lo[2 * ks + 1], p_hi[2 * ks + 1]};
         const int key_step = group * (Cfg::kKeysPerGroup / 16) + ks;
-        wgmma_bf16_rs_tb<Cfg::kColsPerGroup>(o, a, wgmma_desc_sw128(v_addr + key_step * kVStep, Cfg::kBlockBytes, kWgmmaAtomBytes),
+        wgmma_bf16_rs<Cfg::kColsPerGroup, true>(o, a, wgmma_desc_sw128(v_addr + key_step * kVStep, Cfg::kBlockBytes, kWgmmaAtomBytes),
                                              true);
       }
       wgmma_commit();
@@ -284,6 +284,251 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
     const int r = row_lo + 8 * h, m = w.row0 + r;
     if (m >= k.rows) continue;
     const float l = red_sum[r] + red_sum[Cfg::kTileRows + r];
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const float lse2 = l > 0.0f ? m_run[h] + log2f(l) : -INFINITY;
+    if (k.splits == 1) {
+      OutT* row = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(w.b) * k.rows + m) * kVerifyLatentDim + col_base + 2 * tig;
+#pragma unroll
+      for (int j = 0; j < Cfg::kORegs / 4; ++j) store_out_pair(row + 8 * j, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      if (group == 0 && tig == 0 && k.p.lse) k.p.lse[static_cast<int64_t>(w.b) * k.rows + m] = natural_lse(lse2);
+    } else {
+      float* row = k.part_o + (part_base + m) * kVerifyLatentDim + col_base + 2 * tig;
+#pragma unroll
+      for (int j = 0; j < Cfg::kORegs / 4; ++j) store_out_pair(row + 8 * j, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      if (group == 0 && tig == 0) k.part_lse[part_base + m] = lse2;
+    }
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // a build without sm_90a code: the plan picks this kernel on compute capability 9.0 only
+#endif
+}
+
+// The K-split wgmma tile (config kVerifyBf16WgmmaKSplit): the same CTA (64 rows, two
+// warpgroups, 64-key tiles double-buffered, O columns split 256 / 256), but S is computed by
+// each warpgroup over half of the 576 dimensions for all 64 keys, with its half of Q held in
+// registers (18 m16n8k16 A fragments, 72 registers, loaded once): m64n64k16 with only K read
+// from shared memory (2 KB an MMA of 32 clocks, where config 6 reads 3 KB for 16). The two
+// partial S meet in shared memory (each warpgroup's accumulators stored in fragment order,
+// 16 KB each) and both warpgroups add them in the same order, so both hold the same full S:
+// each masks and softmaxes all 64 keys of its rows itself (no row-max exchange) and its P V
+// takes P from registers (no P in shared memory). Two barriers a tile (tile landed,
+// partials in). Q is staged through the second key buffer before the first tile.
+struct Bf16AttnWgmmaKSplit {
+  static constexpr int kWarpGroups = 2;
+  static constexpr int kGroupThreads = 4 * kWarpSize;
+  static constexpr int kThreads = kWarpGroups * kGroupThreads;
+  static constexpr int kTileRows = 64;
+  static constexpr int kTileKeys = 64;
+  static constexpr int kSteps = kVerifyQKDim / 16 / kWarpGroups;        // 18 k-steps of S per group
+  static constexpr int kSHalfKeys = kTileKeys / 2;                       // keys of one S pass (m64n32)
+  static constexpr int kSRegs = kTileKeys / 2;                           // S values of a thread (both passes)
+  static constexpr int kHalfRegs = kSHalfKeys / 2;
+  static constexpr int kColsPerGroup = kVerifyLatentDim / kWarpGroups;  // O columns of a warpgroup
+  static constexpr int kORegs = kColsPerGroup / 2;
+  static constexpr int kChunks = kVerifyQKDim / 8;
+  static constexpr int kBlockBytes = kTileRows * 128;
+  static_assert(kWarpGroups == 2 && kColsPerGroup == 256, "the wgmma shapes below (m64n32, m64n256)");
+  static constexpr size_t kTileBytes = static_cast<size_t>(kTileRows) * kVerifyQKDim * 2;
+  static constexpr size_t kKOff = 0;
+  static constexpr size_t kXOff = kKOff + 2 * kTileBytes;  // float [groups][kSRegs][kGroupThreads]
+  static constexpr size_t kMaskOff = kXOff + sizeof(float) * kWarpGroups * kSRegs * kGroupThreads;
+  static constexpr size_t kSmemBytes = kMaskOff + 16 + kWgmmaAtomBytes;
+};
+static_assert(kVerifyConfigShapes[kVerifyBf16WgmmaKSplit].smem_bytes == Bf16AttnWgmmaKSplit::kSmemBytes,
+              "verify_attn_plan.h must describe Bf16AttnWgmmaKSplit");
+
+template <class OutT>
+__global__ void __launch_bounds__(Bf16AttnWgmmaKSplit::kThreads, 1)
+    verify_attn_wgmma_ksplit_kernel(const VerifyKernelParams k) {
+#if defined(KD_WGMMA_DEVICE) || defined(KD_SIMT_EMULATION)
+  using Cfg = Bf16AttnWgmmaKSplit;
+  KD_DYNAMIC_SMEM(uint8_t, raw);
+  uint8_t* smem = raw + (kWgmmaAtomBytes - smem_u32(raw) % kWgmmaAtomBytes) % kWgmmaAtomBytes;
+  float* xchg = reinterpret_cast<float*>(smem + Cfg::kXOff);  // [groups][kSRegs][kGroupThreads]
+  uint32_t* mask_s = reinterpret_cast<uint32_t*>(smem + Cfg::kMaskOff);
+
+  const int tid = static_cast<int>(threadIdx.x);
+  // the warpgroup index through a shuffle: the compiler then knows it is warp-uniform and keeps
+  // what derives from it (the descriptors' offsets) in uniform registers
+  const int group = __shfl_sync(kFullMask, tid / Cfg::kGroupThreads, 0), gt = tid % Cfg::kGroupThreads;
+  const int wq = gt / kWarpSize;
+  const int lane = tid % kWarpSize, g = lane / 4, tig = lane % 4;
+  const int row_lo = 16 * wq + g;
+  const SplitWork w = split_work(k, Cfg::kTileRows);
+  const uint32_t tail_mask = w.tail ? active_tail_tiles(k, w, Cfg::kTileRows, mask_s) : 0u;
+  const int n_tiles = schedule_length(w, tail_mask, Cfg::kTileKeys);
+  const int prefix_tiles = (w.key_end - w.key_begin + Cfg::kTileKeys - 1) / Cfg::kTileKeys;
+  const int H = k.p.heads, T = k.p.tree_len;
+
+  if (n_tiles == 0) {  // an empty prefix split (a shorter request): nothing visible
+    if (tid < Cfg::kTileRows && w.row0 + tid < k.rows)
+      k.part_lse[(static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows + w.row0 + tid] = -INFINITY;
+    return;
+  }
+
+  int vis_row[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) vis_row[h] = (w.b * T + min(w.row0 + row_lo + 8 * h, k.rows - 1) / H) * k.p.vis_words;
+
+  const __nv_bfloat16* kv = static_cast<const __nv_bfloat16*>(k.p.kv) + static_cast<int64_t>(w.b) * k.p.kv_batch_stride;
+  float o[Cfg::kORegs];
+#pragma unroll
+  for (int i = 0; i < Cfg::kORegs; ++i) o[i] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // base 2, this thread's keys
+
+  // Q through the second key buffer (tile 1 is copied there only after the first barrier of
+  // the loop), tile 0 into the first
+  uint8_t* q_stage = smem + Cfg::kKOff + Cfg::kTileBytes;
+  wgmma_load_query_tile(q_stage, k, w.b, w.row0);
+  {
+    const KeyTile t0 = key_tile_at(w, prefix_tiles, tail_mask, 0, Cfg::kTileKeys, T);
+    wgmma_load_key_tile(smem + Cfg::kKOff, kv, k.p.kv_row_stride, t0.key0, t0.valid);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  // this warpgroup's half of Q: k-steps kSteps * group .. as m16n8k16 A fragments of the warp's 16 rows
+  uint32_t qf[Cfg::kSteps][4];
+#pragma unroll
+  for (int i = 0; i < Cfg::kSteps; ++i)
+    ldmatrix_x4(qf[i], q_stage + sw128_offset(Cfg::kTileRows, 16 * wq + lane % 16, 2 * (Cfg::kSteps * group + i) + lane / 16));
+
+  for (int it = 0; it < n_tiles; ++it) {
+    const int buf = it & 1;
+    const uint32_t k_addr = smem_u32(smem + Cfg::kKOff + buf * Cfg::kTileBytes);
+    const KeyTile tile = key_tile_at(w, prefix_tiles, tail_mask, it, Cfg::kTileKeys, T);
+    cp_async_wait<0>();
+    fence_proxy_async_smem();
+    __syncthreads();  // tile `it` landed; every P V of tile it-1 (and the Q staging reads) done
+
+    // partial S over this warpgroup's dimensions (k-step kk = kSteps * group + i at block
+    // kk / 4, 32 bytes a step inside the swizzle row), in two passes of 32 keys (m64n32: the
+    // registers hold O, this half of Q and one pass), each stored to shared memory in
+    // fragment order: xchg[group][pass * kHalfRegs + j][thread] (float4 accesses cost registers
+    // this kernel does not have)
+    float* mine = xchg + group * Cfg::kSRegs * Cfg::kGroupThreads + gt;
+    const float* other = xchg + (1 - group) * Cfg::kSRegs * Cfg::kGroupThreads + gt;
+#pragma unroll
+    for (int pass = 0; pass < Cfg::kTileKeys / Cfg::kSHalfKeys; ++pass) {
+      float s[Cfg::kHalfRegs];
+      wgmma_fence();
+#pragma unroll
+      for (int i = 0; i < Cfg::kSteps; ++i) {
+        // k-step kk's offset, a choice between two constants (not arithmetic on the group)
+        constexpr auto off = [](int kk) { return static_cast<uint32_t>((kk / 4) * Cfg::kBlockBytes + (kk % 4) * 32); };
+        const uint32_t step = group == 0 ? off(i) : off(Cfg::kSteps + i);
+        const uint64_t b = wgmma_desc_sw128(k_addr + step + pass * Cfg::kSHalfKeys * 128, 0, kWgmmaAtomBytes);
+        wgmma_bf16_rs<Cfg::kSHalfKeys, false>(s, qf[i], b, i > 0);
+      }
+      wgmma_commit();
+      if (pass == 0) {  // the next tile's copies while the first pass runs
+        if (it + 1 < n_tiles) {
+          const KeyTile nx = key_tile_at(w, prefix_tiles, tail_mask, it + 1, Cfg::kTileKeys, T);
+          wgmma_load_key_tile(smem + Cfg::kKOff + (buf ^ 1) * Cfg::kTileBytes, kv, k.p.kv_row_stride, nx.key0, nx.valid);
+        }
+        cp_async_commit();
+      }
+      wgmma_wait<0>();
+      wgmma_fence_operand(s);
+#pragma unroll
+      for (int j = 0; j < Cfg::kHalfRegs; ++j) mine[(pass * Cfg::kHalfRegs + j) * Cfg::kGroupThreads] = s[j];
+    }
+    __syncthreads();  // both partials in (read before the next tile's first barrier)
+
+    // S = own + other partial (a + b == b + a: both warpgroups get the same S), scaled into the
+    // base-2 domain and masked: once for the row maxima over the 64 keys, again for P (read
+    // again rather than held: the registers are full). Visibility of value j (key
+    // 8 (j / 4) + 2 tig + (j & 1), row half (j / 2) % 2) in bit j.
+    uint32_t visible = 0;
+#pragma unroll
+    for (int j = 0; j < Cfg::kSRegs; ++j) {
+      const int e = j % 4, key = 8 * (j / 4) + 2 * tig + (e & 1);
+      bool ok = key < tile.valid;
+      if (tile.tail_tile >= 0 && ok) {
+        const int tk = tile.tail_tile * Cfg::kTileKeys + key;
+        ok = (k.p.vis[vis_row[e >> 1] + (tk >> 5)] >> (tk & 31)) & 1u;
+      }
+      visible |= static_cast<uint32_t>(ok) << j;
+    }
+    auto scores = [&](int c, float (&v)[4]) {  // values 4 c .. 4 c + 3 (n8 tile c of the accumulators)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = 4 * c + e;
+        const float x = mine[j * Cfg::kGroupThreads] + other[j * Cfg::kGroupThreads];
+        v[e] = (visible >> j) & 1u ? x * k.scale_log2 : -INFINITY;
+      }
+    };
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int c = 0; c < Cfg::kSRegs / 4; ++c) {
+      float v[4];
+      scores(c, v);
+      mx[0] = fmaxf(mx[0], fmaxf(v[0], v[1]));
+      mx[1] = fmaxf(mx[1], fmaxf(v[2], v[3]));
+    }
+    asm volatile("" ::: "memory");  // read the partials again below (not 32 values held across)
+    float alpha[2], m_use[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFullMask, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFullMask, mx[h], 2));
+      const float m_new = fmaxf(m_run[h], mx[h]);
+      alpha[h] = m_run[h] == -INFINITY ? 0.0f : exp2f(m_run[h] - m_new);
+      m_use[h] = m_new == -INFINITY ? 0.0f : m_new;  // all masked so far: p = 0, no NaN
+      m_run[h] = m_new;
+    }
+    float rowsum[2] = {0.0f, 0.0f};
+    uint32_t p_lo[Cfg::kSRegs / 4], p_hi[Cfg::kSRegs / 4];  // P (bf16 pairs) of rows row_lo / row_lo + 8
+#pragma unroll
+    for (int c = 0; c < Cfg::kSRegs / 4; ++c) {
+      float v[4];
+      scores(c, v);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        v[e] = exp2f(v[e] - m_use[e >> 1]);
+        rowsum[e >> 1] += v[e];
+      }
+      p_lo[c] = pack_bf16x2(v[0], v[1]);
+      p_hi[c] = pack_bf16x2(v[2], v[3]);
+    }
+    l_run[0] = l_run[0] * alpha[0] + rowsum[0];
+    l_run[1] = l_run[1] * alpha[1] + rowsum[1];
+
+    // O *= alpha, skipped when no row's maximum moved (x * 1 == x: bit-exact)
+    if (!__all_sync(kFullMask, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
+#pragma unroll
+      for (int i = 0; i < Cfg::kORegs; i += 4) {
+        o[i] *= alpha[0];
+        o[i + 1] *= alpha[0];
+        o[i + 2] *= alpha[1];
+        o[i + 3] *= alpha[1];
+      }
+    }
+    // O += P V, P from registers; V N-major (16 key rows a step, 64-column blocks
+    // kBlockBytes apart). Waited for within the iteration (see wgmma_fence_operand).
+    const uint32_t v_addr = k_addr + group * (Cfg::kColsPerGroup / 64) * Cfg::kBlockBytes;
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < Cfg::kTileKeys / 16; ++ks) {
+      const uint32_t a[4] = {p_lo[2 * ks], p_hi[2 * ks], p_lo[2 * ks + 1], p_hi[2 * ks + 1]};
+      wgmma_bf16_rs<Cfg::kColsPerGroup, true>(o, a, wgmma_desc_sw128(v_addr + ks * 16 * 128, Cfg::kBlockBytes, kWgmmaAtomBytes),
+                                              true);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operand(o);
+  }
+
+  // both warpgroups hold the same row sums: no exchange
+  const int col_base = group * Cfg::kColsPerGroup;
+  const int64_t part_base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = l_run[h];
+    l += __shfl_xor_sync(kFullMask, l, 1);
+    l += __shfl_xor_sync(kFullMask, l, 2);
+    const int m = w.row0 + row_lo + 8 * h;
+    if (m >= k.rows) continue;
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     const float lse2 = l > 0.0f ? m_run[h] + log2f(l) : -INFINITY;
     if (k.splits == 1) {
