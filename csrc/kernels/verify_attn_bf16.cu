@@ -37,9 +37,6 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
     case kVerifyBf16WgmmaRs:
       r = launch_config<Bf16AttnWgmma, verify_attn_wgmma_kernel<__nv_bfloat16, true>>(k, plan, stream);
       break;
-    case kVerifyBf16WgmmaKSplit:
-      r = launch_config<Bf16AttnWgmmaKSplit, verify_attn_wgmma_ksplit_kernel<__nv_bfloat16>>(k, plan, stream);
-      break;
     case kVerifyBf16Small:
       r = launch_config<Bf16AttnSmall, verify_attn_bf16_kernel<Bf16AttnSmall, __nv_bfloat16>>(k, plan, stream);
       break;

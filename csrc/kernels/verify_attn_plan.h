@@ -22,8 +22,7 @@ enum VerifyAttnConfig : int {
   kVerifyBf16Sm90Classic = 5,  // config 0's tile in the earlier warp layout (only when forced: timing)
   kVerifyBf16Wgmma = 6,   // 64 rows x 64 keys on wgmma (sm_90a only), two K stages: ~226 KB
   kVerifyBf16WgmmaRs = 7, // config 6 with each warpgroup's own P from registers (only when forced: timing)
-  kVerifyBf16WgmmaKSplit = 8,  // wgmma, S split over the dimensions, Q in registers (only when forced: timing)
-  kVerifyConfigCount = 9,
+  kVerifyConfigCount = 8,
 };
 
 struct VerifyConfigShape {
@@ -40,11 +39,8 @@ inline constexpr VerifyConfigShape kVerifyConfigShapes[kVerifyConfigCount] = {
     {64, 64, 230416},  // Bf16AttnSm90Classic
     {64, 64, 231440},  // Bf16AttnWgmma
     {64, 64, 231440},  // Bf16AttnWgmma, own P from registers
-    {64, 64, 181264},  // Bf16AttnWgmmaKSplit
 };
-inline bool verify_config_is_wgmma(int config) {
-  return config == kVerifyBf16Wgmma || config == kVerifyBf16WgmmaRs || config == kVerifyBf16WgmmaKSplit;
-}
+inline bool verify_config_is_wgmma(int config) { return config == kVerifyBf16Wgmma || config == kVerifyBf16WgmmaRs; }
 inline bool verify_config_is_decode(int config) {
   return config == kVerifyBf16Decode || config == kVerifyBf16DecodeSmall;
 }

@@ -7,7 +7,6 @@
 //   s    = A B^T       (64 x 64): A, B K-major (rows x 64 dims), 4 k-steps of m64n64k16,
 //                       descriptors advanced 32 bytes per step inside the swizzle row
 //   s_hi = A B[32:]^T  (64 x 32): m64n32k16 on B's rows 32..63 (descriptor at row 32)
-//   s_rs = A B^T       the same as s with A in registers (the m16n8k16 A fragment)
 //   o_ss = P V         (64 x 256): P K-major (64 x 64 keys), V N-major (64 keys x 256 columns
 //                       stored as 4 blocks of 64 columns), m64n256k16, transposed B
 //   o_rs = P V         the same with P in registers (the m16n8k16 A fragment)
@@ -33,7 +32,7 @@ constexpr size_t kProbeSmemBytes = 7 * kProbeTileBytes + kern::kWgmmaAtomBytes; 
 
 struct WgmmaProbeIO {
   const uint16_t *a, *b, *p, *v;  // row-major bf16 bits: a, b, p [64][64], v [64][256]
-  float *s, *s_hi, *s_rs, *o_ss, *o_rs;  // row-major results
+  float *s, *s_hi, *o_ss, *o_rs;   // row-major results
 };
 
 // Stores a row-major [rows][cols] bf16 matrix at `tile` in the 128-byte-swizzle layout.
@@ -63,7 +62,7 @@ __global__ void __launch_bounds__(kProbeThreads) wgmma_probe_kernel(const WgmmaP
   fence_proxy_async_smem();
   __syncthreads();
   const uint32_t base = smem_u32(smem);
-  float s[32], s_hi[16], s_rs[32], o_ss[128], o_rs[128];
+  float s[32], s_hi[16], o_ss[128], o_rs[128];
   wgmma_fence();
   for (int kk = 0; kk < kProbeDim / 16; ++kk) {
     const uint64_t a = wgmma_desc_sw128(base + kProbeA + 32 * kk, 0, kWgmmaAtomBytes);
@@ -77,28 +76,20 @@ __global__ void __launch_bounds__(kProbeThreads) wgmma_probe_kernel(const WgmmaP
   }
   wgmma_commit();
   wgmma_wait<0>();
-  // A and P in registers: rows 16 w + g (+ 8), columns 16 ks + 2 q (+ 1) (+ 8)
+  // P in registers: rows 16 w + g (+ 8), keys 16 ks + 2 q (+ 1) (+ 8)
   const int t = static_cast<int>(threadIdx.x), w = t / 32, g = (t % 32) / 4, q = t % 4;
-  auto pair = [&](const uint16_t* m, int r, int k) {
-    return static_cast<uint32_t>(m[r * 64 + k]) | (static_cast<uint32_t>(m[r * 64 + k + 1]) << 16);
-  };
+  auto pair = [&](int r, int k) { return static_cast<uint32_t>(io.p[r * 64 + k]) | (static_cast<uint32_t>(io.p[r * 64 + k + 1]) << 16); };
   wgmma_fence();
-  for (int kk = 0; kk < kProbeDim / 16; ++kk) {
-    const int r = 16 * w + g, k = 16 * kk + 2 * q;
-    const uint32_t a[4] = {pair(io.a, r, k), pair(io.a, r + 8, k), pair(io.a, r, k + 8), pair(io.a, r + 8, k + 8)};
-    wgmma_bf16_rs<64, false>(s_rs, a, wgmma_desc_sw128(base + kProbeB + 32 * kk, 0, kWgmmaAtomBytes), kk > 0);
-  }
   for (int ks = 0; ks < kProbeRows / 16; ++ks) {
     const int r = 16 * w + g, k = 16 * ks + 2 * q;
-    const uint32_t a[4] = {pair(io.p, r, k), pair(io.p, r + 8, k), pair(io.p, r, k + 8), pair(io.p, r + 8, k + 8)};
+    const uint32_t a[4] = {pair(r, k), pair(r + 8, k), pair(r, k + 8), pair(r + 8, k + 8)};
     const uint64_t v = wgmma_desc_sw128(base + kProbeV + 16 * 128 * ks, kProbeTileBytes, kWgmmaAtomBytes);
-    wgmma_bf16_rs<256, true>(o_rs, a, v, ks > 0);
+    wgmma_bf16_rs_tb<256>(o_rs, a, v, ks > 0);
   }
   wgmma_commit();
   wgmma_wait<0>();
   probe_put(io.s, kProbeRows, s, 64);
   probe_put(io.s_hi, 32, s_hi, 32);
-  probe_put(io.s_rs, kProbeRows, s_rs, 64);
   probe_put(io.o_ss, kProbeCols, o_ss, 256);
   probe_put(io.o_rs, kProbeCols, o_rs, 256);
 #endif
@@ -107,7 +98,7 @@ __global__ void __launch_bounds__(kProbeThreads) wgmma_probe_kernel(const WgmmaP
 // Host side: random inputs and the double-precision products.
 struct WgmmaProbeHost {
   std::vector<uint16_t> a, b, p, v;
-  std::vector<float> s, s_hi, s_rs, o_ss, o_rs;
+  std::vector<float> s, s_hi, o_ss, o_rs;
 
   explicit WgmmaProbeHost(uint64_t seed) {
     std::mt19937_64 rng(seed);
@@ -127,7 +118,6 @@ struct WgmmaProbeHost {
     fill(v, kProbeRows * kProbeCols);
     s.assign(kProbeRows * kProbeRows, NAN);
     s_hi.assign(kProbeRows * 32, NAN);
-    s_rs.assign(kProbeRows * kProbeRows, NAN);
     o_ss.assign(kProbeRows * kProbeCols, NAN);
     o_rs.assign(kProbeRows * kProbeCols, NAN);
   }
@@ -154,7 +144,6 @@ struct WgmmaProbeHost {
           m += std::fabs(f(a[r * kProbeDim + k]) * f(b[c * kProbeDim + k]));
         }
         cmp("s", s[r * kProbeRows + c], e, m, r, c);
-        cmp("s_rs", s_rs[r * kProbeRows + c], e, m, r, c);
         if (c >= 32) cmp("s_hi", s_hi[r * 32 + c - 32], e, m, r, c - 32);
       }
     for (int r = 0; r < kProbeRows; ++r)

@@ -82,10 +82,6 @@ struct EmuAttnRunner {
         ::kdemu::launch(grid, dim3(Bf16AttnWgmma::kThreads), Bf16AttnWgmma::kSmemBytes,
                         verify_attn_wgmma_kernel<__nv_bfloat16, true>, k);
         break;
-      case kVerifyBf16WgmmaKSplit:
-        ::kdemu::launch(grid, dim3(Bf16AttnWgmmaKSplit::kThreads), Bf16AttnWgmmaKSplit::kSmemBytes,
-                        verify_attn_wgmma_ksplit_kernel<__nv_bfloat16>, k);
-        break;
       case kVerifyBf16Small:
         ::kdemu::launch(grid, dim3(Bf16AttnSmall::kThreads), Bf16AttnSmall::kSmemBytes,
                         verify_attn_bf16_kernel<Bf16AttnSmall, __nv_bfloat16>, k);

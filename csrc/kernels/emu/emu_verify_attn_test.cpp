@@ -23,7 +23,7 @@ KD_TEST(wgmma_probe_matches_matmul) {
   const uint64_t seed = env && *env ? std::strtoull(env, nullptr, 10) : static_cast<uint64_t>(std::random_device{}());
   std::printf("    seed %llu\n", static_cast<unsigned long long>(seed));
   WgmmaProbeHost h(seed);
-  const WgmmaProbeIO io{h.a.data(), h.b.data(), h.p.data(), h.v.data(), h.s.data(), h.s_hi.data(), h.s_rs.data(), h.o_ss.data(), h.o_rs.data()};
+  const WgmmaProbeIO io{h.a.data(), h.b.data(), h.p.data(), h.v.data(), h.s.data(), h.s_hi.data(), h.o_ss.data(), h.o_rs.data()};
   ::kdemu::launch(dim3(1), dim3(kProbeThreads), kProbeSmemBytes, wgmma_probe_kernel, io);
   KD_EXPECT_EQ(h.check(), 0);
 }
@@ -32,14 +32,14 @@ KD_TEST(verify_attn_one_split) {
   EmuAttnRunner runner;
   run_attn_bundle(runner, bundle(),
                   {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic,
-                   kVerifyBf16Wgmma, kVerifyBf16WgmmaRs, kVerifyBf16WgmmaKSplit}, 0);
+                   kVerifyBf16Wgmma, kVerifyBf16WgmmaRs}, 0);
 }
 
 KD_TEST(verify_attn_forced_splits) {
   EmuAttnRunner runner;
   run_attn_bundle(runner, bundle(),
                   {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic,
-                   kVerifyBf16Wgmma, kVerifyBf16WgmmaRs, kVerifyBf16WgmmaKSplit}, 64);
+                   kVerifyBf16Wgmma, kVerifyBf16WgmmaRs}, 64);
 }
 
 // Files of python_engine/refgen/large_attn_cases.py (folder in $KD_LARGE_ATTN_DIR): the
