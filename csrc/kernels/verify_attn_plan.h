@@ -20,8 +20,8 @@ enum VerifyAttnConfig : int {
   kVerifyBf16Decode = 3,  // <= 32 rows (decode shapes), 64 keys, two K stages: ~186 KB
   kVerifyBf16DecodeSmall = 4,  // <= 32 rows, 32 keys, one K stage: ~75 KB
   kVerifyBf16Sm90Classic = 5,  // config 0's tile in the earlier warp layout (only when forced: timing)
-  kVerifyBf16Wgmma = 6,   // 64 rows x 64 keys on wgmma (sm_90a only), two K stages: ~226 KB
-  kVerifyBf16WgmmaRs = 7, // config 6 with each warpgroup's own P from registers (only when forced: timing)
+  kVerifyBf16Wgmma = 6,   // config 7 with all of P from shared memory (only when forced: timing)
+  kVerifyBf16WgmmaRs = 7, // 64 rows x 64 keys on wgmma (sm_90a only), two K stages: ~226 KB
   kVerifyConfigCount = 8,
 };
 
@@ -79,7 +79,7 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
   auto fits = [&](int config) { return static_cast<size_t>(smem_optin) >= verify_attn_config_shape(config).smem_bytes; };
   if (p.dtype == AttnDType::kBF16) {
     const bool decode = rows <= kVerifyDecodeMaxRows;
-    const int big = decode ? kVerifyBf16Decode : wgmma ? kVerifyBf16Wgmma : kVerifyBf16Sm90;
+    const int big = decode ? kVerifyBf16Decode : wgmma ? kVerifyBf16WgmmaRs : kVerifyBf16Sm90;
     const int small = decode ? kVerifyBf16DecodeSmall : kVerifyBf16Small;
     if (fits(big)) pl.config = big;
     else if (fits(small)) pl.config = small;

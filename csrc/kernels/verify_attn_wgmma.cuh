@@ -11,7 +11,9 @@
 //                    derive the same maxima and rescaling for their rows
 //   P (bf16) -> smem the whole 64 x 64 P, swizzled, K-major
 //   O += P V         warpgroup g: output columns 256 g .. 256 g + 255, 4 m64n256k16 with V
-//                    (= the key tile's first 512 columns) read N-major; 128 f32 registers
+//                    (= the key tile's first 512 columns) read N-major; 128 f32 registers;
+//                    the two steps over the group's own keys take P from its registers and
+//                    are issued before the barrier that publishes P (config 7, the default)
 // A warpgroup's accumulator rows are its S rows (16 (warp % 4) + lane / 4, + 8), so the
 // rescaling of O needs no exchange. Three barriers a tile (tile landed, maxima, P).
 #pragma once
@@ -87,7 +89,8 @@ KD_DEVICE void wgmma_load_key_tile(uint8_t* dst, const __nv_bfloat16* kv, int64_
 }
 
 // kOwnPInRegs: the P V steps over a warpgroup's own keys take P from registers, before the
-// barrier that publishes P (config kVerifyBf16WgmmaRs); else all four from shared memory.
+// barrier that publishes P (config kVerifyBf16WgmmaRs, the plan's choice on sm_90: 3-4%
+// faster on the H200); else all four from shared memory (kVerifyBf16Wgmma, for timing).
 template <class OutT, bool kOwnPInRegs>
 __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_kernel(const VerifyKernelParams k) {
 #if defined(KD_WGMMA_DEVICE) || defined(KD_SIMT_EMULATION)

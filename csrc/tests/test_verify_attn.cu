@@ -126,7 +126,8 @@ KD_GPU_TEST(small_cases_forced_splits) {
   GpuAttnRunner runner;  // quick mode (sanitizers): one configuration of each kernel is enough for the merge
   if (quick_mode()) {
     std::vector<int> c = {kVerifyBf16Sm90, kVerifyBf16Decode};
-    if (bf16_configs().back() == kVerifyBf16Wgmma) c.push_back(kVerifyBf16Wgmma);
+    const std::vector<int> all = bf16_configs();
+    if (std::find(all.begin(), all.end(), kVerifyBf16WgmmaRs) != all.end()) c.push_back(kVerifyBf16WgmmaRs);
     run_attn_bundle(runner, bundle(), c, 64);
   } else {
     run_attn_bundle(runner, bundle(), bf16_configs(), 64);
@@ -207,7 +208,7 @@ KD_TEST(launcher_rejects_impossible_requests) {
   KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16Sm90));
   // ... the wgmma tile where the device runs sm_90a code; forcing it elsewhere is an error
   KD_EXPECT(make_verify_attn_plan(p, 132, 232448, 233472, &plan, true).ok());
-  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16Wgmma));
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16WgmmaRs));
   q = p;
   q.force_config = kVerifyBf16Wgmma;
   KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan).status, KernelStatus::kInvalidArgument);
