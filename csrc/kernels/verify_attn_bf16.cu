@@ -49,6 +49,12 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
     default:
       return KernelResult::invalid("verify_attn (bf16): plan config " + std::to_string(plan.config) + " is not a bf16 one");
   }
+#if defined(KD_ATTN_PHASE_CLOCKS)  // a measuring build: the wgmma kernel's phase cycles (verify_attn_wgmma.cuh)
+  if (r.ok() && verify_config_is_wgmma(plan.config)) {
+    KD_LAUNCH(attn_clk_report_kernel, 1, 1, 0, stream);
+    if (KernelResult rr = launch_status("attn_clk_report_kernel launch"); !rr.ok()) return rr;
+  }
+#endif
   if (!r.ok() || plan.splits == 1) return r;
   KD_LAUNCH(verify_merge_kernel<__nv_bfloat16>, verify_merge_grid(k), kMergeThreads, 0, stream, k);
   return launch_status("verify_merge_kernel (bf16) launch");

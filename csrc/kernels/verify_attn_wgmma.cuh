@@ -60,6 +60,72 @@ static_assert(Bf16AttnWgmma::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Wgmma]
 static_assert(kVerifyConfigShapes[kVerifyBf16WgmmaRs].smem_bytes == Bf16AttnWgmma::kSmemBytes,
               "config 7 is Bf16AttnWgmma with own P in registers");
 
+// Per-phase cycle counts on the GPU (a measuring build only: -DKD_ATTN_PHASE_CLOCKS, e.g.
+// `NVCC_APPEND_FLAGS=-DKD_ATTN_PHASE_CLOCKS kdtree build --build-dir build-clk bench_kernels`):
+// the first thread of each warpgroup of block (0, 0, 0) sums clock64() deltas per phase in
+// shared memory and adds them to g_attn_clk at the end; the launcher then runs
+// attn_clk_report_kernel, which prints the per-tile averages of both warpgroups every
+// kAttnClkEvery launches ("attn_clk" lines; a printf in the attention kernel itself would make
+// ptxas serialize its wgmmas, C7510). Off: no code at all.
+#if defined(KD_ATTN_PHASE_CLOCKS) && defined(__CUDACC__) && !defined(KD_SIMT_EMULATION)
+enum AttnClkSlot : int {
+  kClkTop,        // cp.async wait, proxy fence, barrier A (tile landed)
+  kClkSIssue,     // 36 S wgmmas issued
+  kClkCopyIssue,  // the next tile's cp.async copies issued
+  kClkSWait,      // S complete
+  kClkMax,        // mask, scale, row max, barrier B
+  kClkSoftmax,    // exp, P, O rescale, P stores, own-key P V issued, barrier C
+  kClkPV,         // the other P V steps issued, P V complete
+  kClkPrologue,   // kernel start to the first tile
+  kClkEpilogue,   // after the last tile to the end
+  kClkTiles,
+  kAttnClkSlots
+};
+constexpr unsigned kAttnClkEvery = 20;
+__device__ unsigned long long g_attn_clk[2][kAttnClkSlots];
+__device__ unsigned g_attn_clk_launches;
+#define ATTN_CLK_DECL                                                                               \
+  __shared__ unsigned long long attn_clk_s[2][kAttnClkSlots];                                       \
+  const bool attn_clk_on = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x % 128 == 0; \
+  long long attn_clk_last = clock64();                                                              \
+  if (attn_clk_on)                                                                                  \
+    for (int i = 0; i < kAttnClkSlots; ++i) attn_clk_s[threadIdx.x / 128][i] = 0
+#define ATTN_CLK_LAP(slot)                                                                     \
+  do {                                                                                         \
+    if (attn_clk_on) {                                                                         \
+      const long long now = clock64();                                                         \
+      attn_clk_s[threadIdx.x / 128][slot] += static_cast<unsigned long long>(now - attn_clk_last); \
+      attn_clk_last = now;                                                                     \
+    }                                                                                          \
+  } while (0)
+#define ATTN_CLK_FLUSH(tiles)                                                                   \
+  do {                                                                                          \
+    if (attn_clk_on) {                                                                          \
+      attn_clk_s[threadIdx.x / 128][kClkTiles] = static_cast<unsigned long long>(tiles);        \
+      for (int i = 0; i < kAttnClkSlots; ++i) atomicAdd(&g_attn_clk[threadIdx.x / 128][i], attn_clk_s[threadIdx.x / 128][i]); \
+    }                                                                                           \
+  } while (0)
+__global__ void attn_clk_report_kernel() {  // one thread, after each attention launch
+  if (++g_attn_clk_launches % kAttnClkEvery != 0) return;
+  for (int g = 0; g < 2; ++g) {
+    const unsigned long long* c = g_attn_clk[g];
+    const double t = c[kClkTiles] > 0 ? static_cast<double>(c[kClkTiles]) : 1.0;
+    printf("attn_clk wg%d launches=%u tiles=%.0f | per tile: top %.0f S-issue %.0f copy-issue %.0f S-wait %.0f "
+           "max %.0f softmax %.0f PV %.0f = %.0f | per launch: prologue %.0f epilogue %.0f cycles\n",
+           g, kAttnClkEvery, t / kAttnClkEvery, c[kClkTop] / t, c[kClkSIssue] / t, c[kClkCopyIssue] / t,
+           c[kClkSWait] / t, c[kClkMax] / t, c[kClkSoftmax] / t, c[kClkPV] / t,
+           (c[kClkTop] + c[kClkSIssue] + c[kClkCopyIssue] + c[kClkSWait] + c[kClkMax] + c[kClkSoftmax] + c[kClkPV]) / t,
+           static_cast<double>(c[kClkPrologue]) / kAttnClkEvery, static_cast<double>(c[kClkEpilogue]) / kAttnClkEvery);
+  }
+  for (int g = 0; g < 2; ++g)
+    for (int i = 0; i < kAttnClkSlots; ++i) g_attn_clk[g][i] = 0;
+}
+#else
+#define ATTN_CLK_DECL ((void)0)
+#define ATTN_CLK_LAP(slot) ((void)0)
+#define ATTN_CLK_FLUSH(tiles) ((void)0)
+#endif
+
 // The query tile (all threads), swizzled for wgmma.
 KD_DEVICE void wgmma_load_query_tile(uint8_t* dst, const VerifyKernelParams& k, int b, int row0) {
   using Cfg = Bf16AttnWgmma;
@@ -95,6 +161,7 @@ template <class OutT, bool kOwnPInRegs>
 __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_kernel(const VerifyKernelParams k) {
 #if defined(KD_WGMMA_DEVICE) || defined(KD_SIMT_EMULATION)
   using Cfg = Bf16AttnWgmma;
+  ATTN_CLK_DECL;
   KD_DYNAMIC_SMEM(uint8_t, raw);
   uint8_t* smem = raw + (kWgmmaAtomBytes - smem_u32(raw) % kWgmmaAtomBytes) % kWgmmaAtomBytes;
   uint8_t* p_s = smem + Cfg::kPOff;
@@ -138,6 +205,7 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
   }
   cp_async_commit();
 
+  ATTN_CLK_LAP(kClkPrologue);
   for (int it = 0; it < n_tiles; ++it) {
     const int buf = it & 1;
     const uint32_t k_addr = smem_u32(smem + Cfg::kKOff + buf * Cfg::kTileBytes);
@@ -145,6 +213,7 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
     cp_async_wait<0>();
     fence_proxy_async_smem();  // the copies this thread waited for, visible to wgmma
     __syncthreads();           // tile `it` (and Q) landed for everyone; every P V of tile it-1 is complete
+    ATTN_CLK_LAP(kClkTop);
 
     // S = Q K^T for keys 32 group ..: K-major operands, 64-column blocks kBlockBytes apart,
     // 16 columns (32 bytes) a step inside the swizzle row
@@ -158,14 +227,17 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
       wgmma_bf16_ss<Cfg::kKeysPerGroup, false>(s, a, b, kk > 0);
     }
     wgmma_commit();
+    ATTN_CLK_LAP(kClkSIssue);
     // the next tile's copies (into the buffer the P V of tile it-1 read) while S runs
     if (it + 1 < n_tiles) {
       const KeyTile nx = key_tile_at(w, prefix_tiles, tail_mask, it + 1, Cfg::kTileKeys, T);
       wgmma_load_key_tile(smem + Cfg::kKOff + (buf ^ 1) * Cfg::kTileBytes, kv, k.p.kv_row_stride, nx.key0, nx.valid);
     }
     cp_async_commit();
+    ATTN_CLK_LAP(kClkCopyIssue);
     wgmma_wait<0>();
     wgmma_fence_operand(s);
+    ATTN_CLK_LAP(kClkSWait);
 
     // scale into the base-2 domain and mask; row maxima of this warpgroup's keys
     float mx[2] = {-INFINITY, -INFINITY};
@@ -191,6 +263,7 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
       if (tig == 0) red_max[group * Cfg::kTileRows + row_lo + 8 * h] = mx[h];
     }
     __syncthreads();  // both halves' maxima in
+    ATTN_CLK_LAP(kClkMax);
 
     float alpha[2], m_use[2];
 #pragma unroll
@@ -255,6 +328,7 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
     }
     fence_proxy_async_smem();  // P, visible to wgmma
     __syncthreads();           // P complete
+    ATTN_CLK_LAP(kClkSoftmax);
     // (the other group's key steps by arithmetic, not a branch on the group: a wgmma on a path
     // the compiler sees as divergent is serialized)
     constexpr int kSmemSteps = (kOwnPInRegs ? Cfg::kKeysPerGroup : Cfg::kTileKeys) / 16;
@@ -269,6 +343,7 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operand(o);
+    ATTN_CLK_LAP(kClkPV);
   }
 
   // the row sums across the quad and the two warpgroups
@@ -279,6 +354,8 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
     l += __shfl_xor_sync(kFullMask, l, 2);
     if (tig == 0) red_sum[group * Cfg::kTileRows + row_lo + 8 * h] = l;
   }
+  ATTN_CLK_LAP(kClkEpilogue);  // (the stores below are not counted)
+  ATTN_CLK_FLUSH(n_tiles);
   __syncthreads();
   const int col_base = group * Cfg::kColsPerGroup;
   const int64_t part_base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows;
