@@ -37,6 +37,9 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
     case kVerifyBf16WgmmaRs:
       r = launch_config<Bf16AttnWgmma, verify_attn_wgmma_kernel<__nv_bfloat16, true>>(k, plan, stream);
       break;
+    case kVerifyBf16WgmmaLean:
+      r = launch_config<Bf16AttnWgmma, verify_attn_wgmma_kernel<__nv_bfloat16, true, true>>(k, plan, stream);
+      break;
     case kVerifyBf16Small:
       r = launch_config<Bf16AttnSmall, verify_attn_bf16_kernel<Bf16AttnSmall, __nv_bfloat16>>(k, plan, stream);
       break;

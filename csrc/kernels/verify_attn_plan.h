@@ -22,7 +22,8 @@ enum VerifyAttnConfig : int {
   kVerifyBf16Sm90Classic = 5,  // config 0's tile in the earlier warp layout (only when forced: timing)
   kVerifyBf16Wgmma = 6,   // config 7 with all of P from shared memory (only when forced: timing)
   kVerifyBf16WgmmaRs = 7, // 64 rows x 64 keys on wgmma (sm_90a only), two K stages: ~226 KB
-  kVerifyConfigCount = 8,
+  kVerifyBf16WgmmaLean = 8,  // config 7 with fewer instructions a tile (only when forced: not yet timed)
+  kVerifyConfigCount = 9,
 };
 
 struct VerifyConfigShape {
@@ -39,8 +40,11 @@ inline constexpr VerifyConfigShape kVerifyConfigShapes[kVerifyConfigCount] = {
     {64, 64, 230416},  // Bf16AttnSm90Classic
     {64, 64, 231440},  // Bf16AttnWgmma
     {64, 64, 231440},  // Bf16AttnWgmma, own P from registers
+    {64, 64, 231440},  // Bf16AttnWgmma, own P from registers, lean
 };
-inline bool verify_config_is_wgmma(int config) { return config == kVerifyBf16Wgmma || config == kVerifyBf16WgmmaRs; }
+inline bool verify_config_is_wgmma(int config) {
+  return config == kVerifyBf16Wgmma || config == kVerifyBf16WgmmaRs || config == kVerifyBf16WgmmaLean;
+}
 inline bool verify_config_is_decode(int config) {
   return config == kVerifyBf16Decode || config == kVerifyBf16DecodeSmall;
 }

@@ -57,8 +57,9 @@ static_assert(Bf16AttnWgmma::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Wgmma]
                   Bf16AttnWgmma::kTileRows == kVerifyConfigShapes[kVerifyBf16Wgmma].tile_rows &&
                   Bf16AttnWgmma::kTileKeys == kVerifyConfigShapes[kVerifyBf16Wgmma].tile_keys,
               "verify_attn_plan.h must describe Bf16AttnWgmma");
-static_assert(kVerifyConfigShapes[kVerifyBf16WgmmaRs].smem_bytes == Bf16AttnWgmma::kSmemBytes,
-              "config 7 is Bf16AttnWgmma with own P in registers");
+static_assert(kVerifyConfigShapes[kVerifyBf16WgmmaRs].smem_bytes == Bf16AttnWgmma::kSmemBytes &&
+                  kVerifyConfigShapes[kVerifyBf16WgmmaLean].smem_bytes == Bf16AttnWgmma::kSmemBytes,
+              "configs 7 and 8 are Bf16AttnWgmma variants");
 
 // Per-phase cycle counts on the GPU (a measuring build only: -DKD_ATTN_PHASE_CLOCKS, e.g.
 // `NVCC_APPEND_FLAGS=-DKD_ATTN_PHASE_CLOCKS kdtree build --build-dir build-clk bench_kernels`):
@@ -154,10 +155,52 @@ KD_DEVICE void wgmma_load_key_tile(uint8_t* dst, const __nv_bfloat16* kv, int64_
   }
 }
 
+// The same copies with the index arithmetic hoisted (the lean variant, kLean): thread t takes
+// latent chunk t % 64 of rows t / 64 + 4 i (16 copies) and rope chunk 64 + t % 8 of rows
+// t / 8 + 32 i (2 copies), so consecutive copies differ by constant offsets (the swizzle of
+// rows r and r + 4 differs only in chunk bit 2) instead of a division and a swizzle each.
+KD_DEVICE void wgmma_load_key_tile_lean(uint8_t* dst, const __nv_bfloat16* kv, int64_t row_stride, int key0, int valid) {
+  using Cfg = Bf16AttnWgmma;
+  constexpr int kLatentRowsPerPass = Cfg::kThreads / Cfg::kLatentChunks;               // 4
+  constexpr int kRopeChunks = Cfg::kChunks - Cfg::kLatentChunks;                        // 8
+  constexpr int kRopeRowsPerPass = Cfg::kThreads / kRopeChunks;                         // 32
+  static_assert(Cfg::kThreads % Cfg::kLatentChunks == 0 && kLatentRowsPerPass == 4, "rows r and r + 4: chunk bit 2");
+  static_assert(Cfg::kTileKeys % kLatentRowsPerPass == 0 && Cfg::kTileKeys % kRopeRowsPerPass == 0, "whole passes");
+  const int t = static_cast<int>(threadIdx.x);
+  {
+    const int c = t % Cfg::kLatentChunks, r0 = t / Cfg::kLatentChunks;
+    const uint32_t base = static_cast<uint32_t>((c >> 3) * Cfg::kBlockBytes + r0 * 128);
+    const uint32_t sw_even = static_cast<uint32_t>(((c & 7) ^ r0) << 4), sw_odd = sw_even ^ (4u << 4);
+    const __nv_bfloat16* src = kv + (static_cast<int64_t>(key0) + r0) * row_stride + c * 8;
+#pragma unroll
+    for (int i = 0; i < Cfg::kTileKeys / kLatentRowsPerPass; ++i) {
+      const int r = r0 + kLatentRowsPerPass * i;
+      cp_async_16(dst + base + i * kLatentRowsPerPass * 128 + ((i & 1) ? sw_odd : sw_even),
+                  r < valid ? src + i * kLatentRowsPerPass * row_stride : kv, r < valid);
+    }
+  }
+  {
+    const int c = Cfg::kLatentChunks + t % kRopeChunks, r0 = t / kRopeChunks;
+    const uint32_t off = static_cast<uint32_t>((c >> 3) * Cfg::kBlockBytes + r0 * 128 + (((c & 7) ^ (r0 & 7)) << 4));
+    const __nv_bfloat16* src = kv + (static_cast<int64_t>(key0) + r0) * row_stride + c * 8;
+#pragma unroll
+    for (int i = 0; i < Cfg::kTileKeys / kRopeRowsPerPass; ++i) {  // rows r0 + 32 i: same swizzle
+      const int r = r0 + kRopeRowsPerPass * i;
+      cp_async_16(dst + off + i * kRopeRowsPerPass * 128, r < valid ? src + i * kRopeRowsPerPass * row_stride : kv,
+                  r < valid);
+    }
+  }
+}
+
 // kOwnPInRegs: the P V steps over a warpgroup's own keys take P from registers, before the
 // barrier that publishes P (config kVerifyBf16WgmmaRs, the plan's choice on sm_90: 3-4%
 // faster on the H200); else all four from shared memory (kVerifyBf16Wgmma, for timing).
-template <class OutT, bool kOwnPInRegs>
+// kLean (config kVerifyBf16WgmmaLean, with kOwnPInRegs; not yet timed): fewer instructions a
+// tile, since with 8 warps a scheduler has two warps and issue slots count (~1300 SASS
+// instructions a tile a warp in config 7): the warpgroup index made warp-uniform, so that the
+// descriptors are a loop-invariant base plus constants in uniform registers; the copies by
+// wgmma_load_key_tile_lean; unmasked prefix tiles skip the per-element mask.
+template <class OutT, bool kOwnPInRegs, bool kLean = false>
 __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_kernel(const VerifyKernelParams k) {
 #if defined(KD_WGMMA_DEVICE) || defined(KD_SIMT_EMULATION)
   using Cfg = Bf16AttnWgmma;
@@ -169,9 +212,12 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
   float* red_sum = reinterpret_cast<float*>(smem + Cfg::kSumOff);  // [groups][rows]
   uint32_t* mask_s = reinterpret_cast<uint32_t*>(smem + Cfg::kMaskOff);
   const uint32_t q_addr = smem_u32(smem + Cfg::kQOff), p_addr = smem_u32(p_s);
+  const uint64_t q_desc = wgmma_desc_sw128(q_addr, 0, kWgmmaAtomBytes), p_desc = wgmma_desc_sw128(p_addr, 0, kWgmmaAtomBytes);
 
   const int tid = static_cast<int>(threadIdx.x);
-  const int group = tid / Cfg::kGroupThreads;           // warpgroup: S keys and O columns
+  // warpgroup: S keys and O columns (lean: through a shuffle, so the compiler knows it is
+  // warp-uniform and keeps what derives from it in uniform registers)
+  const int group = kLean ? __shfl_sync(kFullMask, tid / Cfg::kGroupThreads, 0) : tid / Cfg::kGroupThreads;
   const int wq = (tid / kWarpSize) % 4;                 // warp within the warpgroup: 16 rows
   const int lane = tid % kWarpSize, g = lane / 4, tig = lane % 4;
   const int row_lo = 16 * wq + g, row_hi = row_lo + 8;  // this thread's accumulator rows
@@ -218,12 +264,19 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
     // S = Q K^T for keys 32 group ..: K-major operands, 64-column blocks kBlockBytes apart,
     // 16 columns (32 bytes) a step inside the swizzle row
     float s[Cfg::kSRegs];
+    const uint64_t k_desc = wgmma_desc_sw128(k_addr + group * Cfg::kKeysPerGroup * 128, 0, kWgmmaAtomBytes);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kVerifyQKDim / 16; ++kk) {
       const uint32_t step = (kk / 4) * Cfg::kBlockBytes + (kk % 4) * 32;
-      const uint64_t a = wgmma_desc_sw128(q_addr + step, 0, kWgmmaAtomBytes);
-      const uint64_t b = wgmma_desc_sw128(k_addr + step + group * Cfg::kKeysPerGroup * 128, 0, kWgmmaAtomBytes);
+      uint64_t a, b;
+      if constexpr (kLean) {  // base + step / 16 in the start-address field (no carry: < 2^18 bytes)
+        a = q_desc + step / 16;
+        b = k_desc + step / 16;
+      } else {
+        a = wgmma_desc_sw128(q_addr + step, 0, kWgmmaAtomBytes);
+        b = wgmma_desc_sw128(k_addr + step + group * Cfg::kKeysPerGroup * 128, 0, kWgmmaAtomBytes);
+      }
       wgmma_bf16_ss<Cfg::kKeysPerGroup, false>(s, a, b, kk > 0);
     }
     wgmma_commit();
@@ -231,7 +284,9 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
     // the next tile's copies (into the buffer the P V of tile it-1 read) while S runs
     if (it + 1 < n_tiles) {
       const KeyTile nx = key_tile_at(w, prefix_tiles, tail_mask, it + 1, Cfg::kTileKeys, T);
-      wgmma_load_key_tile(smem + Cfg::kKOff + (buf ^ 1) * Cfg::kTileBytes, kv, k.p.kv_row_stride, nx.key0, nx.valid);
+      uint8_t* dst = smem + Cfg::kKOff + (buf ^ 1) * Cfg::kTileBytes;
+      if constexpr (kLean) wgmma_load_key_tile_lean(dst, kv, k.p.kv_row_stride, nx.key0, nx.valid);
+      else wgmma_load_key_tile(dst, kv, k.p.kv_row_stride, nx.key0, nx.valid);
     }
     cp_async_commit();
     ATTN_CLK_LAP(kClkCopyIssue);
@@ -241,21 +296,29 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
 
     // scale into the base-2 domain and mask; row maxima of this warpgroup's keys
     float mx[2] = {-INFINITY, -INFINITY};
+    if (kLean && tile.tail_tile < 0 && tile.valid == Cfg::kTileKeys) {  // a full prefix tile: nothing masked
 #pragma unroll
-    for (int j = 0; j < Cfg::kSRegs / 4; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = group * Cfg::kKeysPerGroup + 8 * j + 2 * tig + (e & 1);
-        bool ok = key < tile.valid;
-        if (tile.tail_tile >= 0 && ok) {
-          const int tk = tile.tail_tile * Cfg::kTileKeys + key;
-          const uint32_t word = k.p.vis[vis_row[e >> 1] + (tk >> 5)];
-          ok = (word >> (tk & 31)) & 1u;
-        }
-        float& x = s[4 * j + e];
-        x = ok ? x * k.scale_log2 : -INFINITY;
-        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+      for (int j = 0; j < Cfg::kSRegs; ++j) {
+        s[j] *= k.scale_log2;
+        mx[(j >> 1) & 1] = fmaxf(mx[(j >> 1) & 1], s[j]);
       }
+    } else {
+#pragma unroll
+      for (int j = 0; j < Cfg::kSRegs / 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = group * Cfg::kKeysPerGroup + 8 * j + 2 * tig + (e & 1);
+          bool ok = key < tile.valid;
+          if (tile.tail_tile >= 0 && ok) {
+            const int tk = tile.tail_tile * Cfg::kTileKeys + key;
+            const uint32_t word = k.p.vis[vis_row[e >> 1] + (tk >> 5)];
+            ok = (word >> (tk & 31)) & 1u;
+          }
+          float& x = s[4 * j + e];
+          x = ok ? x * k.scale_log2 : -INFINITY;
+          mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFullMask, mx[h], 1));
@@ -315,14 +378,16 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
     // wgmma_fence_operand); the next tile's barrier follows.
     const uint32_t v_addr = k_addr + group * (Cfg::kColsPerGroup / 64) * Cfg::kBlockBytes;
     constexpr uint32_t kVStep = 16 * 128;  // 16 key rows
+    const uint64_t v_desc = wgmma_desc_sw128(v_addr, Cfg::kBlockBytes, kWgmmaAtomBytes);
     wgmma_fence();
     if constexpr (kOwnPInRegs) {
 #pragma unroll
       for (int ks = 0; ks < Cfg::kKeysPerGroup / 16; ++ks) {
         const uint32_t a[4] = {p_lo[2 * ks], p_hi[2 * ks], p_lo[2 * ks + 1], p_hi[2 * ks + 1]};
         const int key_step = group * (Cfg::kKeysPerGroup / 16) + ks;
-        wgmma_bf16_rs_tb<Cfg::kColsPerGroup>(o, a, wgmma_desc_sw128(v_addr + key_step * kVStep, Cfg::kBlockBytes, kWgmmaAtomBytes),
-                                             true);
+        const uint64_t b = kLean ? v_desc + key_step * kVStep / 16
+                                 : wgmma_desc_sw128(v_addr + key_step * kVStep, Cfg::kBlockBytes, kWgmmaAtomBytes);
+        wgmma_bf16_rs_tb<Cfg::kColsPerGroup>(o, a, b, true);
       }
       wgmma_commit();
     }
@@ -336,9 +401,10 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
 #pragma unroll
     for (int i = 0; i < kSmemSteps; ++i) {
       const int ks = first_step + i;
-      const uint64_t a = wgmma_desc_sw128(p_addr + ks * 32, 0, kWgmmaAtomBytes);
-      wgmma_bf16_ss<Cfg::kColsPerGroup, true>(o, a, wgmma_desc_sw128(v_addr + ks * kVStep, Cfg::kBlockBytes, kWgmmaAtomBytes),
-                                              true);
+      const uint64_t a = kLean ? p_desc + ks * 32 / 16 : wgmma_desc_sw128(p_addr + ks * 32, 0, kWgmmaAtomBytes);
+      const uint64_t b = kLean ? v_desc + ks * kVStep / 16
+                               : wgmma_desc_sw128(v_addr + ks * kVStep, Cfg::kBlockBytes, kWgmmaAtomBytes);
+      wgmma_bf16_ss<Cfg::kColsPerGroup, true>(o, a, b, true);
     }
     wgmma_commit();
     wgmma_wait<0>();

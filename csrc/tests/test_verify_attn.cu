@@ -113,7 +113,7 @@ std::vector<int> bf16_configs() {
   std::vector<int> c = {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic};
   cudaDeviceProp prop;
   KD_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  if (prop.major == 9 && prop.minor == 0) c.insert(c.end(), {kVerifyBf16WgmmaRs, kVerifyBf16Wgmma});
+  if (prop.major == 9 && prop.minor == 0) c.insert(c.end(), {kVerifyBf16WgmmaRs, kVerifyBf16Wgmma, kVerifyBf16WgmmaLean});
   return c;
 }
 

@@ -82,6 +82,10 @@ struct EmuAttnRunner {
         ::kdemu::launch(grid, dim3(Bf16AttnWgmma::kThreads), Bf16AttnWgmma::kSmemBytes,
                         verify_attn_wgmma_kernel<__nv_bfloat16, true>, k);
         break;
+      case kVerifyBf16WgmmaLean:
+        ::kdemu::launch(grid, dim3(Bf16AttnWgmma::kThreads), Bf16AttnWgmma::kSmemBytes,
+                        verify_attn_wgmma_kernel<__nv_bfloat16, true, true>, k);
+        break;
       case kVerifyBf16Small:
         ::kdemu::launch(grid, dim3(Bf16AttnSmall::kThreads), Bf16AttnSmall::kSmemBytes,
                         verify_attn_bf16_kernel<Bf16AttnSmall, __nv_bfloat16>, k);
