@@ -36,6 +36,10 @@ KernelResult current_device_limits(DeviceLimits* out) {
   err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+  int major = 0, minor = 0;
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  d.wgmma = major == 9 && minor == 0;
   if (err != cudaSuccess) return cuda_failure("reading the properties of device " + std::to_string(dev), err);
   std::lock_guard<std::mutex> hold(cache_lock());
   cache[dev] = d;

@@ -16,6 +16,7 @@ struct DeviceLimits {
   int sms = 0;            // streaming multiprocessors
   int smem_optin = 0;     // largest dynamic shared memory one block may opt in to (bytes)
   int smem_per_sm = 0;    // shared memory of one SM (bytes)
+  bool wgmma = false;     // compute capability 9.0: the build's sm_90a kernels (wgmma) run here
 };
 
 // The current device's limits (cached per device id after the first call).

@@ -13,7 +13,7 @@ namespace kdtree {
 KernelResult verify_attn_plan(const VerifyAttnParams& p, VerifyAttnPlan* plan) {
   DeviceLimits dev;
   if (KernelResult r = current_device_limits(&dev); !r.ok()) return r;
-  return make_verify_attn_plan(p, dev.sms, dev.smem_optin, dev.smem_per_sm, plan);
+  return make_verify_attn_plan(p, dev.sms, dev.smem_optin, dev.smem_per_sm, plan, dev.wgmma);
 }
 
 size_t verify_attn_workspace_bytes(const VerifyAttnParams& p) {

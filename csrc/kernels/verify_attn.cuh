@@ -8,7 +8,8 @@
 // The key range is split across CTAs (split-KV) so the prefix is bounded by nothing but
 // memory; the last split also takes the masked tree tail; partial results are merged by
 // log-sum-exp in a second kernel. Two numeric paths:
-//   bf16: bf16 inputs, tensor cores (mma.sync m16n8k16), float32 accumulation and softmax;
+//   bf16: bf16 inputs, tensor cores (mma.sync m16n8k16, or wgmma on sm_90a), float32
+//         accumulation and softmax;
 //   f32:  float32 inputs and arithmetic throughout (CUDA cores): the exactness reference.
 // Oracle: python_engine/verify_attn_ref.py (float64).
 //

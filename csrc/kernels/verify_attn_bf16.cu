@@ -1,8 +1,10 @@
-// The bf16 verify_attn kernels: both tile configurations and the merge, bf16 output.
+// The bf16 verify_attn kernels: the tile configurations (mma.sync, wgmma, decode) and the
+// merge, bf16 output.
 #include "launch_support.h"
 #include "verify_attn_bf16.cuh"
 #include "verify_attn_decode.cuh"
 #include "verify_attn_launch.h"
+#include "verify_attn_wgmma.cuh"
 
 namespace kdtree {
 
@@ -29,6 +31,15 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
     case kVerifyBf16Sm90Classic:
       r = launch_config<Bf16AttnSm90Classic, verify_attn_bf16_kernel<Bf16AttnSm90Classic, __nv_bfloat16>>(k, plan, stream);
       break;
+    case kVerifyBf16Wgmma:
+      r = launch_config<Bf16AttnWgmma, verify_attn_wgmma_kernel<__nv_bfloat16, false>>(k, plan, stream);
+      break;
+    case kVerifyBf16WgmmaRs:
+      r = launch_config<Bf16AttnWgmma, verify_attn_wgmma_kernel<__nv_bfloat16, true>>(k, plan, stream);
+      break;
+    case kVerifyBf16WgmmaLean:
+      r = launch_config<Bf16AttnWgmma, verify_attn_wgmma_kernel<__nv_bfloat16, true, true>>(k, plan, stream);
+      break;
     case kVerifyBf16Small:
       r = launch_config<Bf16AttnSmall, verify_attn_bf16_kernel<Bf16AttnSmall, __nv_bfloat16>>(k, plan, stream);
       break;
@@ -41,6 +52,12 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
     default:
       return KernelResult::invalid("verify_attn (bf16): plan config " + std::to_string(plan.config) + " is not a bf16 one");
   }
+#if defined(KD_ATTN_PHASE_CLOCKS)  // a measuring build: the wgmma kernel's phase cycles (verify_attn_wgmma.cuh)
+  if (r.ok() && verify_config_is_wgmma(plan.config)) {
+    KD_LAUNCH(attn_clk_report_kernel, 1, 1, 0, stream);
+    if (KernelResult rr = launch_status("attn_clk_report_kernel launch"); !rr.ok()) return rr;
+  }
+#endif
   if (!r.ok() || plan.splits == 1) return r;
   KD_LAUNCH(verify_merge_kernel<__nv_bfloat16>, verify_merge_grid(k), kMergeThreads, 0, stream, k);
   return launch_status("verify_merge_kernel (bf16) launch");

@@ -20,7 +20,10 @@ enum VerifyAttnConfig : int {
   kVerifyBf16Decode = 3,  // <= 32 rows (decode shapes), 64 keys, two K stages: ~186 KB
   kVerifyBf16DecodeSmall = 4,  // <= 32 rows, 32 keys, one K stage: ~75 KB
   kVerifyBf16Sm90Classic = 5,  // config 0's tile in the earlier warp layout (only when forced: timing)
-  kVerifyConfigCount = 6,
+  kVerifyBf16Wgmma = 6,   // config 7 with all of P from shared memory (only when forced: timing)
+  kVerifyBf16WgmmaRs = 7, // 64 rows x 64 keys on wgmma (sm_90a only), two K stages: ~226 KB
+  kVerifyBf16WgmmaLean = 8,  // config 7 with fewer instructions a tile (only when forced: not yet timed)
+  kVerifyConfigCount = 9,
 };
 
 struct VerifyConfigShape {
@@ -35,7 +38,13 @@ inline constexpr VerifyConfigShape kVerifyConfigShapes[kVerifyConfigCount] = {
     {32, 64, 190480},  // Bf16DecodeSm90
     {32, 32, 76816},   // Bf16DecodeSmall
     {64, 64, 230416},  // Bf16AttnSm90Classic
+    {64, 64, 231440},  // Bf16AttnWgmma
+    {64, 64, 231440},  // Bf16AttnWgmma, own P from registers
+    {64, 64, 231440},  // Bf16AttnWgmma, own P from registers, lean
 };
+inline bool verify_config_is_wgmma(int config) {
+  return config == kVerifyBf16Wgmma || config == kVerifyBf16WgmmaRs || config == kVerifyBf16WgmmaLean;
+}
 inline bool verify_config_is_decode(int config) {
   return config == kVerifyBf16Decode || config == kVerifyBf16DecodeSmall;
 }
@@ -64,16 +73,17 @@ inline size_t verify_workspace_for(int batch, int splits, int rows) {
   return ((o_bytes + 255) / 256) * 256 + parts * sizeof(float);
 }
 
-// num_sms and smem_optin (largest dynamic shared memory per block) describe the device.
+// num_sms and smem_optin (largest dynamic shared memory per block) describe the device;
+// wgmma: it runs sm_90a code (compute capability 9.0), so the wgmma tile is available.
 inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms, int smem_optin, int smem_per_sm,
-                                          VerifyAttnPlan* plan) {
+                                          VerifyAttnPlan* plan, bool wgmma = false) {
   if (KernelResult r = check_verify_attn_params(p); !r.ok()) return r;
   VerifyAttnPlan pl;
   const int rows = p.tree_len * p.heads;
   auto fits = [&](int config) { return static_cast<size_t>(smem_optin) >= verify_attn_config_shape(config).smem_bytes; };
   if (p.dtype == AttnDType::kBF16) {
     const bool decode = rows <= kVerifyDecodeMaxRows;
-    const int big = decode ? kVerifyBf16Decode : kVerifyBf16Sm90;
+    const int big = decode ? kVerifyBf16Decode : wgmma ? kVerifyBf16WgmmaRs : kVerifyBf16Sm90;
     const int small = decode ? kVerifyBf16DecodeSmall : kVerifyBf16Small;
     if (fits(big)) pl.config = big;
     else if (fits(small)) pl.config = small;
@@ -89,7 +99,8 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
   if (p.force_config >= 0) {
     const bool bf16_cfg = p.force_config != kVerifyF32;
     if (p.force_config >= kVerifyConfigCount || bf16_cfg != (p.dtype == AttnDType::kBF16) || !fits(p.force_config) ||
-        (verify_config_is_decode(p.force_config) && rows > kVerifyDecodeMaxRows))
+        (verify_config_is_decode(p.force_config) && rows > kVerifyDecodeMaxRows) ||
+        (verify_config_is_wgmma(p.force_config) && !wgmma))
       return KernelResult::invalid("verify_attn: force_config " + std::to_string(p.force_config) +
                                    " does not fit this dtype, shape or device");
     pl.config = p.force_config;

@@ -11,6 +11,7 @@
 #include "kernels/verify_attn.cuh"
 #include "kernels/verify_attn_plan.h"
 #include "verify_attn_cases.h"
+#include "wgmma_probe.cuh"
 
 using namespace kdtree;
 using namespace kdtree::test;
@@ -82,18 +83,55 @@ const KdtrFile& bundle() {
 
 }  // namespace
 
+// The wgmma wrappers' operand layouts against a double-precision matmul on sm_90 (the only
+// target with wgmma); fresh random inputs, seed from KDTREE_SEED or the clock, printed.
+KD_GPU_TEST(wgmma_probe_matches_matmul) {
+  cudaDeviceProp prop;
+  KD_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9) KD_SKIP("wgmma needs sm_90");
+  const char* env = std::getenv("KDTREE_SEED");
+  const uint64_t seed = env && *env ? std::strtoull(env, nullptr, 10) : static_cast<uint64_t>(std::random_device{}());
+  std::printf("    seed %llu\n", static_cast<unsigned long long>(seed));
+  WgmmaProbeHost h(seed);
+  DeviceBuffer<uint16_t> a(h.a), b(h.b), p(h.p), v(h.v);
+  DeviceBuffer<float> s(h.s), s_hi(h.s_hi), o_ss(h.o_ss), o_rs(h.o_rs);
+  const WgmmaProbeIO io{a.get(), b.get(), p.get(), v.get(), s.get(), s_hi.get(), o_ss.get(), o_rs.get()};
+  KD_CUDA_CHECK(cudaFuncSetAttribute(wgmma_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(kProbeSmemBytes)));
+  wgmma_probe_kernel<<<1, kProbeThreads, kProbeSmemBytes>>>(io);
+  KD_CUDA_CHECK(cudaGetLastError());
+  KD_CUDA_CHECK(cudaDeviceSynchronize());
+  s.download(h.s);
+  s_hi.download(h.s_hi);
+  o_ss.download(h.o_ss);
+  o_rs.download(h.o_rs);
+  KD_EXPECT_EQ(h.check(), 0);
+}
+
+// Every bf16 configuration this device runs (the wgmma one on compute capability 9.0 only).
+std::vector<int> bf16_configs() {
+  std::vector<int> c = {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic};
+  cudaDeviceProp prop;
+  KD_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major == 9 && prop.minor == 0) c.insert(c.end(), {kVerifyBf16WgmmaRs, kVerifyBf16Wgmma, kVerifyBf16WgmmaLean});
+  return c;
+}
+
 KD_GPU_TEST(small_cases_one_split) {
   GpuAttnRunner runner;
-  run_attn_bundle(runner, bundle(),
-                  {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic}, 0);
+  run_attn_bundle(runner, bundle(), bf16_configs(), 0);
 }
 
 KD_GPU_TEST(small_cases_forced_splits) {
   GpuAttnRunner runner;  // quick mode (sanitizers): one configuration of each kernel is enough for the merge
-  if (quick_mode()) run_attn_bundle(runner, bundle(), {kVerifyBf16Sm90, kVerifyBf16Decode}, 64);
-  else
-    run_attn_bundle(runner, bundle(),
-                    {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic}, 64);
+  if (quick_mode()) {
+    std::vector<int> c = {kVerifyBf16Sm90, kVerifyBf16Decode};
+    const std::vector<int> all = bf16_configs();
+    if (std::find(all.begin(), all.end(), kVerifyBf16WgmmaRs) != all.end()) c.push_back(kVerifyBf16WgmmaRs);
+    run_attn_bundle(runner, bundle(), c, 64);
+  } else {
+    run_attn_bundle(runner, bundle(), bf16_configs(), 64);
+  }
 }
 
 // One file per case (schema v0.*), generated on this machine from a logged seed.
@@ -168,6 +206,12 @@ KD_TEST(launcher_rejects_impossible_requests) {
   VerifyAttnPlan plan;
   KD_EXPECT(make_verify_attn_plan(p, 132, 232448, 233472, &plan).ok());
   KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16Sm90));
+  // ... the wgmma tile where the device runs sm_90a code; forcing it elsewhere is an error
+  KD_EXPECT(make_verify_attn_plan(p, 132, 232448, 233472, &plan, true).ok());
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16WgmmaRs));
+  q = p;
+  q.force_config = kVerifyBf16Wgmma;
+  KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan).status, KernelStatus::kInvalidArgument);
   KD_EXPECT(make_verify_attn_plan(p, 188, 101376, 102400, &plan).ok());
   KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16Small));
   KD_EXPECT_EQ(make_verify_attn_plan(p, 10, 48 * 1024, 64 * 1024, &plan).status, KernelStatus::kOverLimit);

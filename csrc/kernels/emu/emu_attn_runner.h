@@ -6,6 +6,7 @@
 #include "kernels/verify_attn_decode.cuh"
 #include "kernels/verify_attn_f32.cuh"
 #include "kernels/verify_attn_plan.h"
+#include "kernels/verify_attn_wgmma.cuh"
 #include "tests/verify_attn_cases.h"
 
 namespace kdtree::test {
@@ -14,6 +15,7 @@ struct EmuAttnRunner {
   int sms = 4;                       // pretend device
   int smem_optin = 232448;           // H100/H200's per-block limit
   int smem_per_sm = 233472;
+  bool wgmma = true;                 // an H200: the wgmma tile may be planned
   VerifyAttnPlan last_plan;
 
   KernelResult attn(AttnIO& io) {
@@ -52,7 +54,7 @@ struct EmuAttnRunner {
     p.force_config = io.force_config;
     p.force_split_keys = io.force_split_keys;
     VerifyAttnPlan plan;
-    if (KernelResult r = make_verify_attn_plan(p, sms, smem_optin, smem_per_sm, &plan); !r.ok()) return r;
+    if (KernelResult r = make_verify_attn_plan(p, sms, smem_optin, smem_per_sm, &plan, wgmma); !r.ok()) return r;
     last_plan = plan;
     std::vector<uint8_t> workspace(plan.workspace_bytes + 256);
     uint8_t* ws = workspace.data() + (256 - reinterpret_cast<uintptr_t>(workspace.data()) % 256) % 256;
@@ -71,6 +73,18 @@ struct EmuAttnRunner {
       case kVerifyBf16Sm90Classic:
         ::kdemu::launch(grid, dim3(Bf16AttnSm90Classic::kThreads), Bf16AttnSm90Classic::kSmemBytes,
                         verify_attn_bf16_kernel<Bf16AttnSm90Classic, __nv_bfloat16>, k);
+        break;
+      case kVerifyBf16Wgmma:
+        ::kdemu::launch(grid, dim3(Bf16AttnWgmma::kThreads), Bf16AttnWgmma::kSmemBytes,
+                        verify_attn_wgmma_kernel<__nv_bfloat16, false>, k);
+        break;
+      case kVerifyBf16WgmmaRs:
+        ::kdemu::launch(grid, dim3(Bf16AttnWgmma::kThreads), Bf16AttnWgmma::kSmemBytes,
+                        verify_attn_wgmma_kernel<__nv_bfloat16, true>, k);
+        break;
+      case kVerifyBf16WgmmaLean:
+        ::kdemu::launch(grid, dim3(Bf16AttnWgmma::kThreads), Bf16AttnWgmma::kSmemBytes,
+                        verify_attn_wgmma_kernel<__nv_bfloat16, true, true>, k);
         break;
       case kVerifyBf16Small:
         ::kdemu::launch(grid, dim3(Bf16AttnSmall::kThreads), Bf16AttnSmall::kSmemBytes,

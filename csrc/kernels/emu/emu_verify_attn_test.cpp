@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "emu_attn_runner.h"
+#include "tests/wgmma_probe.cuh"
 
 using namespace kdtree;
 using namespace kdtree::test;
@@ -15,16 +16,30 @@ const KdtrFile& bundle() {
 }
 }  // namespace
 
+// One probe of each wgmma operand form the wgmma kernel uses against a double-precision
+// matmul (fresh random inputs; seed from KD_SEED or the clock, printed).
+KD_TEST(wgmma_probe_matches_matmul) {
+  const char* env = std::getenv("KD_SEED");
+  const uint64_t seed = env && *env ? std::strtoull(env, nullptr, 10) : static_cast<uint64_t>(std::random_device{}());
+  std::printf("    seed %llu\n", static_cast<unsigned long long>(seed));
+  WgmmaProbeHost h(seed);
+  const WgmmaProbeIO io{h.a.data(), h.b.data(), h.p.data(), h.v.data(), h.s.data(), h.s_hi.data(), h.o_ss.data(), h.o_rs.data()};
+  ::kdemu::launch(dim3(1), dim3(kProbeThreads), kProbeSmemBytes, wgmma_probe_kernel, io);
+  KD_EXPECT_EQ(h.check(), 0);
+}
+
 KD_TEST(verify_attn_one_split) {
   EmuAttnRunner runner;
   run_attn_bundle(runner, bundle(),
-                  {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic}, 0);
+                  {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic,
+                   kVerifyBf16Wgmma, kVerifyBf16WgmmaRs, kVerifyBf16WgmmaLean}, 0);
 }
 
 KD_TEST(verify_attn_forced_splits) {
   EmuAttnRunner runner;
   run_attn_bundle(runner, bundle(),
-                  {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic}, 64);
+                  {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic,
+                   kVerifyBf16Wgmma, kVerifyBf16WgmmaRs, kVerifyBf16WgmmaLean}, 64);
 }
 
 // Files of python_engine/refgen/large_attn_cases.py (folder in $KD_LARGE_ATTN_DIR): the

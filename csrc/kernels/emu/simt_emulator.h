@@ -458,6 +458,117 @@ inline void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b, const
   }
 }
 
+// ---- Hopper warpgroup MMA (wgmma.mma_async, sm_90a) --------------------------------------
+//
+// Executed at issue (wgmma.fence / commit_group / wait_group are no-ops here): correct for a
+// kernel that respects them, blind to one that does not (it reads an accumulator or
+// overwrites an operand tile before its wait). Shared-memory operands are addressed by the
+// PTX matrix descriptor exactly as on the GPU: start, leading / stride byte offsets and the
+// 128/64/32-byte swizzle applied to the address bits (16-byte chunk bits [4, 7) XOR the bits
+// [7, 10) above them), with addresses = byte offsets into the block's dynamic shared memory
+// (kern::smem_u32 returns those under the emulator), so a wrong stride or swizzle in a
+// kernel reads the wrong elements here too.
+
+// The block's dynamic shared memory as a "shared address": the byte offset from its start.
+inline uint32_t shared_offset(const void* p) {
+  Block* b = current_block();
+  const auto* base = b->dyn_smem.data();
+  const auto* q = static_cast<const uint8_t*>(p);
+  if (q < base || q >= base + b->dyn_smem.size())
+    fatal("shared address of a pointer outside the dynamic shared memory (the emulator maps only that)");
+  return static_cast<uint32_t>(q - base);
+}
+
+struct WgmmaDesc {
+  uint32_t start, lbo, sbo;  // bytes
+  int swizzle_bytes;         // 128, 64 or 32
+};
+
+// Descriptor bits (PTX ISA, "Matrix Descriptor Format"): [0,14) start address >> 4,
+// [16,30) leading dimension byte offset >> 4, [32,46) stride dimension byte offset >> 4,
+// [49,52) base offset, [62,64) swizzle mode (1: 128B, 2: 64B, 3: 32B, 0: none).
+inline WgmmaDesc decode_wgmma_desc(uint64_t d) {
+  WgmmaDesc w;
+  w.start = static_cast<uint32_t>(d & 0x3FFF) << 4;
+  w.lbo = static_cast<uint32_t>((d >> 16) & 0x3FFF) << 4;
+  w.sbo = static_cast<uint32_t>((d >> 32) & 0x3FFF) << 4;
+  if ((d >> 49) & 7) fatal("wgmma descriptor with a base offset (not emulated: keep swizzle atoms 1024-byte aligned)");
+  const int mode = static_cast<int>(d >> 62);
+  if (mode == 0) fatal("wgmma descriptor without swizzle (interleaved layout: not emulated)");
+  w.swizzle_bytes = mode == 1 ? 128 : mode == 2 ? 64 : 32;
+  return w;
+}
+
+// The bf16 element (mn, k) of a wgmma shared-memory operand (PTX canonical layouts, T = 8
+// bf16 per 16 bytes, S = swizzle bytes): K-major ((8,m),(T,2k)):((S/2,SBO),(1,T)), i.e. row
+// mn at (mn / 8) * SBO + (mn % 8) * S bytes, k contiguous within the swizzle row; MN-major
+// ((T,S/16,m),(8,k)):((1,T,LBO),(S/2,SBO)), i.e. mn contiguous within S-byte rows, blocks of
+// S/2 elements LBO apart, k rows S bytes apart in groups of 8 that are SBO apart.
+inline float wgmma_operand(const WgmmaDesc& d, int mn, int k, bool mn_major) {
+  const int S = d.swizzle_bytes, per_row = S / 2;
+  uint32_t addr;
+  if (!mn_major) {
+    if (k >= per_row) fatal("wgmma K-major operand: k beyond one swizzle row");
+    addr = d.start + static_cast<uint32_t>(mn / 8) * d.sbo + static_cast<uint32_t>(mn % 8) * S + 2u * k;
+  } else {
+    addr = d.start + static_cast<uint32_t>(mn / per_row) * d.lbo + 2u * (mn % per_row) +
+           static_cast<uint32_t>(k % 8) * S + static_cast<uint32_t>(k / 8) * d.sbo;
+  }
+  const uint32_t mask = static_cast<uint32_t>(S / 16 - 1);
+  addr ^= ((addr >> 7) & mask) << 4;
+  Block* b = current_block();
+  if (addr + 2 > b->dyn_smem.size()) fatal("wgmma operand beyond the dynamic shared memory");
+  uint16_t bits;
+  std::memcpy(&bits, b->dyn_smem.data() + addr, 2);
+  return bf16_bits_to_float(bits);
+}
+
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16: D(64 x N) = A(64 x 16) B(16 x N)
+// (+ D when accumulate). A from registers (a_regs: the m16n8k16 A fragment of the warp's 16
+// rows, warp w % 4 of the warpgroup owning rows 16 (w % 4) ..) or a descriptor; B from a
+// descriptor, K-major or (trans_b) N-major. D: thread (w, lane) holds rows 16 (w % 4) +
+// lane / 4 (+ 8) and columns 8 j + 2 (lane % 4) (+ 1): d[4 j + {0, 1, 2, 3}].
+inline void wgmma(float* d, int n, const uint32_t* a_regs, uint64_t a_desc, uint64_t b_desc, bool trans_a,
+                  bool trans_b, bool accumulate) {
+  if (n % 8 != 0 || n < 8 || n > 256) fatal("wgmma: N must be a multiple of 8 in 8..256");
+  // every lane passes the same descriptors (and its own A registers)
+  uint64_t mine[6] = {a_desc, b_desc, 0, 0, 0, 0};
+  for (int i = 0; i < 4; ++i) mine[2 + i] = a_regs ? a_regs[i] : 0;
+  auto slots = warp_exchange(mine, 6);
+  for (int l = 0; l < kWarpSize; ++l)
+    if (slots[l][1] != b_desc || (!a_regs && slots[l][0] != a_desc)) fatal("wgmma: lanes of a warp disagree on a descriptor");
+  Fiber* f = current_fiber();
+  const int wq = f->warp % 4, g = f->lane / 4, q = f->lane % 4;
+  const int rows[2] = {16 * wq + g, 16 * wq + g + 8};
+  float A[2][16];
+  if (a_regs) {
+    for (int h = 0; h < 2; ++h)
+      for (int k = 0; k < 16; ++k) {
+        // register r of lane 4 g + k % 8 / 2: r = h + 2 (k / 8), low half for even k
+        const int lane = 4 * g + (k % 8) / 2, reg = h + 2 * (k / 8);
+        const uint32_t w = static_cast<uint32_t>(slots[lane][2 + reg]);
+        A[h][k] = bf16_bits_to_float(static_cast<uint16_t>(k % 2 ? w >> 16 : w & 0xffff));
+      }
+  } else {
+    const WgmmaDesc da = decode_wgmma_desc(a_desc);
+    for (int h = 0; h < 2; ++h)
+      for (int k = 0; k < 16; ++k) A[h][k] = wgmma_operand(da, rows[h], k, trans_a);
+  }
+  const WgmmaDesc db = decode_wgmma_desc(b_desc);
+  for (int j = 0; j < n / 8; ++j)
+    for (int c = 0; c < 2; ++c) {
+      const int col = 8 * j + 2 * q + c;
+      float B[16];
+      for (int k = 0; k < 16; ++k) B[k] = wgmma_operand(db, col, k, trans_b);
+      for (int h = 0; h < 2; ++h) {
+        float& out = d[4 * j + 2 * h + c];
+        double acc = accumulate ? out : 0.0;
+        for (int k = 0; k < 16; ++k) acc += static_cast<double>(A[h][k]) * B[k];
+        out = static_cast<float>(acc);
+      }
+    }
+}
+
 }  // namespace kdemu
 
 // ---- the CUDA vocabulary the kernels use, mapped onto the emulator ----------------------
