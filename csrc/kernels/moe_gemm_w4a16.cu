@@ -1,24 +1,30 @@
 // W4A16 grouped expert GEMM (API and weight layout: moe_gemm_w4a16.cuh).
 //
-// CTA: 8 warps = kWarpsN row tiles of 16 output features x kWarpsK slices of the input
-// columns (chunk c goes to slice c % kWarpsK), for one expert; grid = (row tiles / kWarpsN,
-// expert slots). Slot y runs the y-th expert that owns rows, so decode launches (8 active
-// experts of 384) spend nothing on idle experts. Each warp streams its 576-byte weight blocks
-// global -> shared with cp.async, kStages blocks in flight, and reads its own bytes back (one
-// 16-byte word per lane per block; the scale words cross lanes, hence the __syncwarp);
-// dequantizes four bf16 pairs per word in registers, bf16(q * scale) exactly as the reference;
-// and runs mma.sync m16n8k16 with the weights as A and 8 grouped rows of x as B (x straight
-// from global memory: 16-byte loads, L1/L2 hits across the CTA's warps and CTAs). The row
-// tile (8, 16 or 32 grouped rows per pass over the weights) is a template parameter; passes
-// repeat for experts with more rows. The slices' partial sums meet in shared memory, added
-// in slice order, so a row's result depends on neither the tile nor the other rows.
+// CTA: kWarpsN row tiles of 16 output features x kWarpsK slices of the input columns (chunk c
+// goes to slice c % kWarpsK), for one expert: 8 warps, or 4 (one slice) when 8-warp CTAs would
+// fill under two waves, so that small decode grids spread evenly over the SMs; grid = (row
+// tiles / kWarpsN, expert slots). Slot y runs the y-th expert that owns rows, so decode
+// launches (8 active experts of 384) spend nothing on idle experts. Each warp streams its
+// 576-byte weight blocks global -> shared with cp.async, kStages blocks in flight, and reads
+// its own bytes back (one 16-byte word per lane per block; the scale words cross lanes, hence
+// the __syncwarp); dequantizes four bf16 pairs per word in registers, bf16(q * scale) exactly
+// as the reference; and runs mma.sync m16n8k16 with the weights as A and 8 grouped rows of x
+// as B. x comes from shared memory when the pass's rows fit there without costing the SM much
+// occupancy (staged once per pass, beside the ring's fill), else straight from global memory
+// (16-byte loads, L1/L2 hits across the CTA's warps and CTAs). The row tile (8, 16 or 32
+// grouped rows per pass over the weights) is a template parameter; passes repeat for experts
+// with more rows. The slices' partial sums meet in shared memory, added in slice order, so a
+// row's result depends on neither the tile, nor the CTA's warps, nor where x is read from,
+// nor the other rows.
 //
 // Bytes: each weight byte is read once per pass (once per forward when an expert owns <= 32
 // rows), and the x rows of an expert once per CTA. Instructions: the dequantization costs ~1.9
 // per weight, so at decode sizes the kernel runs near the issue limit and the memory limit at
-// once; the loop around it is kept to a few instructions per block (docs/int4.md has the
-// counts). Tried and measured no faster on the H200 (results/h200/bench/README.md): x loaded
-// a block ahead, a second mma chain, a 10-deep plain ring, an L2 256-byte prefetch hint.
+// once; the ring loop runs whole trips without per-block checks (SASS per weight word: plain
+// 20.5, SwiGLU 19.4; docs/int4.md). Tried and measured no faster on the H200
+// (results/h200/bench/README.md): x loaded a block ahead, a second mma chain, 10-deep plain /
+// 6-deep SwiGLU rings, an L2 256-byte prefetch hint, L2 prefetches of blocks past the ring or
+// of the down weights from the gate/up launch, bulk copies (cp.async.bulk) into the ring.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
