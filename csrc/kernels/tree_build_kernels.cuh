@@ -228,6 +228,7 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
   const int total = __shfl_sync(kFullMask, through, warps - 1);
   const int before = __shfl_sync(kFullMask, through, max(warp - 1, 0));
   const int base = warp > 0 ? before : 0;  // this warp's first child in the next level
+  KD_EVENT("grow", d, le + total > slot_limit ? -total : total);
   if (le + total > slot_limit) {
     __syncthreads();  // warp_total is rewritten by the next call
     TREE_CLK_END(clk_grow, 9);
@@ -401,6 +402,7 @@ KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, 
   __syncthreads();
   // found is rewritten by the next raise only after its first barrier: every thread has read it
   const int bin = s.found;
+  KD_EVENT("raise", end, bin);
   TREE_CLK_END(clk_raise, 10);
   return ordered_to_float(lo + (static_cast<uint32_t>(bin) << shift));
 }
@@ -433,6 +435,7 @@ KD_DEVICE bool compact_pool(TreeBuildSmem& s, float t, int d, int* lb, int* le) 
       if (i < n) s.size[i] = i == 0 || (i < end && s.score[i] >= t) ? 1 : 0;
     }
   const int kept = block_exclusive_scan(s.size, s.size, n, s.scratch);  // size[i]: i's new slot
+  KD_EVENT("compact", end, kept);
   if (kept == end) return false;  // block-uniform
   // stage every kept node at its new slot: score, rank, first (new), depth in u.keys, parent in pre
   for (int i = tid; i < end; i += threads) {
