@@ -93,13 +93,19 @@ constexpr int kTreeSortCap = kTreeWindow;           // power of two >= any candi
 constexpr int kTreeStrictCap = kTreeMaxNodes + 1;   // strict-set slots in the tie path (< N + 1)
 constexpr int kTreeTieSlot = 1 << 14;               // tie_parent codes >= this name a tied node
 constexpr int kTreeHistBins = 1024;                 // threshold histogram of the sweep (A)
+constexpr int kTreeHistSets = 3;                    // the raise's histogram, then the level raise's two (A)
 constexpr int kTreeSweeps = 8;                      // sweeps (each from the best bound so far) before B
 constexpr int kTreeSampleChildren = 6;              // sampled children per parent when raising t ...
 constexpr int kTreeSampleGrandchildren = 5;         // ... and grandchildren per sampled child (a thread's loop)
+constexpr int kTreeLookChildren = 2;                // the level raise's sample below each new node: children ...
+constexpr int kTreeLookGrandchildren = 2;           // ... and grandchildren of each (emulator, 64 requests: as
+                                                    //   few rounds as 4/3, 6/5 or 8/8; 2/1 and 1/0 take more)
 constexpr int kTreeSlotBits = 16;                   // sort key: ~score << 32 | preorder << 16 | slot
 static_assert((kTreeSortCap & (kTreeSortCap - 1)) == 0, "bitonic sort needs a power of two");
 static_assert(kTreePoolCap < 32768 && kTreeTieSlot > kTreeStrictCap, "slots must fit int16");
 static_assert(kTreePoolCap < (1 << kTreeSlotBits), "slot and preorder share the key's low 32 bits");
+static_assert(kTreeHistSets * kTreeHistBins * sizeof(uint32_t) <= kTreeSortCap * sizeof(uint64_t),
+              "the histograms share the sort keys' space");
 static_assert(kTreeBuildWarps <= kWarpSize && (kTreeBuildWarps & (kTreeBuildWarps - 1)) == 0,
               "grow_level scans the per-warp totals in one warp, searches them by halving");
 constexpr int kTreeStageUnroll = 8;  // logp loads in flight per thread while staging the rows
@@ -108,7 +114,7 @@ struct TreeBuildSmem {
   // phase-local scratch, one phase at a time
   union {
     uint64_t keys[kTreeSortCap];     // sort keys (C)
-    uint32_t hist[kTreeHistBins];    // threshold histogram (A)
+    uint32_t hist[kTreeHistSets * kTreeHistBins];  // threshold histograms (A): the raise's, the level raise's two
     struct {
       int32_t base[kTreeStrictCap];  // tied-node counts by post-order index, then their scan
       int32_t slot_by_post[kTreeStrictCap];
@@ -127,6 +133,7 @@ struct TreeBuildSmem {
   int32_t counter;                         // candidates (C)
   BlockScratch<int32_t> scratch;
   int32_t found;                           // histogram bin of the N-th best (A)
+  float level_t;                           // the level raise's threshold, from warp 0 (A)
   int16_t parent[kTreePoolCap];  // parent slot
   int16_t rank[kTreePoolCap];    // rank in its depth's sorted row
   int16_t depth[kTreePoolCap];
@@ -189,6 +196,81 @@ KD_DEVICE void pool_reset(TreeBuildSmem& s) {
   __syncthreads();
 }
 
+// The threshold histograms' bins: ordered bits of the scores from t up to `best` in
+// kTreeHistBins bins (scores below t are not counted; the top bin takes everything above).
+struct HistBins {
+  uint32_t lo;
+  int shift;
+  KD_DEVICE HistBins(float t, float best) : lo(float_to_ordered(t)), shift(0) {
+    const uint32_t hi = float_to_ordered(best);
+    while ((static_cast<uint64_t>(hi - lo) >> shift) >= static_cast<uint64_t>(kTreeHistBins)) ++shift;
+  }
+  KD_DEVICE uint32_t bin(uint32_t key) const {
+    return min((key - lo) >> shift, static_cast<uint32_t>(kTreeHistBins - 1));
+  }
+  // the lower edge of bin b: at least n scores reach it when b is their n-th best's bin
+  KD_DEVICE float edge(int b) const { return ordered_to_float(lo + (static_cast<uint32_t>(b) << shift)); }
+};
+
+// Warp-collective (all 32 lanes): the first bin of h from the top where the count from the
+// top reaches n, or 0 when none does.
+KD_DEVICE int hist_nth_bin(const uint32_t* h, int n) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  constexpr int kPer = kTreeHistBins / kWarpSize;  // lane j: bins 1023 - 32 j down to 992 - 32 j
+  const uint4* mine = reinterpret_cast<const uint4*>(&h[(kWarpSize - 1 - lane) * kPer]);
+  int sum = 0;
+#pragma unroll
+  for (int q = 0; q < kPer / 4; ++q) {
+    const uint4 v = mine[q];
+    sum += static_cast<int>(v.x + v.y + v.z + v.w);
+  }
+  const int incl = warp_inclusive_sum(sum);
+  const unsigned reach = __ballot_sync(kFullMask, incl >= n);
+  if (!reach) return 0;  // warp-uniform
+  const int w = __ffs(reach) - 1;  // the lane whose bins hold the n-th from the top
+  const int before = __shfl_sync(kFullMask, incl - sum, w);
+  const int b = kTreeHistBins - 1 - (w * kPer + lane);  // lane q takes w's q-th bin from the top
+  const int in = warp_inclusive_sum(static_cast<int>(h[b]));
+  return kTreeHistBins - 1 - (w * kPer + __ffs(__ballot_sync(kFullMask, before + in >= n)) - 1);
+}
+
+// The level raise (sweep only): while a level's children are written, the histogram of a
+// sample of real nodes is built alongside (every pool node >= t, the new children, and the
+// first few children and grandchildren of each new child, all >= t: distinct real nodes, so
+// their n-th best is a lower bound of t*); the next grow_level starts from it. No barrier of
+// its own: the histogram is read before the next level's first barrier (every counting warp
+// reads it; warp 0 hands the result to the others) and zeroed after it, two histograms taking
+// turns. A loose first bound (the N-th best depth-1 score) thus tightens every level instead
+// of only when a level overflows the pool (emulator, 64 flat requests at N=256: ...).
+struct LevelRaise {
+  int n = 0;                       // the budget
+  float best = 0.0f;               // the best score: the bins' top
+  const float* row1 = nullptr;     // the sample's rows below the new children (null: none)
+  const float* row2 = nullptr;
+  int k1 = 0, k2 = 0;              // children / grandchildren sampled per node (<= K)
+  int next = 0;                    // the histogram the next grow_level reads (0 or 1)
+  float t_fill = 0.0f;             // the threshold it was filled at (its bins' bottom)
+  bool unread = false;             // skip the read once: the histograms are being zeroed (after a
+                                   //   compaction, which stages in their space) until the next barrier
+  KD_DEVICE uint32_t* hist(TreeBuildSmem& s, int which) const { return s.u.hist + (1 + which) * kTreeHistBins; }
+};
+
+// A new child scoring sc (>= t) into the level raise's histogram, with its first children and
+// their first children that reach t (rows descending: each loop stops at the first miss).
+KD_DEVICE void level_sample(uint32_t* h, const HistBins& hb, const LevelRaise& lr, float sc, float t) {
+  atomicAdd(&h[hb.bin(float_to_ordered(sc))], 1u);
+  for (int k = 0; k < lr.k1; ++k) {
+    const float c = __fadd_rn(sc, lr.row1[k]);
+    if (!(c >= t)) break;
+    atomicAdd(&h[hb.bin(float_to_ordered(c))], 1u);
+    for (int j = 0; j < lr.k2; ++j) {
+      const float g = __fadd_rn(c, lr.row2[j]);
+      if (!(g >= t)) break;
+      atomicAdd(&h[hb.bin(float_to_ordered(g))], 1u);
+    }
+  }
+}
+
 // Grow level [lb, le) (depth d, children from `row`) into slots [le, le + total): the
 // children with score >= t (> t when strict). Returns total, or -1 with no child written
 // (the nodes' counts are left in nkids) when le + total would pass `slot_limit`. bounded:
@@ -197,8 +279,10 @@ KD_DEVICE void pool_reset(TreeBuildSmem& s) {
 // children, spread evenly over the threads (each finds its parent's warp from the warps'
 // totals, then its parent by a search in that warp's run), since a few parents often have
 // most of the children: two barriers per level. Every thread of the block calls it.
+// lr (the sweep's level raise, see LevelRaise): t may rise first; *t_out: the t the level was
+// counted at (the caller's t when lr is null).
 KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int le, int d, float t, bool strict,
-                         int slot_limit, bool bounded = false) {
+                         int slot_limit, bool bounded = false, LevelRaise* lr = nullptr, float* t_out = nullptr) {
   TREE_CLK_BEGIN(clk_grow);
   TREE_CLK_COUNT(11);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
@@ -209,6 +293,12 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
   const int nb = min(le, lb + warp * per_warp), ne = min(le, nb + per_warp);
   // size[] is scratch while growing (the tie path fills it after the search): each node's
   // first child's offset among its warp's children
+  if (lr && !lr->unread && nb < ne) {  // warp-uniform: the warps that count take t from the last level's sample
+    const HistBins hb(lr->t_fill, lr->best);
+    const int bin = hist_nth_bin(lr->hist(s, lr->next), lr->n);
+    t = fmaxf(t, hb.edge(bin));
+  }
+  if (lr && warp == 0 && lane == 0) s.level_t = t;
   int mine = 0;  // this warp's children
   for (int r = nb; r < ne; r += kWarpSize) {  // warp-uniform
     const int i = r + lane;
@@ -228,6 +318,19 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
   const int total = __shfl_sync(kFullMask, through, warps - 1);
   const int before = __shfl_sync(kFullMask, through, max(warp - 1, 0));
   const int base = warp > 0 ? before : 0;  // this warp's first child in the next level
+  uint32_t* fill = nullptr;  // the level raise's histogram for the next level (null: none)
+  if (lr) {
+    lr->unread = false;
+    t = s.level_t;  // the idle warps' t too (warp 0 always counts: the level is not empty)
+    uint32_t* used = lr->hist(s, lr->next);  // read by every counting warp before the barrier
+    for (int b = static_cast<int>(threadIdx.x); b < kTreeHistBins; b += kTreeBuildThreads) used[b] = 0;
+    if (le + total <= slot_limit && total > 0) {
+      fill = lr->hist(s, 1 - lr->next);
+      lr->next = 1 - lr->next;
+      lr->t_fill = t;
+    }
+  }
+  if (t_out) *t_out = t;
   KD_EVENT("grow", d, le + total > slot_limit ? -total : total);
   if (le + total > slot_limit) {
     __syncthreads();  // warp_total is rewritten by the next call
@@ -257,10 +360,19 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
     const int lo = nb_w + count_leading(ne_w - nb_w - 1, [&](int x) { return s.size[nb_w + 1 + x] <= local; });
     const int k = local - s.size[lo];
     const int slot = le + at;
-    s.score[slot] = __fadd_rn(s.score[lo], row[k]);
+    const float sc = __fadd_rn(s.score[lo], row[k]);
+    s.score[slot] = sc;
     s.parent[slot] = static_cast<int16_t>(lo);
     s.rank[slot] = static_cast<int16_t>(k);
     s.depth[slot] = static_cast<int16_t>(d + 1);
+    if (fill) level_sample(fill, HistBins(t, lr->best), *lr, sc, t);
+  }
+  if (fill) {  // the pool's nodes >= t (stale ones fall below it)
+    const HistBins hb(t, lr->best);
+    for (int i = 1 + static_cast<int>(threadIdx.x); i < le; i += kTreeBuildThreads) {
+      const float v = s.score[i];
+      if (v >= t) atomicAdd(&fill[hb.bin(float_to_ordered(v))], 1u);
+    }
   }
   __syncthreads();
   TREE_CLK_END(clk_grow, 9);
@@ -407,10 +519,10 @@ KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, 
   return ordered_to_float(lo + (static_cast<uint32_t>(bin) << shift));
 }
 
-// Zero raise_threshold's histogram (before the first raise; every use leaves it zero). The
+// Zero the threshold histograms (before a sweep; every use leaves them zero). The
 // caller's next barrier publishes it.
 KD_DEVICE void hist_clear(TreeBuildSmem& s) {
-  for (int b = static_cast<int>(threadIdx.x); b < kTreeHistBins; b += kTreeBuildThreads) s.u.hist[b] = 0;
+  for (int b = static_cast<int>(threadIdx.x); b < kTreeHistSets * kTreeHistBins; b += kTreeBuildThreads) s.u.hist[b] = 0;
 }
 
 // The pool is full of stale nodes: drop every node scoring < t (their children were never
@@ -475,14 +587,25 @@ KD_DEVICE bool compact_pool(TreeBuildSmem& s, float t, int d, int* lb, int* le) 
 // is in the pool, and at least n are), or NaN when the pool could not make room; *reached is
 // then the best lower bound found, from which a fresh sweep (without the pool's stale nodes)
 // may succeed.
-KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, int K, int n, float t, float* reached) {
+KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, int K, int n, float t, float* reached,
+                             bool level_raise) {
   const float best = L[0];
   *reached = t;
   pool_reset(s);
+  LevelRaise lr_state;
+  lr_state.n = n;
+  lr_state.best = best;
+  lr_state.t_fill = t;
+  LevelRaise* lr = level_raise ? &lr_state : nullptr;
   int lb = 0, le = 1, d = 0;
   for (; d < D; ++d) {
     const float* row = L + static_cast<int64_t>(d) * ldl;
-    int total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap);
+    lr_state.row1 = d + 1 < D ? row + ldl : nullptr;
+    lr_state.k1 = d + 1 < D ? min(kTreeLookChildren, K) : 0;
+    lr_state.row2 = d + 2 < D ? row + 2 * ldl : nullptr;
+    lr_state.k2 = d + 2 < D ? min(kTreeLookGrandchildren, K) : 0;
+    int total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, false, lr, &t);
+    *reached = t;
     if (total < 0) {
       // the level overflows: raise t with a sample of the nodes below it, the first few
       // passing children of each parent and the first few children of each of those (real
@@ -498,11 +621,13 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
                           deeper ? row + ldl : nullptr, deeper ? min(kTreeSampleGrandchildren, K) : 0);
       if (!(t2 > t)) return NAN;
       *reached = t = t2;
-      total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, true);
+      total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, true, lr, &t);
       // still too many: drop the stale nodes and try once more (a fresh sweep regrows every
       // level: ~5x the cost)
-      if (total < 0 && compact_pool(s, t, d, &lb, &le))
-        total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap);  // (nkids were not moved)
+      if (total < 0 && compact_pool(s, t, d, &lb, &le)) {
+        lr_state.unread = true;  // compact_pool staged in the histograms' space and zeroes it
+        total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, false, lr, &t);  // (nkids were not moved)
+      }
       if (total < 0) return NAN;
     }
     if (total == 0) break;
@@ -652,8 +777,10 @@ KD_DEVICE int rank_sort_keys(uint64_t* runs, uint64_t key, int count) {
 // One block per request. Dynamic shared memory: TreeBuildSmem, then (when staged) the
 // request's logp rows [D, min(max_budget, topk)].
 // kStaged: the rows are read from shared memory (known at compile time, so the searches use
-// shared-memory loads rather than generic ones, with 32-bit addresses).
-template <bool kStaged>
+// shared-memory loads rather than generic ones, with 32-bit addresses). kLevelRaise: the sweep
+// raises t every level (LevelRaise); off, only when a level overflows (the earlier search,
+// kept selectable to time both: TreeBuildPlan::level_raise).
+template <bool kStaged, bool kLevelRaise>
 KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
   TREE_CLK_BEGIN(clk_total);
   TreeBuildSmem& s = *reinterpret_cast<TreeBuildSmem*>(smem_raw);
@@ -716,7 +843,7 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
       float from = L[budget - 1];  // the N-th best depth-1 score: N nodes of depth 1 reach it
       for (int sweep = 0; sweep < kTreeSweeps && t != t; ++sweep) {
         float reached;
-        t = sweep_search(s, L, ldl, D, K, budget, from, &reached);
+        t = sweep_search(s, L, ldl, D, K, budget, from, &reached, kLevelRaise);
         if (!(reached > from)) break;  // no better start for another sweep
         from = reached;
       }
@@ -751,34 +878,46 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
     // so its n-th best is t*, and a histogram gets t to within a bin of it (a smaller sort).
     KD_PHASE("order");
     TREE_CLK_BEGIN(clk_narrow);
-    if (ties == 0 && end - 1 > 2 * n) t = raise_threshold(s, end, t, __fadd_rn(0.0f, L[0]), n);
+    // without the level raise the sweep's t is loose: narrow on the pool's size first
+    if (!kLevelRaise && ties == 0 && end - 1 > 2 * n) t = raise_threshold(s, end, t, __fadd_rn(0.0f, L[0]), n);
     TREE_CLK_END(clk_narrow, 4);
     TREE_CLK_BEGIN(clk_keys);
-    if (tid == 0) s.counter = 0;
-    __syncthreads();
     // compaction: a warp counts its candidates over all its trips, then takes its places with
     // one atomic (one shared-memory round trip, not one per trip)
     int16_t* cand_slot = s.final_idx;  // the candidates' slots, until the order is known
-    constexpr int kTrips = ceil_div(kTreePoolCap, kTreeBuildThreads);
-    unsigned ballots[kTrips];
-    int warp_count = 0;
+    auto collect = [&]() {
+      if (tid == 0) s.counter = 0;
+      __syncthreads();
+      constexpr int kTrips = ceil_div(kTreePoolCap, kTreeBuildThreads);
+      unsigned ballots[kTrips];
+      int warp_count = 0;
 #pragma unroll
-    for (int trip = 0; trip < kTrips; ++trip) {
-      const int i = 1 + trip * threads + tid;
-      ballots[trip] = __ballot_sync(kFullMask, i < end && s.score[i] >= t);
-      warp_count += __popc(ballots[trip]);
-    }
-    int at = 0;
-    if (lane == 0 && warp_count > 0) at = atomicAdd(&s.counter, warp_count);
-    at = __shfl_sync(kFullMask, at, 0);
+      for (int trip = 0; trip < kTrips; ++trip) {
+        const int i = 1 + trip * threads + tid;
+        ballots[trip] = __ballot_sync(kFullMask, i < end && s.score[i] >= t);
+        warp_count += __popc(ballots[trip]);
+      }
+      int at = 0;
+      if (lane == 0 && warp_count > 0) at = atomicAdd(&s.counter, warp_count);
+      at = __shfl_sync(kFullMask, at, 0);
 #pragma unroll
-    for (int trip = 0; trip < kTrips; ++trip) {
-      if (ballots[trip] >> lane & 1u)
-        cand_slot[at + __popc(ballots[trip] & ((1u << lane) - 1u))] = static_cast<int16_t>(1 + trip * threads + tid);
-      at += __popc(ballots[trip]);
+      for (int trip = 0; trip < kTrips; ++trip) {
+        if (ballots[trip] >> lane & 1u)
+          cand_slot[at + __popc(ballots[trip] & ((1u << lane) - 1u))] = static_cast<int16_t>(1 + trip * threads + tid);
+        at += __popc(ballots[trip]);
+      }
+      __syncthreads();
+      return s.counter;
+    };
+    int cands = collect();
+    // with the level raise t is most often within a bin of t* already: narrow (and collect
+    // again) only when the candidates are too many for the rank sort and more than 2n
+    if (kLevelRaise && ties == 0 && cands > max(2 * n, threads)) {  // block-uniform
+      TREE_CLK_RESTART(clk_narrow);
+      t = raise_threshold(s, end, t, __fadd_rn(0.0f, L[0]), n);  // (every thread has read the counter)
+      TREE_CLK_END(clk_narrow, 4);
+      cands = collect();
     }
-    __syncthreads();
-    const int cands = s.counter;
     chosen = ties > 0 ? cands : n;
     // key of candidate j: ~score, preorder, slot (distinct: the slot is in it)
     auto key_of = [&](int j) {
@@ -903,15 +1042,16 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
 
 // Two blocks per SM (64 registers): a batch of up to 2 x SMs requests runs in one wave. One
 // kernel per kStaged (a single body per kernel: with both in one, registers spill far more).
-template <bool kStaged>
+template <bool kStaged, bool kLevelRaise>
 __global__ void __launch_bounds__(kTreeBuildThreads, 2) tree_build_kernel(const TreeBuildParams p) {
   KD_DYNAMIC_SMEM(uint8_t, smem_raw);
-  tree_build_block<kStaged>(p, smem_raw);
+  tree_build_block<kStaged, kLevelRaise>(p, smem_raw);
 }
 
-// The kernel a plan launches (TreeBuildPlan::staged).
-inline void (*tree_build_kernel_for(bool staged))(const TreeBuildParams) {
-  return staged ? tree_build_kernel<true> : tree_build_kernel<false>;
+// The kernel a plan launches (TreeBuildPlan::staged, level_raise).
+inline void (*tree_build_kernel_for(bool staged, bool level_raise))(const TreeBuildParams) {
+  if (level_raise) return staged ? tree_build_kernel<true, true> : tree_build_kernel<false, true>;
+  return staged ? tree_build_kernel<true, false> : tree_build_kernel<false, false>;
 }
 
 }  // namespace kdtree::kern

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "topk_logprobs_kernels.cuh"
@@ -19,6 +20,8 @@ struct TreeBuildPlan {
   int threads = 0;
   size_t smem_bytes = 0;   // dynamic shared memory per block
   bool staged = false;     // the logp rows are copied into shared memory beside the node pool
+  bool level_raise = true; // the sweep raises its threshold every level (env KD_TREE_LEVEL_RAISE=0: only
+                           //   when a level overflows, the earlier search; to time both in one run)
 };
 
 struct TopkLogprobsPlan {
@@ -39,6 +42,8 @@ inline KernelResult make_tree_build_plan(const TreeBuildParams& p, size_t smem_o
     return KernelResult::over_limit("tree_build: needs " + std::to_string(pl.smem_bytes) +
                                     " bytes of shared memory per block, the device allows " + std::to_string(smem_optin));
   pl.staged = pl.smem_bytes > kern::tree_build_base_smem();
+  const char* lr = std::getenv("KD_TREE_LEVEL_RAISE");
+  pl.level_raise = !(lr && lr[0] == '0');
   *plan = pl;
   return KernelResult::success();
 }

@@ -110,7 +110,7 @@ void profile_case(const std::string& kind, int requests, int N, int D) {
   profile::barriers.clear();
   profile::entered.clear();
   profile::per_request.clear();
-  ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged), p);
+  ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged, plan.level_raise), p);
   int max_depth = 0, differ = 0;
   for (int32_t d : depth) max_depth = std::max(max_depth, static_cast<int>(d));
   bench::TreeHeap heap;
@@ -121,6 +121,7 @@ void profile_case(const std::string& kind, int requests, int N, int D) {
     bool same = n[b] == want.n;
     for (int i = 0; same && i <= want.n; ++i) same = tokens[r0 + i] == want.tokens[i] && parent[r0 + i] == want.parent[i];
     differ += same ? 0 : 1;
+    if (!same && profile::trace) std::printf("  req %d differs from the heap (n %d, heap %d)\n", b, n[b], want.n);
   }
   long total = 0;
   for (const auto& [ph, c] : profile::barriers) total += c;
