@@ -134,6 +134,7 @@ struct TreeBuildSmem {
   BlockScratch<int32_t> scratch;
   int32_t found;                           // histogram bin of the N-th best (A)
   float level_t;                           // the level raise's threshold, from warp 0 (A)
+  int32_t level_more[2];                   // the level raise: some new child has a child >= t (A)
   int16_t parent[kTreePoolCap];  // parent slot
   int16_t rank[kTreePoolCap];    // rank in its depth's sorted row
   int16_t depth[kTreePoolCap];
@@ -256,12 +257,14 @@ struct LevelRaise {
 };
 
 // A new child scoring sc (>= t) into the level raise's histogram, with its first children and
-// their first children that reach t (rows descending: each loop stops at the first miss).
-KD_DEVICE void level_sample(uint32_t* h, const HistBins& hb, const LevelRaise& lr, float sc, float t) {
+// their first children that reach t (rows descending: each loop stops at the first miss);
+// *more = 1 when it has a child >= t (then the next level is not empty).
+KD_DEVICE void level_sample(uint32_t* h, int32_t* more, const HistBins& hb, const LevelRaise& lr, float sc, float t) {
   atomicAdd(&h[hb.bin(float_to_ordered(sc))], 1u);
   for (int k = 0; k < lr.k1; ++k) {
     const float c = __fadd_rn(sc, lr.row1[k]);
     if (!(c >= t)) break;
+    if (k == 0) *more = 1;  // (every writer stores the same value)
     atomicAdd(&h[hb.bin(float_to_ordered(c))], 1u);
     for (int j = 0; j < lr.k2; ++j) {
       const float g = __fadd_rn(c, lr.row2[j]);
@@ -324,6 +327,7 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
     t = s.level_t;  // the idle warps' t too (warp 0 always counts: the level is not empty)
     uint32_t* used = lr->hist(s, lr->next);  // read by every counting warp before the barrier
     for (int b = static_cast<int>(threadIdx.x); b < kTreeHistBins; b += kTreeBuildThreads) used[b] = 0;
+    if (threadIdx.x == 0) s.level_more[lr->next] = 0;  // read by the caller after the last grow's barrier
     if (le + total <= slot_limit && total > 0) {
       fill = lr->hist(s, 1 - lr->next);
       lr->next = 1 - lr->next;
@@ -365,7 +369,7 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
     s.parent[slot] = static_cast<int16_t>(lo);
     s.rank[slot] = static_cast<int16_t>(k);
     s.depth[slot] = static_cast<int16_t>(d + 1);
-    if (fill) level_sample(fill, HistBins(t, lr->best), *lr, sc, t);
+    if (fill) level_sample(fill, &s.level_more[lr->next], HistBins(t, lr->best), *lr, sc, t);
   }
   if (fill) {  // the pool's nodes >= t (stale ones fall below it)
     const HistBins hb(t, lr->best);
@@ -591,6 +595,7 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
                              bool level_raise) {
   const float best = L[0];
   *reached = t;
+  if (threadIdx.x == 0) s.level_more[0] = s.level_more[1] = 0;  // published by pool_reset's barrier
   pool_reset(s);
   LevelRaise lr_state;
   lr_state.n = n;
@@ -633,6 +638,14 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
     if (total == 0) break;
     lb = le;
     le += total;
+    if (lr && d + 1 < D && !s.level_more[lr->next]) {  // block-uniform (read after the grow's last barrier)
+      // no new child has a child >= t (each one's first child was tried): the next level is
+      // empty, so its grow (a full round) is skipped; t from the last sample, as it would give
+      const int bin = hist_nth_bin(lr->hist(s, lr->next), n);
+      t = fmaxf(t, HistBins(lr->t_fill, best).edge(bin));
+      ++d;
+      break;
+    }
   }
   pool_close(s, lb, le, d);
   return t;

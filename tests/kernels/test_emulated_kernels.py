@@ -86,11 +86,11 @@ def test_tree_build_barrier_budget_and_heap_agreement(emulated):
         return float(row.split("barriers/request")[1].split("|")[0])
 
     # at 5b8da44: 56/22/60 (8 requests); at d5b15fd ~36/17/46 (the raise's deeper sample,
-    # compaction instead of a second sweep, two barriers per level and per raise); now 25/17/30
-    # and flat N=16 17 (was 25): the level raise (t rises every level, no overflow raises and
-    # no narrowing on these inputs)
-    assert barriers("flat", 256) < 30 and barriers("logits", 256) < 20 and barriers("peaky", 256) < 36
-    assert barriers("flat", 16) < 21
+    # compaction instead of a second sweep, two barriers per level and per raise); now 24/16/29
+    # and flat N=16 16 (was 25): the level raise (t rises every level, no overflow raises and
+    # no narrowing on these inputs; the last, empty level is not grown)
+    assert barriers("flat", 256) < 29 and barriers("logits", 256) < 19 and barriers("peaky", 256) < 35
+    assert barriers("flat", 16) < 20
 
 
 def test_accept_compaction_chain_on_emulator(emulated):
