@@ -11,13 +11,17 @@
 //
 //   A. one sweep (when K >= N): t starts at the N-th best depth-1 score, a lower bound of the
 //      N-th best score t* (the best N of any set of nodes are no better than the best N of
-//      all). Each level is grown at the current t. When a level would overflow the pool, t
-//      is raised to another lower bound: the N-th best of the pool plus the first few
-//      children of each node of the level and their first few children (a histogram over
-//      their ordered bits gives it, to a bin). Every node scoring >= t* is then in the pool, stale nodes below t have no
-//      children, and the N best of the pool are the tree. When the level still overflows
-//      (stale nodes fill the pool), they are compacted away and the level regrown; failing
-//      that, a fresh sweep starts from the bound reached (up to kTreeSweeps, while it rises).
+//      all). Each level is grown at the current t, and t rises every level (the level
+//      raise): while a level's children are written, a histogram of real nodes >= t is built
+//      (the pool, the new children, the first children and grandchildren of each), and the
+//      next level is counted at its N-th best (to a bin); when no new child has a child >= t,
+//      the empty next level is not grown. When a level would still overflow the pool, t is
+//      raised at once from a larger sample (the first few children of each node of the level
+//      and their first few children). Every node scoring >= t* is then in the pool, stale
+//      nodes below t have no children, and the N best of the pool are the tree. When the level
+//      still overflows (stale nodes fill the pool), they are compacted away and the level
+//      regrown; failing that, a fresh sweep starts from the bound reached (up to kTreeSweeps,
+//      while it rises).
 //   B. otherwise (K < N, or the pool filled up with no progress: many exact ties, very flat
 //      rows): bisection on t over the float's ordered bits, a full grow per probe, until a
 //      set of N_eff..2 N_eff nodes is found (N_eff = min(N, number of paths)); when exact
@@ -27,7 +31,8 @@
 //      (ranks < z_m, the same for all of them at depth m), so tied nodes hang off the strict
 //      tree as complete subtrees of known size, in rank-path order strict node by strict
 //      node in post-order.
-//   C. order: the candidates (score >= the final t, narrowed to ~N by a histogram after A)
+//   C. order: the candidates (score >= the final t; narrowed to ~N by a histogram when more
+//      than max(2N, 512), or always after A without the level raise)
 //      sorted by (score desc, preorder = rank-path order): up to 512, a rank sort (warp-sorted
 //      runs, then each key's rank by searches in every run), beyond, a register/shuffle
 //      bitonic network; the first ones (then the tied nodes, in preorder) are the tree.
@@ -242,7 +247,9 @@ KD_DEVICE int hist_nth_bin(const uint32_t* h, int n) {
 // its own: the histogram is read before the next level's first barrier (every counting warp
 // reads it; warp 0 hands the result to the others) and zeroed after it, two histograms taking
 // turns. A loose first bound (the N-th best depth-1 score) thus tightens every level instead
-// of only when a level overflows the pool (emulator, 64 flat requests at N=256: ...).
+// of only when a level overflows the pool (emulator, 64 requests, grows + raises per request
+// mean/max: flat N=256 12.1/15 -> 6.2/8, flat N=16 8.1/12 -> 3.3/5, peaky N=256 15.5/23 ->
+// 8.9/15, logits N=256 3.9/7 -> 2.7/4, with the empty last level not grown).
 struct LevelRaise {
   int n = 0;                       // the budget
   float best = 0.0f;               // the best score: the bins' top
@@ -463,10 +470,9 @@ KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, 
   TREE_CLK_COUNT(12);
   const int tid = static_cast<int>(threadIdx.x), threads = kTreeBuildThreads;
   const int lane = tid % kWarpSize;
-  const uint32_t lo = float_to_ordered(t), hi = float_to_ordered(best);
-  int shift = 0;
-  while ((static_cast<uint64_t>(hi - lo) >> shift) >= static_cast<uint64_t>(kTreeHistBins)) ++shift;
-  auto bin_of = [&](uint32_t key) { return min((key - lo) >> shift, static_cast<uint32_t>(kTreeHistBins - 1)); };
+  const HistBins hb(t, best);
+  const uint32_t lo = hb.lo;
+  auto bin_of = [&](uint32_t key) { return hb.bin(key); };
   // the histogram is all zero here (hist_clear at the start, then warp 0 after each use)
   for (int i = 1 + tid; i < end; i += threads) {
     const uint32_t key = float_to_ordered(s.score[i]);
@@ -492,25 +498,10 @@ KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, 
   }
   __syncthreads();
   if (tid < kWarpSize) {  // the first bin from the top where the count reaches n (bin 0 if none)
-    constexpr int kPer = kTreeHistBins / kWarpSize;  // lane j: bins 1023 - 32 j down to 992 - 32 j
-    uint4* mine = reinterpret_cast<uint4*>(&s.u.hist[(kWarpSize - 1 - lane) * kPer]);
-    int sum = 0;
-#pragma unroll
-    for (int q = 0; q < kPer / 4; ++q) {
-      const uint4 v = mine[q];
-      sum += static_cast<int>(v.x + v.y + v.z + v.w);
-    }
-    const int incl = warp_inclusive_sum(sum);
-    const unsigned reach = __ballot_sync(kFullMask, incl >= n);
-    int bin = 0;
-    if (reach) {  // warp-uniform
-      const int w = __ffs(reach) - 1;  // the lane whose bins hold the n-th from the top
-      const int before = __shfl_sync(kFullMask, incl - sum, w);
-      const int b = kTreeHistBins - 1 - (w * kPer + lane);  // lane q takes w's q-th bin from the top
-      const int in = warp_inclusive_sum(static_cast<int>(s.u.hist[b]));
-      bin = kTreeHistBins - 1 - (w * kPer + __ffs(__ballot_sync(kFullMask, before + in >= n)) - 1);
-    }
+    const int bin = hist_nth_bin(s.u.hist, n);
     __syncwarp();
+    constexpr int kPer = kTreeHistBins / kWarpSize;
+    uint4* mine = reinterpret_cast<uint4*>(&s.u.hist[lane * kPer]);
 #pragma unroll
     for (int q = 0; q < kPer / 4; ++q) mine[q] = make_uint4(0u, 0u, 0u, 0u);  // zero for the next use
     if (lane == 0) s.found = bin;
@@ -520,7 +511,7 @@ KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, 
   const int bin = s.found;
   KD_EVENT("raise", end, bin);
   TREE_CLK_END(clk_raise, 10);
-  return ordered_to_float(lo + (static_cast<uint32_t>(bin) << shift));
+  return hb.edge(bin);
 }
 
 // Zero the threshold histograms (before a sweep; every use leaves them zero). The
