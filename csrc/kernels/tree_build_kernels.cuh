@@ -105,6 +105,9 @@ constexpr int kTreeSampleGrandchildren = 5;         // ... and grandchildren per
 constexpr int kTreeLookChildren = 2;                // the level raise's sample below each new node: children ...
 constexpr int kTreeLookGrandchildren = 2;           // ... and grandchildren of each (emulator, 64 requests: as
                                                     //   few rounds as 4/3, 6/5 or 8/8; 2/1 and 1/0 take more)
+constexpr int kTreeRootChildren = 4;                // the same below each depth-1 node, before the first grow
+constexpr int kTreeRootGrandchildren = 3;           //   (once: the pool at the end of flat N=256 sweeps halves,
+                                                    //   ~1150 -> ~600 nodes; 2/2: ~1150, 6/5: ~500)
 constexpr int kTreeSlotBits = 16;                   // sort key: ~score << 32 | preorder << 16 | slot
 static_assert((kTreeSortCap & (kTreeSortCap - 1)) == 0, "bitonic sort needs a power of two");
 static_assert(kTreePoolCap < 32768 && kTreeTieSlot > kTreeStrictCap, "slots must fit int16");
@@ -271,7 +274,7 @@ KD_DEVICE void level_sample(uint32_t* h, int32_t* more, const HistBins& hb, cons
   for (int k = 0; k < lr.k1; ++k) {
     const float c = __fadd_rn(sc, lr.row1[k]);
     if (!(c >= t)) break;
-    if (k == 0) *more = 1;  // (every writer stores the same value)
+    if (k == 0 && more) *more = 1;  // (every writer stores the same value)
     atomicAdd(&h[hb.bin(float_to_ordered(c))], 1u);
     for (int j = 0; j < lr.k2; ++j) {
       const float g = __fadd_rn(c, lr.row2[j]);
@@ -582,17 +585,32 @@ KD_DEVICE bool compact_pool(TreeBuildSmem& s, float t, int d, int* lb, int* le) 
 // is in the pool, and at least n are), or NaN when the pool could not make room; *reached is
 // then the best lower bound found, from which a fresh sweep (without the pool's stale nodes)
 // may succeed.
+// level_raise: with the level raise; root_sample: the histograms are zero and published (the
+// first sweep): the root's children are sampled before the first grow, so that level 1 is
+// counted at a raised t too (not N nodes at the first bound: a smaller pool every level after).
 KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, int K, int n, float t, float* reached,
-                             bool level_raise) {
+                             bool level_raise, bool root_sample) {
   const float best = L[0];
   *reached = t;
-  if (threadIdx.x == 0) s.level_more[0] = s.level_more[1] = 0;  // published by pool_reset's barrier
-  pool_reset(s);
   LevelRaise lr_state;
   lr_state.n = n;
   lr_state.best = best;
   lr_state.t_fill = t;
   LevelRaise* lr = level_raise ? &lr_state : nullptr;
+  if (lr && root_sample) {  // the depth-1 nodes >= t, their first children and grandchildren
+    lr_state.row1 = D > 1 ? L + ldl : nullptr;
+    lr_state.k1 = D > 1 ? min(kTreeRootChildren, K) : 0;
+    lr_state.row2 = D > 2 ? L + 2 * ldl : nullptr;
+    lr_state.k2 = D > 2 ? min(kTreeRootGrandchildren, K) : 0;
+    const HistBins hb(t, best);
+    for (int k = static_cast<int>(threadIdx.x); k < K; k += kTreeBuildThreads) {
+      const float v = __fadd_rn(0.0f, L[k]);
+      if (!(v >= t)) break;  // the row descends
+      level_sample(lr_state.hist(s, lr_state.next), nullptr, hb, lr_state, v, t);
+    }
+  }
+  if (threadIdx.x == 0) s.level_more[0] = s.level_more[1] = 0;  // published by pool_reset's barrier
+  pool_reset(s);  // (publishes the root's sample too)
   int lb = 0, le = 1, d = 0;
   for (; d < D; ++d) {
     const float* row = L + static_cast<int64_t>(d) * ldl;
@@ -802,6 +820,10 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
   const int64_t tok0 = static_cast<int64_t>(b) * D * p.topk;  // this request's rows
   const int k_stage = min(p.topk, p.max_budget);  // columns staged per row (tree_build_stage_bytes)
   TREE_CLK_BEGIN(clk_stage);
+  // the threshold histograms start at zero: zeroed before the staging barrier, which publishes
+  // it for the root's sample (sweep_search) that fills one before the first grow
+  hist_clear(s);
+  bool synced = false;  // a barrier since hist_clear
   if constexpr (kStaged) {
     if (D > 0 && k_stage > 0) {  // block-uniform (logp is non-null then: check_tree_build_params)
       const float* logp = p.logp + tok0;
@@ -824,6 +846,7 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
         }
       }
       __syncthreads();
+      synced = true;
     }
   }
   TREE_CLK_END(clk_stage, 0);
@@ -841,13 +864,13 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
     // A, or B when A cannot (K < N) or gives up
     KD_PHASE("sweep");
     TREE_CLK_BEGIN(clk_sweep);
-    hist_clear(s);  // published by the searches' first barrier (pool_reset)
+    if (!synced) __syncthreads();  // block-uniform: hist_clear's zeros (the unstaged kernel)
     float t = NAN;
     if (K >= budget) {
       float from = L[budget - 1];  // the N-th best depth-1 score: N nodes of depth 1 reach it
       for (int sweep = 0; sweep < kTreeSweeps && t != t; ++sweep) {
         float reached;
-        t = sweep_search(s, L, ldl, D, K, budget, from, &reached, kLevelRaise);
+        t = sweep_search(s, L, ldl, D, K, budget, from, &reached, kLevelRaise, sweep == 0);
         if (!(reached > from)) break;  // no better start for another sweep
         from = reached;
       }
@@ -914,6 +937,7 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
       return s.counter;
     };
     int cands = collect();
+    KD_EVENT("cands", cands, end);
     // with the level raise t is most often within a bin of t* already: narrow (and collect
     // again) only when the candidates are too many for the rank sort and more than 2n
     if (kLevelRaise && ties == 0 && cands > max(2 * n, threads)) {  // block-uniform
