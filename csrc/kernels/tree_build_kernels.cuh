@@ -98,6 +98,8 @@ constexpr int kTreeSortCap = kTreeWindow;           // power of two >= any candi
 constexpr int kTreeStrictCap = kTreeMaxNodes + 1;   // strict-set slots in the tie path (< N + 1)
 constexpr int kTreeTieSlot = 1 << 14;               // tie_parent codes >= this name a tied node
 constexpr int kTreeHistBins = 1024;                 // threshold histogram of the sweep (A)
+constexpr int kTreeHistBits = 10;
+static_assert(kTreeHistBins == 1 << kTreeHistBits, "HistBins takes the bin from the top bits");
 constexpr int kTreeHistSets = 3;                    // the raise's histogram, then the level raise's two (A)
 constexpr int kTreeSweeps = 8;                      // sweeps (each from the best bound so far) before B
 constexpr int kTreeSampleChildren = 6;              // sampled children per parent when raising t ...
@@ -210,9 +212,10 @@ KD_DEVICE void pool_reset(TreeBuildSmem& s) {
 struct HistBins {
   uint32_t lo;
   int shift;
-  KD_DEVICE HistBins(float t, float best) : lo(float_to_ordered(t)), shift(0) {
-    const uint32_t hi = float_to_ordered(best);
-    while ((static_cast<uint64_t>(hi - lo) >> shift) >= static_cast<uint64_t>(kTreeHistBins)) ++shift;
+  // shift: the smallest with (hi - lo) >> shift < kTreeHistBins (the range's bit width less 10)
+  KD_DEVICE HistBins(float t, float best) : lo(float_to_ordered(t)) {
+    const uint32_t range = float_to_ordered(best) - lo;
+    shift = max(0, (32 - __clz(static_cast<int>(range))) - kTreeHistBits);
   }
   KD_DEVICE uint32_t bin(uint32_t key) const {
     return min((key - lo) >> shift, static_cast<uint32_t>(kTreeHistBins - 1));
@@ -223,14 +226,20 @@ struct HistBins {
 
 // Warp-collective (all 32 lanes): the first bin of h from the top where the count from the
 // top reaches n, or 0 when none does.
+constexpr int kHistPerLane = kTreeHistBins / kWarpSize;  // a lane's run of bins in hist_nth_bin
+constexpr int kHistQuads = kHistPerLane / 4;             // ... read as this many uint4
+static_assert(kHistQuads == 8, "the lanes of a quarter warp take distinct quads (bank groups): 8 of them");
+// The q-th uint4 a lane reads of its run (rotated by the lane: the 8 lanes of a quarter warp,
+// whose runs start 128 bytes apart, take distinct bank groups instead of all the same one).
+KD_DEVICE int hist_quad(int q, int lane) { return (q + lane) & (kHistQuads - 1); }
 KD_DEVICE int hist_nth_bin(const uint32_t* h, int n) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  constexpr int kPer = kTreeHistBins / kWarpSize;  // lane j: bins 1023 - 32 j down to 992 - 32 j
+  constexpr int kPer = kHistPerLane;  // lane j: bins 1023 - 32 j down to 992 - 32 j
   const uint4* mine = reinterpret_cast<const uint4*>(&h[(kWarpSize - 1 - lane) * kPer]);
   int sum = 0;
 #pragma unroll
-  for (int q = 0; q < kPer / 4; ++q) {
-    const uint4 v = mine[q];
+  for (int q = 0; q < kHistQuads; ++q) {
+    const uint4 v = mine[hist_quad(q, lane)];
     sum += static_cast<int>(v.x + v.y + v.z + v.w);
   }
   const int incl = warp_inclusive_sum(sum);
@@ -253,6 +262,12 @@ KD_DEVICE int hist_nth_bin(const uint32_t* h, int n) {
 // of only when a level overflows the pool (emulator, 64 requests, grows + raises per request
 // mean/max: flat N=256 12.1/15 -> 6.2/8, flat N=16 8.1/12 -> 3.3/5, peaky N=256 15.5/23 ->
 // 8.9/15, logits N=256 3.9/7 -> 2.7/4, with the empty last level not grown).
+// Opt-in (KD_TREE_LEVEL_RAISE=1): its first cut (742ad6a) was SLOWER on the H200 despite the
+// fewer rounds (B=1 N=256 flat 31.2 -> 40.9 us, logits 15.4 -> 23.9 us, logits N=16 10.1 ->
+// 16.0 us): every counting warp (and, at the skipped level, all 16) scanned the histogram with
+// uint4 loads 128 bytes apart, 8-way bank conflicts in each quarter warp, and the sample's
+// shared atomics cost too. Since: conflict-free scans (hist_quad), warp 0 alone at the skip,
+// the bins' shift without a loop, the root's sample (smaller levels 1-2). Not timed yet.
 struct LevelRaise {
   int n = 0;                       // the budget
   float best = 0.0f;               // the best score: the bins' top
@@ -332,6 +347,9 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
   const int before = __shfl_sync(kFullMask, through, max(warp - 1, 0));
   const int base = warp > 0 ? before : 0;  // this warp's first child in the next level
   uint32_t* fill = nullptr;  // the level raise's histogram for the next level (null: none)
+  int32_t* more = nullptr;   // ... and its flag
+  LevelRaise look;           // the sample's rows and sizes, in registers for the write loop
+  HistBins fill_bins(0.0f, 0.0f);
   if (lr) {
     lr->unread = false;
     t = s.level_t;  // the idle warps' t too (warp 0 always counts: the level is not empty)
@@ -340,8 +358,11 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
     if (threadIdx.x == 0) s.level_more[lr->next] = 0;  // read by the caller after the last grow's barrier
     if (le + total <= slot_limit && total > 0) {
       fill = lr->hist(s, 1 - lr->next);
+      more = &s.level_more[1 - lr->next];
       lr->next = 1 - lr->next;
       lr->t_fill = t;
+      look = *lr;
+      fill_bins = HistBins(t, lr->best);
     }
   }
   if (t_out) *t_out = t;
@@ -379,13 +400,12 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
     s.parent[slot] = static_cast<int16_t>(lo);
     s.rank[slot] = static_cast<int16_t>(k);
     s.depth[slot] = static_cast<int16_t>(d + 1);
-    if (fill) level_sample(fill, &s.level_more[lr->next], HistBins(t, lr->best), *lr, sc, t);
+    if (fill) level_sample(fill, more, fill_bins, look, sc, t);
   }
   if (fill) {  // the pool's nodes >= t (stale ones fall below it)
-    const HistBins hb(t, lr->best);
     for (int i = 1 + static_cast<int>(threadIdx.x); i < le; i += kTreeBuildThreads) {
       const float v = s.score[i];
-      if (v >= t) atomicAdd(&fill[hb.bin(float_to_ordered(v))], 1u);
+      if (v >= t) atomicAdd(&fill[fill_bins.bin(float_to_ordered(v))], 1u);
     }
   }
   __syncthreads();
@@ -503,10 +523,9 @@ KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, 
   if (tid < kWarpSize) {  // the first bin from the top where the count reaches n (bin 0 if none)
     const int bin = hist_nth_bin(s.u.hist, n);
     __syncwarp();
-    constexpr int kPer = kTreeHistBins / kWarpSize;
-    uint4* mine = reinterpret_cast<uint4*>(&s.u.hist[lane * kPer]);
+    uint4* mine = reinterpret_cast<uint4*>(&s.u.hist[lane * kHistPerLane]);
 #pragma unroll
-    for (int q = 0; q < kPer / 4; ++q) mine[q] = make_uint4(0u, 0u, 0u, 0u);  // zero for the next use
+    for (int q = 0; q < kHistQuads; ++q) mine[hist_quad(q, lane)] = make_uint4(0u, 0u, 0u, 0u);  // zero for the next use
     if (lane == 0) s.found = bin;
   }
   __syncthreads();
@@ -611,6 +630,7 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
   }
   if (threadIdx.x == 0) s.level_more[0] = s.level_more[1] = 0;  // published by pool_reset's barrier
   pool_reset(s);  // (publishes the root's sample too)
+  bool skipped = false;  // the last level's grow was skipped (its t is in level_t)
   int lb = 0, le = 1, d = 0;
   for (; d < D; ++d) {
     const float* row = L + static_cast<int64_t>(d) * ldl;
@@ -649,15 +669,19 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
     le += total;
     if (lr && d + 1 < D && !s.level_more[lr->next]) {  // block-uniform (read after the grow's last barrier)
       // no new child has a child >= t (each one's first child was tried): the next level is
-      // empty, so its grow (a full round) is skipped; t from the last sample, as it would give
-      const int bin = hist_nth_bin(lr->hist(s, lr->next), n);
-      t = fmaxf(t, HistBins(lr->t_fill, best).edge(bin));
+      // empty, so its grow (a full round) is skipped; t from the last sample, as it would give,
+      // by warp 0 alone (the others read it after pool_close's barrier)
+      if (threadIdx.x < kWarpSize) {
+        const int bin = hist_nth_bin(lr->hist(s, lr->next), n);
+        if (threadIdx.x == 0) s.level_t = fmaxf(t, HistBins(lr->t_fill, best).edge(bin));
+      }
+      skipped = true;
       ++d;
       break;
     }
   }
   pool_close(s, lb, le, d);
-  return t;
+  return skipped ? s.level_t : t;
 }
 
 // The tie path: decode the `ties` tied nodes (score == tstar) below the strict pool of
@@ -800,8 +824,8 @@ KD_DEVICE int rank_sort_keys(uint64_t* runs, uint64_t key, int count) {
 // request's logp rows [D, min(max_budget, topk)].
 // kStaged: the rows are read from shared memory (known at compile time, so the searches use
 // shared-memory loads rather than generic ones, with 32-bit addresses). kLevelRaise: the sweep
-// raises t every level (LevelRaise); off, only when a level overflows (the earlier search,
-// kept selectable to time both: TreeBuildPlan::level_raise).
+// raises t every level (LevelRaise; opt-in, TreeBuildPlan::level_raise); off, only when a
+// level overflows.
 template <bool kStaged, bool kLevelRaise>
 KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
   TREE_CLK_BEGIN(clk_total);

@@ -20,8 +20,9 @@ struct TreeBuildPlan {
   int threads = 0;
   size_t smem_bytes = 0;   // dynamic shared memory per block
   bool staged = false;     // the logp rows are copied into shared memory beside the node pool
-  bool level_raise = true; // the sweep raises its threshold every level (env KD_TREE_LEVEL_RAISE=0: only
-                           //   when a level overflows, the earlier search; to time both in one run)
+  bool level_raise = false;  // the sweep raises its threshold every level (tree_build_kernels.cuh,
+                            //   LevelRaise): env KD_TREE_LEVEL_RAISE=1; off by default until timed
+                            //   faster on the H200 (NOTES.md, tree_build)
 };
 
 struct TopkLogprobsPlan {
@@ -43,7 +44,7 @@ inline KernelResult make_tree_build_plan(const TreeBuildParams& p, size_t smem_o
                                     " bytes of shared memory per block, the device allows " + std::to_string(smem_optin));
   pl.staged = pl.smem_bytes > kern::tree_build_base_smem();
   const char* lr = std::getenv("KD_TREE_LEVEL_RAISE");
-  pl.level_raise = !(lr && lr[0] == '0');
+  pl.level_raise = lr && lr[0] == '1';
   *plan = pl;
   return KernelResult::success();
 }
