@@ -11,13 +11,13 @@
 //
 //   A. one sweep (when K >= N): t starts at the N-th best depth-1 score, a lower bound of the
 //      N-th best score t* (the best N of any set of nodes are no better than the best N of
-//      all). Each level is grown at the current t, and t rises every level (the level
-//      raise): while a level's children are written, a histogram of real nodes >= t is built
-//      (the pool, the new children, the first children and grandchildren of each), and the
-//      next level is counted at its N-th best (to a bin); when no new child has a child >= t,
-//      the empty next level is not grown. When a level would still overflow the pool, t is
-//      raised at once from a larger sample (the first few children of each node of the level
-//      and their first few children). Every node scoring >= t* is then in the pool, stale
+//      all). Each level is grown at the current t. With the level raise (opt-in, kLevelRaise)
+//      t rises every level: while a level's children are written, a histogram of real nodes
+//      >= t is built (the pool, the new children, the first children and grandchildren of
+//      each), and the next level is counted at its N-th best (to a bin); when no new child has
+//      a child >= t, the empty next level is not grown. When a level would overflow the pool,
+//      t is raised at once from a larger sample (the first few children of each node of the
+//      level and their first few children). Every node scoring >= t* is then in the pool, stale
 //      nodes below t have no children, and the N best of the pool are the tree. When the level
 //      still overflows (stale nodes fill the pool), they are compacted away and the level
 //      regrown; failing that, a fresh sweep starts from the bound reached (up to kTreeSweeps,
