@@ -107,6 +107,7 @@ constexpr int kTreeSampleGrandchildren = 5;         // ... and grandchildren per
 constexpr int kTreeLookChildren = 2;                // the level raise's sample below each new node: children ...
 constexpr int kTreeLookGrandchildren = 2;           // ... and grandchildren of each (emulator, 64 requests: as
                                                     //   few rounds as 4/3, 6/5 or 8/8; 2/1 and 1/0 take more)
+constexpr int kTreeTailChildren = 2 * kWarpSize;    // warp_tail: a level's children it writes (2 trips)
 constexpr int kTreeRootChildren = 4;                // the same below each depth-1 node, before the first grow
 constexpr int kTreeRootGrandchildren = 3;           //   (once: the pool at the end of flat N=256 sweeps halves,
                                                     //   ~1150 -> ~600 nodes; 2/2: ~1150, 6/5: ~500)
@@ -145,6 +146,7 @@ struct TreeBuildSmem {
   int32_t found;                           // histogram bin of the N-th best (A)
   float level_t;                           // the level raise's threshold, from warp 0 (A)
   int32_t level_more[2];                   // the level raise: some new child has a child >= t (A)
+  int32_t tail[4];                         // warp_tail's result for the other warps: lb, le, d, done (A)
   int16_t parent[kTreePoolCap];  // parent slot
   int16_t rank[kTreePoolCap];    // rank in its depth's sorted row
   int16_t depth[kTreePoolCap];
@@ -600,6 +602,74 @@ KD_DEVICE bool compact_pool(TreeBuildSmem& s, float t, int d, int* lb, int* le) 
   return true;
 }
 
+// The sweep's last levels (default search): while a level has at most a warp's nodes and at
+// most kTreeTailChildren children, warp 0 grows it alone: the count, a warp scan, the children
+// written by its lanes, __syncwarp between levels; no block barrier (a level this small kept
+// the other 15 warps waiting at two barriers per level). Stops when the tree is complete (the
+// pool closed, as pool_close leaves it: returns true) or at a level it leaves to the block
+// (wider, or more children; that level is counted again). Warp 0 only; *lb, *le, *d: the level
+// reached.
+KD_DEVICE bool warp_tail(TreeBuildSmem& s, const float* L, int ldl, int D, int K, float t, int* lb_io, int* le_io,
+                         int* d_io) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  int lb = *lb_io, le = *le_io, d = *d_io;
+  bool done = false;
+  while (true) {  // warp-uniform
+    if (d >= D) {  // the deepest level (of any width): no children
+      done = true;
+      break;
+    }
+    if (le - lb > kWarpSize) break;  // the block's
+    const float* row = L + static_cast<int64_t>(d) * ldl;
+    const int i = lb + lane;
+    const int c = i < le ? count_passing(s.score[i], row, K, t, false) : 0;
+    const int incl = warp_inclusive_sum(c);
+    const int total = __shfl_sync(kFullMask, incl, kWarpSize - 1);
+    KD_EVENT("tail", d, total);
+    if (total > kTreeTailChildren || le + total > kTreePoolCap) break;  // the block's
+    if (i < le) {
+      s.nkids[i] = c;
+      s.first[i] = incl - c;  // within the next level
+    }
+    if (total == 0) {
+      done = true;
+      break;
+    }
+    if (lane == 0) s.level_begin[d + 2] = le + total;
+    for (int at0 = 0; at0 < total; at0 += kWarpSize) {  // warp-uniform trips
+      const int at = at0 + lane;  // position in the next level
+      // the parent's lane: lanes before it have all their children before `at`
+      int p = 0;
+#pragma unroll
+      for (int step = kWarpSize / 2; step >= 1; step >>= 1)
+        if (__shfl_sync(kFullMask, incl, p + step - 1) <= at) p += step;
+      const int first_p = __shfl_sync(kFullMask, incl - c, p);
+      if (at < total) {
+        const int par = lb + p, k = at - first_p, slot = le + at;
+        s.score[slot] = __fadd_rn(s.score[par], row[k]);
+        s.parent[slot] = static_cast<int16_t>(par);
+        s.rank[slot] = static_cast<int16_t>(k);
+        s.depth[slot] = static_cast<int16_t>(d + 1);
+      }
+    }
+    __syncwarp();  // the next level reads the children's scores
+    lb = le;
+    le += total;
+    ++d;
+  }
+  if (done) {  // pool_close's work: the last level has no children, deeper levels are empty
+    for (int i = lb + lane; i < le; i += kWarpSize) {
+      s.nkids[i] = 0;
+      s.first[i] = 0;
+    }
+    for (int e = d + 1 + lane; e <= kTreeMaxDepth + 2; e += kWarpSize) s.level_begin[e] = le;
+  }
+  *lb_io = lb;
+  *le_io = le;
+  *d_io = d;
+  return done;
+}
+
 // A. One sweep from the lower bound t (K >= n). Returns the final threshold (every node >= it
 // is in the pool, and at least n are), or NaN when the pool could not make room; *reached is
 // then the best lower bound found, from which a fresh sweep (without the pool's stale nodes)
@@ -631,8 +701,34 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
   if (threadIdx.x == 0) s.level_more[0] = s.level_more[1] = 0;  // published by pool_reset's barrier
   pool_reset(s);  // (publishes the root's sample too)
   bool skipped = false;  // the last level's grow was skipped (its t is in level_t)
+  bool closed = false;   // warp_tail completed the tree
   int lb = 0, le = 1, d = 0;
+  int prev_width = 0;    // the level before [lb, le) (0: none, the root's)
   for (; d < D; ++d) {
+    // block-uniform: a small level no wider than the one before (the tree narrowing: few
+    // children; a widening level, e.g. the root's children at the first bound, mostly has
+    // more than warp_tail takes, and its count would be repeated)
+    if (!lr && le - lb <= kWarpSize && le - lb <= prev_width) {
+      if (threadIdx.x < kWarpSize) {
+        int tl = lb, te = le, td = d;
+        const bool done = warp_tail(s, L, ldl, D, K, t, &tl, &te, &td);
+        if (threadIdx.x == 0) {
+          s.tail[0] = tl;
+          s.tail[1] = te;
+          s.tail[2] = td;
+          s.tail[3] = done ? 1 : 0;
+        }
+      }
+      __syncthreads();
+      lb = s.tail[0];
+      le = s.tail[1];
+      d = s.tail[2];
+      if (s.tail[3]) {
+        closed = true;
+        break;
+      }
+      // (tail is rewritten only after the next level's first barrier: every thread has read it)
+    }
     const float* row = L + static_cast<int64_t>(d) * ldl;
     lr_state.row1 = d + 1 < D ? row + ldl : nullptr;
     lr_state.k1 = d + 1 < D ? min(kTreeLookChildren, K) : 0;
@@ -665,6 +761,7 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
       if (total < 0) return NAN;
     }
     if (total == 0) break;
+    prev_width = le - lb;
     lb = le;
     le += total;
     if (lr && d + 1 < D && !s.level_more[lr->next]) {  // block-uniform (read after the grow's last barrier)
@@ -680,6 +777,7 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
       break;
     }
   }
+  if (closed) return t;  // (warp_tail closed the pool; the barrier after it published that)
   pool_close(s, lb, le, d);
   return skipped ? s.level_t : t;
 }

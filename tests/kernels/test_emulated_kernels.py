@@ -96,8 +96,9 @@ def test_tree_build_barrier_budget_and_heap_agreement(emulated, level_raise):
 
     if level_raise == "0":
         # at 5b8da44: 56/22/60 (8 requests); at d5b15fd 36/17/46 (the raise's deeper sample,
-        # compaction instead of a second sweep, two barriers per level and per raise)
-        assert barriers("flat", 256) < 40 and barriers("logits", 256) < 20 and barriers("peaky", 256) < 50
+        # compaction instead of a second sweep, two barriers per level and per raise); now
+        # 33/16.5/41: the last, small levels grown by warp 0 alone (warp_tail)
+        assert barriers("flat", 256) < 37 and barriers("logits", 256) < 19 and barriers("peaky", 256) < 45
     else:
         # the level raise: 24/16/29 and flat N=16 16 (25 without): t rises every level, no
         # overflow raise and no narrowing on these inputs, the last (empty) level not grown
