@@ -43,8 +43,11 @@ inline KernelResult make_tree_build_plan(const TreeBuildParams& p, size_t smem_o
     return KernelResult::over_limit("tree_build: needs " + std::to_string(pl.smem_bytes) +
                                     " bytes of shared memory per block, the device allows " + std::to_string(smem_optin));
   pl.staged = pl.smem_bytes > kern::tree_build_base_smem();
-  const char* lr = std::getenv("KD_TREE_LEVEL_RAISE");
-  pl.level_raise = lr && lr[0] == '1';
+  static const bool level_raise = [] {  // read once per process (the launcher runs per decode step)
+    const char* v = std::getenv("KD_TREE_LEVEL_RAISE");
+    return v && v[0] == '1';
+  }();
+  pl.level_raise = level_raise;
   *plan = pl;
   return KernelResult::success();
 }
