@@ -602,13 +602,15 @@ KD_DEVICE bool compact_pool(TreeBuildSmem& s, float t, int d, int* lb, int* le) 
   return true;
 }
 
-// The sweep's last levels (default search): while a level has at most a warp's nodes and at
+// The sweep's last levels: while a level has at most a warp's nodes and at
 // most kTreeTailChildren children, warp 0 grows it alone: the count, a warp scan, the children
 // written by its lanes, __syncwarp between levels; no block barrier (a level this small kept
 // the other 15 warps waiting at two barriers per level). Stops when the tree is complete (the
 // pool closed, as pool_close leaves it: returns true) or at a level it leaves to the block
 // (wider, or more children; that level is counted again). Warp 0 only; *lb, *le, *d: the level
-// reached.
+// reached. With the level raise, t stays at the last sample's bound here (the levels are
+// small: the candidates stay ~N, emulator) and the histograms are left as they were (a later
+// block grow reads a sample of real nodes >= t, still a valid bound).
 KD_DEVICE bool warp_tail(TreeBuildSmem& s, const float* L, int ldl, int D, int K, float t, int* lb_io, int* le_io,
                          int* d_io) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
@@ -708,7 +710,7 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
     // block-uniform: a small level no wider than the one before (the tree narrowing: few
     // children; a widening level, e.g. the root's children at the first bound, mostly has
     // more than warp_tail takes, and its count would be repeated)
-    if (!lr && le - lb <= kWarpSize && le - lb <= prev_width) {
+    if (le - lb <= kWarpSize && le - lb <= prev_width) {
       if (threadIdx.x < kWarpSize) {
         int tl = lb, te = le, td = d;
         const bool done = warp_tail(s, L, ldl, D, K, t, &tl, &te, &td);

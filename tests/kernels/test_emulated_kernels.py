@@ -100,9 +100,10 @@ def test_tree_build_barrier_budget_and_heap_agreement(emulated, level_raise):
         # 33/16.5/41: the last, small levels grown by warp 0 alone (warp_tail)
         assert barriers("flat", 256) < 37 and barriers("logits", 256) < 19 and barriers("peaky", 256) < 45
     else:
-        # the level raise: 24/16/29 and flat N=16 16 (25 without): t rises every level, no
-        # overflow raise and no narrowing on these inputs, the last (empty) level not grown
-        assert barriers("flat", 256) < 29 and barriers("logits", 256) < 19 and barriers("peaky", 256) < 35
+        # the level raise: 23/16/25 and flat N=16 16 (25 without): t rises every level, no
+        # overflow raise and no narrowing on these inputs, the last (empty) level not grown,
+        # the last small levels by warp 0 alone
+        assert barriers("flat", 256) < 27 and barriers("logits", 256) < 19 and barriers("peaky", 256) < 30
         assert barriers("flat", 16) < 20
 
 
