@@ -508,17 +508,19 @@ KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, 
   float grand[kTreeSampleGrandchildren];
 #pragma unroll
   for (int j = 0; j < kTreeSampleGrandchildren; ++j) grand[j] = j < sample2 ? row2[j] : 0.0f;
-  for (int i = lb + tid; sample > 0 && i < end; i += threads) {
-    const int c = min(sample, s.nkids[i]);
-    const float si = s.score[i];
-    for (int k = 0; k < c; ++k) {
-      const float cs = __fadd_rn(si, row[k]);
-      atomicAdd(&s.u.hist[bin_of(float_to_ordered(cs))], 1u);
+  // one (node, child rank) pair per thread and trip, not one node: a thread's chain of samples
+  // is a child and its grandchildren, not up to `sample` of each (the level is often narrower
+  // than the block)
+  const int pairs = sample > 0 ? (end - lb) * sample : 0;
+  for (int q = tid; q < pairs; q += threads) {
+    const int node = q / sample, k = q - node * sample, i = lb + node;
+    if (k >= s.nkids[i]) continue;  // (k < min(sample, nkids))
+    const float cs = __fadd_rn(s.score[i], row[k]);
+    atomicAdd(&s.u.hist[bin_of(float_to_ordered(cs))], 1u);
 #pragma unroll
-      for (int j = 0; j < kTreeSampleGrandchildren; ++j) {
-        const uint32_t key = float_to_ordered(__fadd_rn(cs, grand[j]));
-        if (j < sample2 && key >= lo) atomicAdd(&s.u.hist[bin_of(key)], 1u);
-      }
+    for (int j = 0; j < kTreeSampleGrandchildren; ++j) {
+      const uint32_t key = float_to_ordered(__fadd_rn(cs, grand[j]));
+      if (j < sample2 && key >= lo) atomicAdd(&s.u.hist[bin_of(key)], 1u);
     }
   }
   __syncthreads();
