@@ -66,6 +66,10 @@ inline cudaError_t kd_launch_overlapped(bool overlap, void (*kernel)(KArgs...), 
 #ifndef KD_PHASE
 #define KD_PHASE(name) ((void)0)
 #endif
+// Search events (tree_build: a level grown, a threshold raised), for the same tool.
+#ifndef KD_EVENT
+#define KD_EVENT(name, a, b) ((void)0)
+#endif
 
 namespace kdtree::kern {
 

@@ -11,13 +11,17 @@
 //
 //   A. one sweep (when K >= N): t starts at the N-th best depth-1 score, a lower bound of the
 //      N-th best score t* (the best N of any set of nodes are no better than the best N of
-//      all). Each level is grown at the current t. When a level would overflow the pool, t
-//      is raised to another lower bound: the N-th best of the pool plus the first few
-//      children of each node of the level and their first few children (a histogram over
-//      their ordered bits gives it, to a bin). Every node scoring >= t* is then in the pool, stale nodes below t have no
-//      children, and the N best of the pool are the tree. When the level still overflows
-//      (stale nodes fill the pool), they are compacted away and the level regrown; failing
-//      that, a fresh sweep starts from the bound reached (up to kTreeSweeps, while it rises).
+//      all). Each level is grown at the current t. With the level raise (opt-in, kLevelRaise)
+//      t rises every level: while a level's children are written, a histogram of real nodes
+//      >= t is built (the pool, the new children, the first children and grandchildren of
+//      each), and the next level is counted at its N-th best (to a bin); when no new child has
+//      a child >= t, the empty next level is not grown. When a level would overflow the pool,
+//      t is raised at once from a larger sample (the first few children of each node of the
+//      level and their first few children). Every node scoring >= t* is then in the pool, stale
+//      nodes below t have no children, and the N best of the pool are the tree. When the level
+//      still overflows (stale nodes fill the pool), they are compacted away and the level
+//      regrown; failing that, a fresh sweep starts from the bound reached (up to kTreeSweeps,
+//      while it rises).
 //   B. otherwise (K < N, or the pool filled up with no progress: many exact ties, very flat
 //      rows): bisection on t over the float's ordered bits, a full grow per probe, until a
 //      set of N_eff..2 N_eff nodes is found (N_eff = min(N, number of paths)); when exact
@@ -27,7 +31,8 @@
 //      (ranks < z_m, the same for all of them at depth m), so tied nodes hang off the strict
 //      tree as complete subtrees of known size, in rank-path order strict node by strict
 //      node in post-order.
-//   C. order: the candidates (score >= the final t, narrowed to ~N by a histogram after A)
+//   C. order: the candidates (score >= the final t; narrowed to ~N by a histogram when more
+//      than max(2N, 512), or always after A without the level raise)
 //      sorted by (score desc, preorder = rank-path order): up to 512, a rank sort (warp-sorted
 //      runs, then each key's rank by searches in every run), beyond, a register/shuffle
 //      bitonic network; the first ones (then the tied nodes, in preorder) are the tree.
@@ -93,13 +98,25 @@ constexpr int kTreeSortCap = kTreeWindow;           // power of two >= any candi
 constexpr int kTreeStrictCap = kTreeMaxNodes + 1;   // strict-set slots in the tie path (< N + 1)
 constexpr int kTreeTieSlot = 1 << 14;               // tie_parent codes >= this name a tied node
 constexpr int kTreeHistBins = 1024;                 // threshold histogram of the sweep (A)
+constexpr int kTreeHistBits = 10;
+static_assert(kTreeHistBins == 1 << kTreeHistBits, "HistBins takes the bin from the top bits");
+constexpr int kTreeHistSets = 3;                    // the raise's histogram, then the level raise's two (A)
 constexpr int kTreeSweeps = 8;                      // sweeps (each from the best bound so far) before B
 constexpr int kTreeSampleChildren = 6;              // sampled children per parent when raising t ...
 constexpr int kTreeSampleGrandchildren = 5;         // ... and grandchildren per sampled child (a thread's loop)
+constexpr int kTreeLookChildren = 2;                // the level raise's sample below each new node: children ...
+constexpr int kTreeLookGrandchildren = 2;           // ... and grandchildren of each (emulator, 64 requests: as
+                                                    //   few rounds as 4/3, 6/5 or 8/8; 2/1 and 1/0 take more)
+constexpr int kTreeTailChildren = 2 * kWarpSize;    // warp_tail: a level's children it writes (2 trips)
+constexpr int kTreeRootChildren = 4;                // the same below each depth-1 node, before the first grow
+constexpr int kTreeRootGrandchildren = 3;           //   (once: the pool at the end of flat N=256 sweeps halves,
+                                                    //   ~1150 -> ~600 nodes; 2/2: ~1150, 6/5: ~500)
 constexpr int kTreeSlotBits = 16;                   // sort key: ~score << 32 | preorder << 16 | slot
 static_assert((kTreeSortCap & (kTreeSortCap - 1)) == 0, "bitonic sort needs a power of two");
 static_assert(kTreePoolCap < 32768 && kTreeTieSlot > kTreeStrictCap, "slots must fit int16");
 static_assert(kTreePoolCap < (1 << kTreeSlotBits), "slot and preorder share the key's low 32 bits");
+static_assert(kTreeHistSets * kTreeHistBins * sizeof(uint32_t) <= kTreeSortCap * sizeof(uint64_t),
+              "the histograms share the sort keys' space");
 static_assert(kTreeBuildWarps <= kWarpSize && (kTreeBuildWarps & (kTreeBuildWarps - 1)) == 0,
               "grow_level scans the per-warp totals in one warp, searches them by halving");
 constexpr int kTreeStageUnroll = 8;  // logp loads in flight per thread while staging the rows
@@ -108,7 +125,7 @@ struct TreeBuildSmem {
   // phase-local scratch, one phase at a time
   union {
     uint64_t keys[kTreeSortCap];     // sort keys (C)
-    uint32_t hist[kTreeHistBins];    // threshold histogram (A)
+    uint32_t hist[kTreeHistSets * kTreeHistBins];  // threshold histograms (A): the raise's, the level raise's two
     struct {
       int32_t base[kTreeStrictCap];  // tied-node counts by post-order index, then their scan
       int32_t slot_by_post[kTreeStrictCap];
@@ -127,6 +144,9 @@ struct TreeBuildSmem {
   int32_t counter;                         // candidates (C)
   BlockScratch<int32_t> scratch;
   int32_t found;                           // histogram bin of the N-th best (A)
+  float level_t;                           // the level raise's threshold, from warp 0 (A)
+  int32_t level_more[2];                   // the level raise: some new child has a child >= t (A)
+  int32_t tail[4];                         // warp_tail's result for the other warps: lb, le, d, done (A)
   int16_t parent[kTreePoolCap];  // parent slot
   int16_t rank[kTreePoolCap];    // rank in its depth's sorted row
   int16_t depth[kTreePoolCap];
@@ -189,6 +209,98 @@ KD_DEVICE void pool_reset(TreeBuildSmem& s) {
   __syncthreads();
 }
 
+// The threshold histograms' bins: ordered bits of the scores from t up to `best` in
+// kTreeHistBins bins (scores below t are not counted; the top bin takes everything above).
+struct HistBins {
+  uint32_t lo;
+  int shift;
+  // shift: the smallest with (hi - lo) >> shift < kTreeHistBins (the range's bit width less 10)
+  KD_DEVICE HistBins(float t, float best) : lo(float_to_ordered(t)) {
+    const uint32_t range = float_to_ordered(best) - lo;
+    shift = max(0, (32 - __clz(static_cast<int>(range))) - kTreeHistBits);
+  }
+  KD_DEVICE uint32_t bin(uint32_t key) const {
+    return min((key - lo) >> shift, static_cast<uint32_t>(kTreeHistBins - 1));
+  }
+  // the lower edge of bin b: at least n scores reach it when b is their n-th best's bin
+  KD_DEVICE float edge(int b) const { return ordered_to_float(lo + (static_cast<uint32_t>(b) << shift)); }
+};
+
+// Warp-collective (all 32 lanes): the first bin of h from the top where the count from the
+// top reaches n, or 0 when none does.
+constexpr int kHistPerLane = kTreeHistBins / kWarpSize;  // a lane's run of bins in hist_nth_bin
+constexpr int kHistQuads = kHistPerLane / 4;             // ... read as this many uint4
+static_assert(kHistQuads == 8, "the lanes of a quarter warp take distinct quads (bank groups): 8 of them");
+// The q-th uint4 a lane reads of its run (rotated by the lane: the 8 lanes of a quarter warp,
+// whose runs start 128 bytes apart, take distinct bank groups instead of all the same one).
+KD_DEVICE int hist_quad(int q, int lane) { return (q + lane) & (kHistQuads - 1); }
+KD_DEVICE int hist_nth_bin(const uint32_t* h, int n) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  constexpr int kPer = kHistPerLane;  // lane j: bins 1023 - 32 j down to 992 - 32 j
+  const uint4* mine = reinterpret_cast<const uint4*>(&h[(kWarpSize - 1 - lane) * kPer]);
+  int sum = 0;
+#pragma unroll
+  for (int q = 0; q < kHistQuads; ++q) {
+    const uint4 v = mine[hist_quad(q, lane)];
+    sum += static_cast<int>(v.x + v.y + v.z + v.w);
+  }
+  const int incl = warp_inclusive_sum(sum);
+  const unsigned reach = __ballot_sync(kFullMask, incl >= n);
+  if (!reach) return 0;  // warp-uniform
+  const int w = __ffs(reach) - 1;  // the lane whose bins hold the n-th from the top
+  const int before = __shfl_sync(kFullMask, incl - sum, w);
+  const int b = kTreeHistBins - 1 - (w * kPer + lane);  // lane q takes w's q-th bin from the top
+  const int in = warp_inclusive_sum(static_cast<int>(h[b]));
+  return kTreeHistBins - 1 - (w * kPer + __ffs(__ballot_sync(kFullMask, before + in >= n)) - 1);
+}
+
+// The level raise (sweep only): while a level's children are written, the histogram of a
+// sample of real nodes is built alongside (every pool node >= t, the new children, and the
+// first few children and grandchildren of each new child, all >= t: distinct real nodes, so
+// their n-th best is a lower bound of t*); the next grow_level starts from it. No barrier of
+// its own: the histogram is read before the next level's first barrier (every counting warp
+// reads it; warp 0 hands the result to the others) and zeroed after it, two histograms taking
+// turns. A loose first bound (the N-th best depth-1 score) thus tightens every level instead
+// of only when a level overflows the pool (emulator, 64 requests, grows + raises per request
+// mean/max: flat N=256 12.1/15 -> 6.2/8, flat N=16 8.1/12 -> 3.3/5, peaky N=256 15.5/23 ->
+// 8.9/15, logits N=256 3.9/7 -> 2.7/4, with the empty last level not grown).
+// Opt-in (KD_TREE_LEVEL_RAISE=1): its first cut (742ad6a) was SLOWER on the H200 despite the
+// fewer rounds (B=1 N=256 flat 31.2 -> 40.9 us, logits 15.4 -> 23.9 us, logits N=16 10.1 ->
+// 16.0 us): every counting warp (and, at the skipped level, all 16) scanned the histogram with
+// uint4 loads 128 bytes apart, 8-way bank conflicts in each quarter warp, and the sample's
+// shared atomics cost too. Since: conflict-free scans (hist_quad), warp 0 alone at the skip,
+// the bins' shift without a loop, the root's sample (smaller levels 1-2). Not timed yet.
+struct LevelRaise {
+  int n = 0;                       // the budget
+  float best = 0.0f;               // the best score: the bins' top
+  const float* row1 = nullptr;     // the sample's rows below the new children (null: none)
+  const float* row2 = nullptr;
+  int k1 = 0, k2 = 0;              // children / grandchildren sampled per node (<= K)
+  int next = 0;                    // the histogram the next grow_level reads (0 or 1)
+  float t_fill = 0.0f;             // the threshold it was filled at (its bins' bottom)
+  bool unread = false;             // skip the read once: the histograms are being zeroed (after a
+                                   //   compaction, which stages in their space) until the next barrier
+  KD_DEVICE uint32_t* hist(TreeBuildSmem& s, int which) const { return s.u.hist + (1 + which) * kTreeHistBins; }
+};
+
+// A new child scoring sc (>= t) into the level raise's histogram, with its first children and
+// their first children that reach t (rows descending: each loop stops at the first miss);
+// *more = 1 when it has a child >= t (then the next level is not empty).
+KD_DEVICE void level_sample(uint32_t* h, int32_t* more, const HistBins& hb, const LevelRaise& lr, float sc, float t) {
+  atomicAdd(&h[hb.bin(float_to_ordered(sc))], 1u);
+  for (int k = 0; k < lr.k1; ++k) {
+    const float c = __fadd_rn(sc, lr.row1[k]);
+    if (!(c >= t)) break;
+    if (k == 0 && more) *more = 1;  // (every writer stores the same value)
+    atomicAdd(&h[hb.bin(float_to_ordered(c))], 1u);
+    for (int j = 0; j < lr.k2; ++j) {
+      const float g = __fadd_rn(c, lr.row2[j]);
+      if (!(g >= t)) break;
+      atomicAdd(&h[hb.bin(float_to_ordered(g))], 1u);
+    }
+  }
+}
+
 // Grow level [lb, le) (depth d, children from `row`) into slots [le, le + total): the
 // children with score >= t (> t when strict). Returns total, or -1 with no child written
 // (the nodes' counts are left in nkids) when le + total would pass `slot_limit`. bounded:
@@ -197,8 +309,10 @@ KD_DEVICE void pool_reset(TreeBuildSmem& s) {
 // children, spread evenly over the threads (each finds its parent's warp from the warps'
 // totals, then its parent by a search in that warp's run), since a few parents often have
 // most of the children: two barriers per level. Every thread of the block calls it.
+// lr (the sweep's level raise, see LevelRaise): t may rise first; *t_out: the t the level was
+// counted at (the caller's t when lr is null).
 KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int le, int d, float t, bool strict,
-                         int slot_limit, bool bounded = false) {
+                         int slot_limit, bool bounded = false, LevelRaise* lr = nullptr, float* t_out = nullptr) {
   TREE_CLK_BEGIN(clk_grow);
   TREE_CLK_COUNT(11);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
@@ -209,6 +323,12 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
   const int nb = min(le, lb + warp * per_warp), ne = min(le, nb + per_warp);
   // size[] is scratch while growing (the tie path fills it after the search): each node's
   // first child's offset among its warp's children
+  if (lr && !lr->unread && nb < ne) {  // warp-uniform: the warps that count take t from the last level's sample
+    const HistBins hb(lr->t_fill, lr->best);
+    const int bin = hist_nth_bin(lr->hist(s, lr->next), lr->n);
+    t = fmaxf(t, hb.edge(bin));
+  }
+  if (lr && warp == 0 && lane == 0) s.level_t = t;
   int mine = 0;  // this warp's children
   for (int r = nb; r < ne; r += kWarpSize) {  // warp-uniform
     const int i = r + lane;
@@ -228,6 +348,27 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
   const int total = __shfl_sync(kFullMask, through, warps - 1);
   const int before = __shfl_sync(kFullMask, through, max(warp - 1, 0));
   const int base = warp > 0 ? before : 0;  // this warp's first child in the next level
+  uint32_t* fill = nullptr;  // the level raise's histogram for the next level (null: none)
+  int32_t* more = nullptr;   // ... and its flag
+  LevelRaise look;           // the sample's rows and sizes, in registers for the write loop
+  HistBins fill_bins(0.0f, 0.0f);
+  if (lr) {
+    lr->unread = false;
+    t = s.level_t;  // the idle warps' t too (warp 0 always counts: the level is not empty)
+    uint32_t* used = lr->hist(s, lr->next);  // read by every counting warp before the barrier
+    for (int b = static_cast<int>(threadIdx.x); b < kTreeHistBins; b += kTreeBuildThreads) used[b] = 0;
+    if (threadIdx.x == 0) s.level_more[lr->next] = 0;  // read by the caller after the last grow's barrier
+    if (le + total <= slot_limit && total > 0) {
+      fill = lr->hist(s, 1 - lr->next);
+      more = &s.level_more[1 - lr->next];
+      lr->next = 1 - lr->next;
+      lr->t_fill = t;
+      look = *lr;
+      fill_bins = HistBins(t, lr->best);
+    }
+  }
+  if (t_out) *t_out = t;
+  KD_EVENT("grow", d, le + total > slot_limit ? -total : total);
   if (le + total > slot_limit) {
     __syncthreads();  // warp_total is rewritten by the next call
     TREE_CLK_END(clk_grow, 9);
@@ -256,10 +397,18 @@ KD_DEVICE int grow_level(TreeBuildSmem& s, const float* row, int K, int lb, int 
     const int lo = nb_w + count_leading(ne_w - nb_w - 1, [&](int x) { return s.size[nb_w + 1 + x] <= local; });
     const int k = local - s.size[lo];
     const int slot = le + at;
-    s.score[slot] = __fadd_rn(s.score[lo], row[k]);
+    const float sc = __fadd_rn(s.score[lo], row[k]);
+    s.score[slot] = sc;
     s.parent[slot] = static_cast<int16_t>(lo);
     s.rank[slot] = static_cast<int16_t>(k);
     s.depth[slot] = static_cast<int16_t>(d + 1);
+    if (fill) level_sample(fill, more, fill_bins, look, sc, t);
+  }
+  if (fill) {  // the pool's nodes >= t (stale ones fall below it)
+    for (int i = 1 + static_cast<int>(threadIdx.x); i < le; i += kTreeBuildThreads) {
+      const float v = s.score[i];
+      if (v >= t) atomicAdd(&fill[fill_bins.bin(float_to_ordered(v))], 1u);
+    }
   }
   __syncthreads();
   TREE_CLK_END(clk_grow, 9);
@@ -346,10 +495,9 @@ KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, 
   TREE_CLK_COUNT(12);
   const int tid = static_cast<int>(threadIdx.x), threads = kTreeBuildThreads;
   const int lane = tid % kWarpSize;
-  const uint32_t lo = float_to_ordered(t), hi = float_to_ordered(best);
-  int shift = 0;
-  while ((static_cast<uint64_t>(hi - lo) >> shift) >= static_cast<uint64_t>(kTreeHistBins)) ++shift;
-  auto bin_of = [&](uint32_t key) { return min((key - lo) >> shift, static_cast<uint32_t>(kTreeHistBins - 1)); };
+  const HistBins hb(t, best);
+  const uint32_t lo = hb.lo;
+  auto bin_of = [&](uint32_t key) { return hb.bin(key); };
   // the histogram is all zero here (hist_clear at the start, then warp 0 after each use)
   for (int i = 1 + tid; i < end; i += threads) {
     const uint32_t key = float_to_ordered(s.score[i]);
@@ -360,55 +508,42 @@ KD_DEVICE float raise_threshold(TreeBuildSmem& s, int end, float t, float best, 
   float grand[kTreeSampleGrandchildren];
 #pragma unroll
   for (int j = 0; j < kTreeSampleGrandchildren; ++j) grand[j] = j < sample2 ? row2[j] : 0.0f;
-  for (int i = lb + tid; sample > 0 && i < end; i += threads) {
-    const int c = min(sample, s.nkids[i]);
-    const float si = s.score[i];
-    for (int k = 0; k < c; ++k) {
-      const float cs = __fadd_rn(si, row[k]);
-      atomicAdd(&s.u.hist[bin_of(float_to_ordered(cs))], 1u);
+  // one (node, child rank) pair per thread and trip, not one node: a thread's chain of samples
+  // is a child and its grandchildren, not up to `sample` of each (the level is often narrower
+  // than the block)
+  const int pairs = sample > 0 ? (end - lb) * sample : 0;
+  for (int q = tid; q < pairs; q += threads) {
+    const int node = q / sample, k = q - node * sample, i = lb + node;
+    if (k >= s.nkids[i]) continue;  // (k < min(sample, nkids))
+    const float cs = __fadd_rn(s.score[i], row[k]);
+    atomicAdd(&s.u.hist[bin_of(float_to_ordered(cs))], 1u);
 #pragma unroll
-      for (int j = 0; j < kTreeSampleGrandchildren; ++j) {
-        const uint32_t key = float_to_ordered(__fadd_rn(cs, grand[j]));
-        if (j < sample2 && key >= lo) atomicAdd(&s.u.hist[bin_of(key)], 1u);
-      }
+    for (int j = 0; j < kTreeSampleGrandchildren; ++j) {
+      const uint32_t key = float_to_ordered(__fadd_rn(cs, grand[j]));
+      if (j < sample2 && key >= lo) atomicAdd(&s.u.hist[bin_of(key)], 1u);
     }
   }
   __syncthreads();
   if (tid < kWarpSize) {  // the first bin from the top where the count reaches n (bin 0 if none)
-    constexpr int kPer = kTreeHistBins / kWarpSize;  // lane j: bins 1023 - 32 j down to 992 - 32 j
-    uint4* mine = reinterpret_cast<uint4*>(&s.u.hist[(kWarpSize - 1 - lane) * kPer]);
-    int sum = 0;
-#pragma unroll
-    for (int q = 0; q < kPer / 4; ++q) {
-      const uint4 v = mine[q];
-      sum += static_cast<int>(v.x + v.y + v.z + v.w);
-    }
-    const int incl = warp_inclusive_sum(sum);
-    const unsigned reach = __ballot_sync(kFullMask, incl >= n);
-    int bin = 0;
-    if (reach) {  // warp-uniform
-      const int w = __ffs(reach) - 1;  // the lane whose bins hold the n-th from the top
-      const int before = __shfl_sync(kFullMask, incl - sum, w);
-      const int b = kTreeHistBins - 1 - (w * kPer + lane);  // lane q takes w's q-th bin from the top
-      const int in = warp_inclusive_sum(static_cast<int>(s.u.hist[b]));
-      bin = kTreeHistBins - 1 - (w * kPer + __ffs(__ballot_sync(kFullMask, before + in >= n)) - 1);
-    }
+    const int bin = hist_nth_bin(s.u.hist, n);
     __syncwarp();
+    uint4* mine = reinterpret_cast<uint4*>(&s.u.hist[lane * kHistPerLane]);
 #pragma unroll
-    for (int q = 0; q < kPer / 4; ++q) mine[q] = make_uint4(0u, 0u, 0u, 0u);  // zero for the next use
+    for (int q = 0; q < kHistQuads; ++q) mine[hist_quad(q, lane)] = make_uint4(0u, 0u, 0u, 0u);  // zero for the next use
     if (lane == 0) s.found = bin;
   }
   __syncthreads();
   // found is rewritten by the next raise only after its first barrier: every thread has read it
   const int bin = s.found;
+  KD_EVENT("raise", end, bin);
   TREE_CLK_END(clk_raise, 10);
-  return ordered_to_float(lo + (static_cast<uint32_t>(bin) << shift));
+  return hb.edge(bin);
 }
 
-// Zero raise_threshold's histogram (before the first raise; every use leaves it zero). The
+// Zero the threshold histograms (before a sweep; every use leaves them zero). The
 // caller's next barrier publishes it.
 KD_DEVICE void hist_clear(TreeBuildSmem& s) {
-  for (int b = static_cast<int>(threadIdx.x); b < kTreeHistBins; b += kTreeBuildThreads) s.u.hist[b] = 0;
+  for (int b = static_cast<int>(threadIdx.x); b < kTreeHistSets * kTreeHistBins; b += kTreeBuildThreads) s.u.hist[b] = 0;
 }
 
 // The pool is full of stale nodes: drop every node scoring < t (their children were never
@@ -433,6 +568,7 @@ KD_DEVICE bool compact_pool(TreeBuildSmem& s, float t, int d, int* lb, int* le) 
       if (i < n) s.size[i] = i == 0 || (i < end && s.score[i] >= t) ? 1 : 0;
     }
   const int kept = block_exclusive_scan(s.size, s.size, n, s.scratch);  // size[i]: i's new slot
+  KD_EVENT("compact", end, kept);
   if (kept == end) return false;  // block-uniform
   // stage every kept node at its new slot: score, rank, first (new), depth in u.keys, parent in pre
   for (int i = tid; i < end; i += threads) {
@@ -468,18 +604,142 @@ KD_DEVICE bool compact_pool(TreeBuildSmem& s, float t, int d, int* lb, int* le) 
   return true;
 }
 
+// The sweep's last levels: while a level has at most a warp's nodes and at
+// most kTreeTailChildren children, warp 0 grows it alone: the count, a warp scan, the children
+// written by its lanes, __syncwarp between levels; no block barrier (a level this small kept
+// the other 15 warps waiting at two barriers per level). Stops when the tree is complete (the
+// pool closed, as pool_close leaves it: returns true) or at a level it leaves to the block
+// (wider, or more children; that level is counted again). Warp 0 only; *lb, *le, *d: the level
+// reached. With the level raise, t stays at the last sample's bound here (the levels are
+// small: the candidates stay ~N, emulator) and the histograms are left as they were (a later
+// block grow reads a sample of real nodes >= t, still a valid bound).
+KD_DEVICE bool warp_tail(TreeBuildSmem& s, const float* L, int ldl, int D, int K, float t, int* lb_io, int* le_io,
+                         int* d_io) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  int lb = *lb_io, le = *le_io, d = *d_io;
+  bool done = false;
+  while (true) {  // warp-uniform
+    if (d >= D) {  // the deepest level (of any width): no children
+      done = true;
+      break;
+    }
+    if (le - lb > kWarpSize) break;  // the block's
+    const float* row = L + static_cast<int64_t>(d) * ldl;
+    const int i = lb + lane;
+    const int c = i < le ? count_passing(s.score[i], row, K, t, false) : 0;
+    const int incl = warp_inclusive_sum(c);
+    const int total = __shfl_sync(kFullMask, incl, kWarpSize - 1);
+    KD_EVENT("tail", d, total);
+    if (total > kTreeTailChildren || le + total > kTreePoolCap) break;  // the block's
+    if (i < le) {
+      s.nkids[i] = c;
+      s.first[i] = incl - c;  // within the next level
+    }
+    if (total == 0) {
+      done = true;
+      break;
+    }
+    if (lane == 0) s.level_begin[d + 2] = le + total;
+    for (int at0 = 0; at0 < total; at0 += kWarpSize) {  // warp-uniform trips
+      const int at = at0 + lane;  // position in the next level
+      // the parent's lane: lanes before it have all their children before `at`
+      int p = 0;
+#pragma unroll
+      for (int step = kWarpSize / 2; step >= 1; step >>= 1)
+        if (__shfl_sync(kFullMask, incl, p + step - 1) <= at) p += step;
+      const int first_p = __shfl_sync(kFullMask, incl - c, p);
+      if (at < total) {
+        const int par = lb + p, k = at - first_p, slot = le + at;
+        s.score[slot] = __fadd_rn(s.score[par], row[k]);
+        s.parent[slot] = static_cast<int16_t>(par);
+        s.rank[slot] = static_cast<int16_t>(k);
+        s.depth[slot] = static_cast<int16_t>(d + 1);
+      }
+    }
+    __syncwarp();  // the next level reads the children's scores
+    lb = le;
+    le += total;
+    ++d;
+  }
+  if (done) {  // pool_close's work: the last level has no children, deeper levels are empty
+    for (int i = lb + lane; i < le; i += kWarpSize) {
+      s.nkids[i] = 0;
+      s.first[i] = 0;
+    }
+    for (int e = d + 1 + lane; e <= kTreeMaxDepth + 2; e += kWarpSize) s.level_begin[e] = le;
+  }
+  *lb_io = lb;
+  *le_io = le;
+  *d_io = d;
+  return done;
+}
+
 // A. One sweep from the lower bound t (K >= n). Returns the final threshold (every node >= it
 // is in the pool, and at least n are), or NaN when the pool could not make room; *reached is
 // then the best lower bound found, from which a fresh sweep (without the pool's stale nodes)
 // may succeed.
-KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, int K, int n, float t, float* reached) {
+// level_raise: with the level raise; root_sample: the histograms are zero and published (the
+// first sweep): the root's children are sampled before the first grow, so that level 1 is
+// counted at a raised t too (not N nodes at the first bound: a smaller pool every level after).
+KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, int K, int n, float t, float* reached,
+                             bool level_raise, bool root_sample) {
   const float best = L[0];
   *reached = t;
-  pool_reset(s);
+  LevelRaise lr_state;
+  lr_state.n = n;
+  lr_state.best = best;
+  lr_state.t_fill = t;
+  LevelRaise* lr = level_raise ? &lr_state : nullptr;
+  if (lr && root_sample) {  // the depth-1 nodes >= t, their first children and grandchildren
+    lr_state.row1 = D > 1 ? L + ldl : nullptr;
+    lr_state.k1 = D > 1 ? min(kTreeRootChildren, K) : 0;
+    lr_state.row2 = D > 2 ? L + 2 * ldl : nullptr;
+    lr_state.k2 = D > 2 ? min(kTreeRootGrandchildren, K) : 0;
+    const HistBins hb(t, best);
+    for (int k = static_cast<int>(threadIdx.x); k < K; k += kTreeBuildThreads) {
+      const float v = __fadd_rn(0.0f, L[k]);
+      if (!(v >= t)) break;  // the row descends
+      level_sample(lr_state.hist(s, lr_state.next), nullptr, hb, lr_state, v, t);
+    }
+  }
+  if (threadIdx.x == 0) s.level_more[0] = s.level_more[1] = 0;  // published by pool_reset's barrier
+  pool_reset(s);  // (publishes the root's sample too)
+  bool skipped = false;  // the last level's grow was skipped (its t is in level_t)
+  bool closed = false;   // warp_tail completed the tree
   int lb = 0, le = 1, d = 0;
+  int prev_width = 0;    // the level before [lb, le) (0: none, the root's)
   for (; d < D; ++d) {
+    // block-uniform: a small level no wider than the one before (the tree narrowing: few
+    // children; a widening level, e.g. the root's children at the first bound, mostly has
+    // more than warp_tail takes, and its count would be repeated)
+    if (le - lb <= kWarpSize && le - lb <= prev_width) {
+      if (threadIdx.x < kWarpSize) {
+        int tl = lb, te = le, td = d;
+        const bool done = warp_tail(s, L, ldl, D, K, t, &tl, &te, &td);
+        if (threadIdx.x == 0) {
+          s.tail[0] = tl;
+          s.tail[1] = te;
+          s.tail[2] = td;
+          s.tail[3] = done ? 1 : 0;
+        }
+      }
+      __syncthreads();
+      lb = s.tail[0];
+      le = s.tail[1];
+      d = s.tail[2];
+      if (s.tail[3]) {
+        closed = true;
+        break;
+      }
+      // (tail is rewritten only after the next level's first barrier: every thread has read it)
+    }
     const float* row = L + static_cast<int64_t>(d) * ldl;
-    int total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap);
+    lr_state.row1 = d + 1 < D ? row + ldl : nullptr;
+    lr_state.k1 = d + 1 < D ? min(kTreeLookChildren, K) : 0;
+    lr_state.row2 = d + 2 < D ? row + 2 * ldl : nullptr;
+    lr_state.k2 = d + 2 < D ? min(kTreeLookGrandchildren, K) : 0;
+    int total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, false, lr, &t);
+    *reached = t;
     if (total < 0) {
       // the level overflows: raise t with a sample of the nodes below it, the first few
       // passing children of each parent and the first few children of each of those (real
@@ -495,19 +755,35 @@ KD_DEVICE float sweep_search(TreeBuildSmem& s, const float* L, int ldl, int D, i
                           deeper ? row + ldl : nullptr, deeper ? min(kTreeSampleGrandchildren, K) : 0);
       if (!(t2 > t)) return NAN;
       *reached = t = t2;
-      total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, true);
+      total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, true, lr, &t);
       // still too many: drop the stale nodes and try once more (a fresh sweep regrows every
       // level: ~5x the cost)
-      if (total < 0 && compact_pool(s, t, d, &lb, &le))
-        total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap);  // (nkids were not moved)
+      if (total < 0 && compact_pool(s, t, d, &lb, &le)) {
+        lr_state.unread = true;  // compact_pool staged in the histograms' space and zeroes it
+        total = grow_level(s, row, K, lb, le, d, t, false, kTreePoolCap, false, lr, &t);  // (nkids were not moved)
+      }
       if (total < 0) return NAN;
     }
     if (total == 0) break;
+    prev_width = le - lb;
     lb = le;
     le += total;
+    if (lr && d + 1 < D && !s.level_more[lr->next]) {  // block-uniform (read after the grow's last barrier)
+      // no new child has a child >= t (each one's first child was tried): the next level is
+      // empty, so its grow (a full round) is skipped; t from the last sample, as it would give,
+      // by warp 0 alone (the others read it after pool_close's barrier)
+      if (threadIdx.x < kWarpSize) {
+        const int bin = hist_nth_bin(lr->hist(s, lr->next), n);
+        if (threadIdx.x == 0) s.level_t = fmaxf(t, HistBins(lr->t_fill, best).edge(bin));
+      }
+      skipped = true;
+      ++d;
+      break;
+    }
   }
+  if (closed) return t;  // (warp_tail closed the pool; the barrier after it published that)
   pool_close(s, lb, le, d);
-  return t;
+  return skipped ? s.level_t : t;
 }
 
 // The tie path: decode the `ties` tied nodes (score == tstar) below the strict pool of
@@ -649,8 +925,10 @@ KD_DEVICE int rank_sort_keys(uint64_t* runs, uint64_t key, int count) {
 // One block per request. Dynamic shared memory: TreeBuildSmem, then (when staged) the
 // request's logp rows [D, min(max_budget, topk)].
 // kStaged: the rows are read from shared memory (known at compile time, so the searches use
-// shared-memory loads rather than generic ones, with 32-bit addresses).
-template <bool kStaged>
+// shared-memory loads rather than generic ones, with 32-bit addresses). kLevelRaise: the sweep
+// raises t every level (LevelRaise; opt-in, TreeBuildPlan::level_raise); off, only when a
+// level overflows.
+template <bool kStaged, bool kLevelRaise>
 KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
   TREE_CLK_BEGIN(clk_total);
   TreeBuildSmem& s = *reinterpret_cast<TreeBuildSmem*>(smem_raw);
@@ -668,6 +946,10 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
   const int64_t tok0 = static_cast<int64_t>(b) * D * p.topk;  // this request's rows
   const int k_stage = min(p.topk, p.max_budget);  // columns staged per row (tree_build_stage_bytes)
   TREE_CLK_BEGIN(clk_stage);
+  // the threshold histograms start at zero: zeroed before the staging barrier, which publishes
+  // it for the root's sample (sweep_search) that fills one before the first grow
+  hist_clear(s);
+  bool synced = false;  // a barrier since hist_clear
   if constexpr (kStaged) {
     if (D > 0 && k_stage > 0) {  // block-uniform (logp is non-null then: check_tree_build_params)
       const float* logp = p.logp + tok0;
@@ -690,6 +972,7 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
         }
       }
       __syncthreads();
+      synced = true;
     }
   }
   TREE_CLK_END(clk_stage, 0);
@@ -707,13 +990,13 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
     // A, or B when A cannot (K < N) or gives up
     KD_PHASE("sweep");
     TREE_CLK_BEGIN(clk_sweep);
-    hist_clear(s);  // published by the searches' first barrier (pool_reset)
+    if (!synced) __syncthreads();  // block-uniform: hist_clear's zeros (the unstaged kernel)
     float t = NAN;
     if (K >= budget) {
       float from = L[budget - 1];  // the N-th best depth-1 score: N nodes of depth 1 reach it
       for (int sweep = 0; sweep < kTreeSweeps && t != t; ++sweep) {
         float reached;
-        t = sweep_search(s, L, ldl, D, K, budget, from, &reached);
+        t = sweep_search(s, L, ldl, D, K, budget, from, &reached, kLevelRaise, sweep == 0);
         if (!(reached > from)) break;  // no better start for another sweep
         from = reached;
       }
@@ -748,34 +1031,47 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
     // so its n-th best is t*, and a histogram gets t to within a bin of it (a smaller sort).
     KD_PHASE("order");
     TREE_CLK_BEGIN(clk_narrow);
-    if (ties == 0 && end - 1 > 2 * n) t = raise_threshold(s, end, t, __fadd_rn(0.0f, L[0]), n);
+    // without the level raise the sweep's t is loose: narrow on the pool's size first
+    if (!kLevelRaise && ties == 0 && end - 1 > 2 * n) t = raise_threshold(s, end, t, __fadd_rn(0.0f, L[0]), n);
     TREE_CLK_END(clk_narrow, 4);
     TREE_CLK_BEGIN(clk_keys);
-    if (tid == 0) s.counter = 0;
-    __syncthreads();
     // compaction: a warp counts its candidates over all its trips, then takes its places with
     // one atomic (one shared-memory round trip, not one per trip)
     int16_t* cand_slot = s.final_idx;  // the candidates' slots, until the order is known
-    constexpr int kTrips = ceil_div(kTreePoolCap, kTreeBuildThreads);
-    unsigned ballots[kTrips];
-    int warp_count = 0;
+    auto collect = [&]() {
+      if (tid == 0) s.counter = 0;
+      __syncthreads();
+      constexpr int kTrips = ceil_div(kTreePoolCap, kTreeBuildThreads);
+      unsigned ballots[kTrips];
+      int warp_count = 0;
 #pragma unroll
-    for (int trip = 0; trip < kTrips; ++trip) {
-      const int i = 1 + trip * threads + tid;
-      ballots[trip] = __ballot_sync(kFullMask, i < end && s.score[i] >= t);
-      warp_count += __popc(ballots[trip]);
-    }
-    int at = 0;
-    if (lane == 0 && warp_count > 0) at = atomicAdd(&s.counter, warp_count);
-    at = __shfl_sync(kFullMask, at, 0);
+      for (int trip = 0; trip < kTrips; ++trip) {
+        const int i = 1 + trip * threads + tid;
+        ballots[trip] = __ballot_sync(kFullMask, i < end && s.score[i] >= t);
+        warp_count += __popc(ballots[trip]);
+      }
+      int at = 0;
+      if (lane == 0 && warp_count > 0) at = atomicAdd(&s.counter, warp_count);
+      at = __shfl_sync(kFullMask, at, 0);
 #pragma unroll
-    for (int trip = 0; trip < kTrips; ++trip) {
-      if (ballots[trip] >> lane & 1u)
-        cand_slot[at + __popc(ballots[trip] & ((1u << lane) - 1u))] = static_cast<int16_t>(1 + trip * threads + tid);
-      at += __popc(ballots[trip]);
+      for (int trip = 0; trip < kTrips; ++trip) {
+        if (ballots[trip] >> lane & 1u)
+          cand_slot[at + __popc(ballots[trip] & ((1u << lane) - 1u))] = static_cast<int16_t>(1 + trip * threads + tid);
+        at += __popc(ballots[trip]);
+      }
+      __syncthreads();
+      return s.counter;
+    };
+    int cands = collect();
+    KD_EVENT("cands", cands, end);
+    // with the level raise t is most often within a bin of t* already: narrow (and collect
+    // again) only when the candidates are too many for the rank sort and more than 2n
+    if (kLevelRaise && ties == 0 && cands > max(2 * n, threads)) {  // block-uniform
+      TREE_CLK_RESTART(clk_narrow);
+      t = raise_threshold(s, end, t, __fadd_rn(0.0f, L[0]), n);  // (every thread has read the counter)
+      TREE_CLK_END(clk_narrow, 4);
+      cands = collect();
     }
-    __syncthreads();
-    const int cands = s.counter;
     chosen = ties > 0 ? cands : n;
     // key of candidate j: ~score, preorder, slot (distinct: the slot is in it)
     auto key_of = [&](int j) {
@@ -900,15 +1196,16 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
 
 // Two blocks per SM (64 registers): a batch of up to 2 x SMs requests runs in one wave. One
 // kernel per kStaged (a single body per kernel: with both in one, registers spill far more).
-template <bool kStaged>
+template <bool kStaged, bool kLevelRaise>
 __global__ void __launch_bounds__(kTreeBuildThreads, 2) tree_build_kernel(const TreeBuildParams p) {
   KD_DYNAMIC_SMEM(uint8_t, smem_raw);
-  tree_build_block<kStaged>(p, smem_raw);
+  tree_build_block<kStaged, kLevelRaise>(p, smem_raw);
 }
 
-// The kernel a plan launches (TreeBuildPlan::staged).
-inline void (*tree_build_kernel_for(bool staged))(const TreeBuildParams) {
-  return staged ? tree_build_kernel<true> : tree_build_kernel<false>;
+// The kernel a plan launches (TreeBuildPlan::staged, level_raise).
+inline void (*tree_build_kernel_for(bool staged, bool level_raise))(const TreeBuildParams) {
+  if (level_raise) return staged ? tree_build_kernel<true, true> : tree_build_kernel<false, true>;
+  return staged ? tree_build_kernel<true, false> : tree_build_kernel<false, false>;
 }
 
 }  // namespace kdtree::kern

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "topk_logprobs_kernels.cuh"
@@ -19,6 +20,9 @@ struct TreeBuildPlan {
   int threads = 0;
   size_t smem_bytes = 0;   // dynamic shared memory per block
   bool staged = false;     // the logp rows are copied into shared memory beside the node pool
+  bool level_raise = false;  // the sweep raises its threshold every level (tree_build_kernels.cuh,
+                            //   LevelRaise): env KD_TREE_LEVEL_RAISE=1; off by default until timed
+                            //   faster on the H200 (NOTES.md, tree_build)
 };
 
 struct TopkLogprobsPlan {
@@ -39,6 +43,11 @@ inline KernelResult make_tree_build_plan(const TreeBuildParams& p, size_t smem_o
     return KernelResult::over_limit("tree_build: needs " + std::to_string(pl.smem_bytes) +
                                     " bytes of shared memory per block, the device allows " + std::to_string(smem_optin));
   pl.staged = pl.smem_bytes > kern::tree_build_base_smem();
+  static const bool level_raise = [] {  // read once per process (the launcher runs per decode step)
+    const char* v = std::getenv("KD_TREE_LEVEL_RAISE");
+    return v && v[0] == '1';
+  }();
+  pl.level_raise = level_raise;
   *plan = pl;
   return KernelResult::success();
 }

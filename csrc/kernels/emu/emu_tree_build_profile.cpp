@@ -6,7 +6,8 @@
 // against the reference heap (csrc/bench/tree_heap.h). A tool for NOTES.md; its output is
 // checked by tests/kernels/test_emulated_kernels.py.
 //
-//   emu_tree_build_profile [REQUESTS]     (built like the emulated tests, -DKD_SIMT_EMULATION)
+//   emu_tree_build_profile [REQUESTS [KIND [N]]]   (built like the emulated tests, -DKD_SIMT_EMULATION)
+//   KD_TREE_TRACE=1: print the search's events (levels grown, raises, compactions) per request
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -20,16 +21,29 @@ namespace profile {
 inline const char* phase = "start";
 inline std::map<std::string, long> barriers;  // phase -> barriers (thread 0's count)
 inline std::map<std::string, long> entered;   // phase -> requests that reached it
+inline std::map<unsigned, std::map<std::string, long>> per_request;  // block -> event -> count
+inline bool trace = false;  // KD_TREE_TRACE=1: print every search event of every request
 inline void mark(const char* name, unsigned tid) {
   if (tid != 0) return;
   phase = name;
   ++entered[name];
 }
+inline void event(const char* name, unsigned block, unsigned tid, long a, long b) {
+  if (tid != 0) return;
+  ++per_request[block][name];
+  if (trace) std::printf("  req %u %s %ld %ld\n", block, name, a, b);
+}
+inline void barrier(unsigned block, unsigned tid) {
+  if (tid != 0) return;
+  ++barriers[phase];
+  ++per_request[block]["barrier"];
+}
 }  // namespace profile
 
 #define KD_PHASE(name) ::profile::mark(name, threadIdx.x)
+#define KD_EVENT(name, a, b) ::profile::event(name, blockIdx.x, threadIdx.x, (a), (b))
 #include "kernels/device_compat.cuh"
-#define __syncthreads() ((threadIdx.x == 0 ? (void)++::profile::barriers[::profile::phase] : (void)0), ::kdemu::syncthreads())
+#define __syncthreads() (::profile::barrier(blockIdx.x, threadIdx.x), ::kdemu::syncthreads())
 #include "bench/tree_heap.h"
 #include "kernels/tree_build_plan.h"
 
@@ -95,7 +109,8 @@ void profile_case(const std::string& kind, int requests, int N, int D) {
   if (!make_tree_build_plan(p, 232448, &plan).ok()) std::abort();
   profile::barriers.clear();
   profile::entered.clear();
-  ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged), p);
+  profile::per_request.clear();
+  ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged, plan.level_raise), p);
   int max_depth = 0, differ = 0;
   for (int32_t d : depth) max_depth = std::max(max_depth, static_cast<int>(d));
   bench::TreeHeap heap;
@@ -106,6 +121,7 @@ void profile_case(const std::string& kind, int requests, int N, int D) {
     bool same = n[b] == want.n;
     for (int i = 0; same && i <= want.n; ++i) same = tokens[r0 + i] == want.tokens[i] && parent[r0 + i] == want.parent[i];
     differ += same ? 0 : 1;
+    if (!same && profile::trace) std::printf("  req %d differs from the heap (n %d, heap %d)\n", b, n[b], want.n);
   }
   long total = 0;
   for (const auto& [ph, c] : profile::barriers) total += c;
@@ -113,6 +129,18 @@ void profile_case(const std::string& kind, int requests, int N, int D) {
               static_cast<double>(total) / requests);
   for (const char* ph : {"start", "sweep", "bisection", "ties", "order", "emit"})
     if (profile::barriers.count(ph)) std::printf(" %s %.1f", ph, static_cast<double>(profile::barriers[ph]) / requests);
+  // per request (a batch's time is its slowest request's): mean/max
+  std::printf(" | per request mean/max:");
+  for (const char* ev : {"barrier", "grow", "raise", "compact"}) {
+    long sum = 0, most = 0;
+    for (const auto& [blk, m] : profile::per_request) {
+      const auto it = m.find(ev);
+      const long v = it == m.end() ? 0 : it->second;
+      sum += v;
+      most = std::max(most, v);
+    }
+    std::printf(" %s %.1f/%ld", ev, static_cast<double>(sum) / requests, most);
+  }
   std::printf(" | bisection in %ld of %d | trees differing from the heap: %d\n", profile::entered["bisection"], requests,
               differ);
 }
@@ -121,9 +149,13 @@ void profile_case(const std::string& kind, int requests, int N, int D) {
 
 int main(int argc, char** argv) {
   const int requests = argc > 1 ? std::atoi(argv[1]) : 8;
+  const char* only_kind = argc > 2 ? argv[2] : nullptr;        // e.g. flat
+  const int only_n = argc > 3 ? std::atoi(argv[3]) : 0;          // e.g. 256
+  profile::trace = std::getenv("KD_TREE_TRACE") && std::atoi(std::getenv("KD_TREE_TRACE")) != 0;
   for (const char* kind : {"flat", "logits", "peaky"})
     for (int N : {16, 64, 256, 512, 1024})
       for (int D : {15})
-        profile_case(kind, requests, N, D);
+        if ((!only_kind || std::string(only_kind) == kind) && (only_n == 0 || only_n == N))
+          profile_case(kind, requests, N, D);
   return 0;
 }
