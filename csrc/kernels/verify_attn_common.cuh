@@ -138,6 +138,31 @@ KD_DEVICE int schedule_length(const SplitWork& w, uint32_t tail_mask, int tile_k
   return prefix_tiles + tail;
 }
 
+// A CTA's schedule: its split, the tree tiles some row of its tile can see, and the tiles it
+// walks (its prefix tiles first). Every thread calls it (active_tail_tiles has a barrier).
+struct SplitSchedule {
+  SplitWork w;
+  uint32_t tail_mask;
+  int n_tiles, prefix_tiles;
+};
+KD_DEVICE SplitSchedule split_schedule(const VerifyKernelParams& k, int tile_rows, int tile_keys,
+                                       uint32_t* smem_mask) {
+  SplitSchedule s;
+  s.w = split_work(k, tile_rows);
+  s.tail_mask = s.w.tail ? active_tail_tiles(k, s.w, tile_rows, smem_mask) : 0u;
+  s.n_tiles = schedule_length(s.w, s.tail_mask, tile_keys);
+  s.prefix_tiles = (s.w.key_end - s.w.key_begin + tile_keys - 1) / tile_keys;
+  return s;
+}
+
+// A split that sees no key (an empty prefix split of a shorter request) writes a partial lse of
+// -inf for its rows, so that the merge gives it no weight, and has nothing else to do.
+KD_DEVICE void write_empty_split(const VerifyKernelParams& k, const SplitWork& w, int tile_rows) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid < tile_rows && w.row0 + tid < k.rows)
+    k.part_lse[(static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows + w.row0 + tid] = -INFINITY;
+}
+
 // Two adjacent columns of a normalised output row, in the output's type (float32 or bf16,
 // rounded to nearest even).
 template <class OutT>

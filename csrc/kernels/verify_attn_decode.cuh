@@ -73,10 +73,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(co
   const int lane = tid % kWarpSize, warp = tid / kWarpSize;
   const int g = lane / 4, tig = lane % 4;  // fragment row / column pair
   const bool s_warp = warp < Cfg::kSWarps;  // warp-uniform
-  const SplitWork w = split_work(k, Cfg::kTileRows);
-  const uint32_t tail_mask = w.tail ? active_tail_tiles(k, w, Cfg::kTileRows, mask_s) : 0u;
-  const int n_tiles = schedule_length(w, tail_mask, Cfg::kTileKeys);
-  const int prefix_tiles = (w.key_end - w.key_begin + Cfg::kTileKeys - 1) / Cfg::kTileKeys;
+  const SplitSchedule sched = split_schedule(k, Cfg::kTileRows, Cfg::kTileKeys, mask_s);
+  const SplitWork& w = sched.w;
+  const uint32_t tail_mask = sched.tail_mask;
+  const int n_tiles = sched.n_tiles, prefix_tiles = sched.prefix_tiles;
   const int H = k.p.heads, T = k.p.tree_len;
 
   // this thread's fragment rows: row group r, half h -> tile row 16 r + g + 8 h
@@ -90,8 +90,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(co
     }
 
   if (n_tiles == 0) {  // an empty prefix split (a shorter request): nothing visible
-    if (tid < Cfg::kTileRows && w.row0 + tid < k.rows)
-      k.part_lse[(static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows + w.row0 + tid] = -INFINITY;
+    write_empty_split(k, w, Cfg::kTileRows);
     return;
   }
 

@@ -41,15 +41,15 @@ __global__ void __launch_bounds__(F32Attn::kThreads) verify_attn_f32_kernel(cons
   constexpr int R = F32Attn::kTileRows, N = F32Attn::kTileKeys, S = F32Attn::kRowStride;
 
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
-  const SplitWork w = split_work(k, R);
-  const uint32_t tail_mask = w.tail ? active_tail_tiles(k, w, R, mask_s) : 0u;
-  const int n_tiles = schedule_length(w, tail_mask, N);
-  const int prefix_tiles = (w.key_end - w.key_begin + N - 1) / N;
+  const SplitSchedule sched = split_schedule(k, R, N, mask_s);
+  const SplitWork& w = sched.w;
+  const uint32_t tail_mask = sched.tail_mask;
+  const int n_tiles = sched.n_tiles, prefix_tiles = sched.prefix_tiles;
   const int H = k.p.heads, T = k.p.tree_len;
   const int64_t lse_base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows;
 
   if (n_tiles == 0) {
-    if (tid < R && w.row0 + tid < k.rows) k.part_lse[lse_base + w.row0 + tid] = -INFINITY;
+    write_empty_split(k, w, R);
     return;
   }
 

@@ -221,15 +221,14 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
   const int wq = (tid / kWarpSize) % 4;                 // warp within the warpgroup: 16 rows
   const int lane = tid % kWarpSize, g = lane / 4, tig = lane % 4;
   const int row_lo = 16 * wq + g, row_hi = row_lo + 8;  // this thread's accumulator rows
-  const SplitWork w = split_work(k, Cfg::kTileRows);
-  const uint32_t tail_mask = w.tail ? active_tail_tiles(k, w, Cfg::kTileRows, mask_s) : 0u;
-  const int n_tiles = schedule_length(w, tail_mask, Cfg::kTileKeys);
-  const int prefix_tiles = (w.key_end - w.key_begin + Cfg::kTileKeys - 1) / Cfg::kTileKeys;
+  const SplitSchedule sched = split_schedule(k, Cfg::kTileRows, Cfg::kTileKeys, mask_s);
+  const SplitWork& w = sched.w;
+  const uint32_t tail_mask = sched.tail_mask;
+  const int n_tiles = sched.n_tiles, prefix_tiles = sched.prefix_tiles;
   const int H = k.p.heads, T = k.p.tree_len;
 
   if (n_tiles == 0) {  // an empty prefix split (a shorter request): nothing visible
-    if (tid < Cfg::kTileRows && w.row0 + tid < k.rows)
-      k.part_lse[(static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows + w.row0 + tid] = -INFINITY;
+    write_empty_split(k, w, Cfg::kTileRows);
     return;
   }
 
