@@ -60,6 +60,52 @@ constexpr double kTopkLn2Lo = 0x1.a39ef35793c76p-33;    // ln2 - kTopkLn2Hi
 KD_HOST_DEVICE constexpr int topk_kept_slots(int k) { return round_up(k, kWarpSize); }
 KD_HOST_DEVICE constexpr int topk_capacity(int k) { return topk_kept_slots(k) + kTopkSlack; }
 KD_HOST_DEVICE constexpr size_t topk_smem_bytes(int k) { return static_cast<size_t>(topk_capacity(k)) * 2 * sizeof(uint32_t); }
+
+// Split rows (the plan's choice when rows do not spread evenly over the SMs): the rows x V
+// logits, concatenated, are cut into equal ranges, one per block; a block's range meets one
+// or a few rows, its part of each row is a piece. A piece's scan keeps its K largest logits
+// and its sums; it publishes them in a workspace slot and counts itself in its row's counter;
+// the row's last piece to arrive merges the row's pieces in its buffer (their candidates, sums
+// combined exactly in the power-of-two form, largest dropped logit) and finishes the row as a
+// single block would.
+constexpr int kTopkMaxPieces = 16;        // pieces one row may have (their summaries sit in shared memory)
+constexpr int kTopkMinPieceSteps = 4;     // a split the plan picks gives each block >= 4 scan steps
+constexpr int kTopkPieceAlign = 16;       // ranges start at multiples of 16 logits: float4 loads stay aligned
+constexpr double kTopkSplitMargin = 0.05; // the split must cut the busiest SM's work by more: it adds a select
+                                          //   per piece and a merge per row
+constexpr int kTopkForcedMinBlocks = 8;   // a forced split (tests) cuts even a one-row, one-SM launch into pieces
+constexpr int kTopkSlotHeader = 64;       // bytes of a workspace slot before its keys (TopkPiece)
+constexpr size_t kTopkCounterAlign = 256; // the slots start on their own cache lines
+
+struct TopkSplit {
+  int64_t len = 0;    // logits per block's range (the last: the rest), a multiple of kTopkPieceAlign
+  int blocks = 0;
+  int per_block = 0;  // workspace slots per block: the most rows a range of len can meet
+};
+
+// A piece's summary (block-uniform), also the header of its workspace slot.
+struct TopkPiece {
+  double fsum;     // sum of e^x 2^-mk over the logits met while the max was in the fast range
+  double slow;     // sum of e^(x - pmax) over the others
+  float pmax;      // the piece's largest logit
+  float drop_max;  // the largest logit its candidates left out (-inf: none)
+  int n;           // its candidates
+  int mk;          // fsum's power-of-two reference (when has_fast)
+  int has_fast;
+  int dropped;     // a compaction dropped candidates
+};
+static_assert(sizeof(TopkPiece) <= kTopkSlotHeader, "a slot's header holds the summary");
+
+// A row's pieces must fit, K candidates each, in one block's buffer.
+KD_HOST_DEVICE constexpr int topk_max_pieces(int k) {
+  return topk_capacity(k) / topk_kept_slots(k) < kTopkMaxPieces ? topk_capacity(k) / topk_kept_slots(k) : kTopkMaxPieces;
+}
+KD_HOST_DEVICE constexpr size_t topk_counter_bytes(int rows) {
+  return round_up(static_cast<size_t>(rows) * sizeof(uint32_t), kTopkCounterAlign);
+}
+KD_HOST_DEVICE constexpr size_t topk_slot_bytes(int k) {
+  return kTopkSlotHeader + static_cast<size_t>(topk_kept_slots(k)) * 2 * sizeof(uint32_t);
+}
 // The final sort reuses the buffer: its keys (8 bytes each, a power of two < 2K) must fit.
 static_assert(2 * kTreeMaxNodes <= kTopkSlack, "the sort keys of K winners fit in the candidate buffer");
 static_assert(kTreeMaxNodes <= kTopkMinThreads * 8, "the K winners fit in 8 registers per thread before the sort");
@@ -73,6 +119,9 @@ struct TopkShared {
   int count;                        // candidates in the buffer (may pass capacity while appending)
   uint32_t drop_key;                // largest ordered key a scan compaction removed (0: none)
   uint64_t eq_warp[Threads / kWarpSize];  // re-read: tied logits per warp in this chunk (4 packed counts)
+  TopkPiece pieces[kTopkMaxPieces];  // split: the summaries of the row's pieces (in the merging block)
+  int last;                          // split: this block's piece arrived last in its row
+  int piece_row, piece_begin, piece_end;  // split: the piece being scanned
 };
 
 KD_DEVICE float logp_of(float x, double lse) { return static_cast<float>(static_cast<double>(x) - lse); }
@@ -136,29 +185,35 @@ KD_DEVICE float topk_pick(const float (&v)[kTopkPerThread], int k) {
   return (k & 8) ? c[1] : c[0];
 }
 
-template <bool Vec4, int Threads>
-__global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_logprobs_kernel(const TopkLogprobsParams p) {
-  static_assert(Threads >= kTopkMinThreads && Threads <= kTopkMaxThreads && Threads % kWarpSize == 0, "block size");
-  constexpr int kWarps = Threads / kWarpSize;
-  constexpr int kChunk = kTopkPerThread * Threads;  // logits per step
-  __shared__ TopkShared<Threads> s;
-  KD_DYNAMIC_SMEM(uint32_t, buf);
-  const int K = p.k, V = p.vocab;
-  const int capacity = topk_capacity(K);
-  uint32_t* keys = buf;             // ordered bits of the logit (from step 2: of its logp)
-  uint32_t* rids = buf + capacity;  // ~token id: (key, rid) descending puts lower ids first
-  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
-  const float* x = p.logits + static_cast<int64_t>(blockIdx.x) * V;
+// 2^e for e <= 0 (0 below float64's range): rescales a sum to a higher power-of-two reference.
+KD_DEVICE double topk_pow2_nonpositive(int e) {
+  const int biased = e + 1023;
+  return biased > 0 ? __hiloint2double(biased << kExponentShift, 0) : 0.0;
+}
 
-  for (int i = tid; i < kExp2FineTableSize * kTopkTableCopies; i += Threads)
-    s.exp_table[i] = exp2_table_preshifted<kTopkExpBits>(i / kTopkTableCopies);
+// Step 1, the scan, over logits [begin, end) of row `row` at x (token ids are positions in the
+// row): leaves s.count candidates in keys/rids and returns the piece's summary. Split: the
+// scan keeps only the piece's K largest at the end (a piece publishes at most K), and the
+// piece's row, begin and end wait in shared memory (s.piece), not in registers the scan needs.
+template <bool Vec4, int Threads, bool Split>
+KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, const float* x, int row, int begin,
+                              int end, int K) {
+  constexpr int kChunk = kTopkPerThread * Threads;  // logits per step
+  const int capacity = topk_capacity(K);
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
+  const double* table = s.exp_table;
+  const int lane_bytes = (lane % kTopkTableCopies) * static_cast<int>(sizeof(double));  // this lane's copy
+  __syncthreads();  // the buffer and s.count are free (the table is written, a previous piece is done)
   if (tid == 0) {
     s.count = 0;
     s.drop_key = 0;
+    s.piece_row = row;
+    s.piece_begin = begin;
+    s.piece_end = end;
   }
+  x += begin;  // the scan counts from the piece's start
+  const int len = end - begin;
   __syncthreads();
-  const double* table = s.exp_table;
-  const int lane_bytes = (lane % kTopkTableCopies) * static_cast<int>(sizeof(double));  // this lane's copy
 
   // 1. the scan
   float m = -INFINITY;            // running max of this thread's logits
@@ -172,8 +227,9 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   float thr = NAN;                // candidates need a logit above it (NaN: every logit passes)
   float drop = -INFINITY;         // the largest of this thread's logits left out of the buffer
   bool dropped = false;           // whether a compaction has dropped candidates (block-uniform)
-  const int steps = ceil_div(V, kChunk);
-  // element k of this thread's 16 in a step: float4 (k / 4) is coalesced across the block
+  const int steps = ceil_div(len, kChunk);
+  // element k of this thread's 16 in a step, from the piece's start: float4 (k / 4) is
+  // coalesced across the block
   auto index = [&](int step, int k) {
     return step * kChunk + (Vec4 ? ((k / 4) * Threads + tid) * 4 + k % 4 : k * Threads + tid);
   };
@@ -181,8 +237,8 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
 #pragma unroll
     for (int u = 0; u < kTopkVecs; ++u) {
       if constexpr (Vec4) {
-        const int i = index(step, 4 * u);  // V % 4 == 0: a float4 is all in or all out
-        const float4 f = i < V ? load_streaming(reinterpret_cast<const float4*>(x + i))
+        const int i = index(step, 4 * u);  // begin, end % 4 == 0: a float4 is all in or all out
+        const float4 f = i < len ? load_streaming(reinterpret_cast<const float4*>(x + i))
                                : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
         v[4 * u] = f.x;
         v[4 * u + 1] = f.y;
@@ -192,7 +248,7 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = index(step, 4 * u + e);
-          v[4 * u + e] = i < V ? x[i] : -INFINITY;
+          v[4 * u + e] = i < len ? x[i] : -INFINITY;
         }
       }
     }
@@ -211,7 +267,7 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
       const int k = __ffs(static_cast<int>(bits)) - 1;
       if (slot < capacity) {
         keys[slot] = float_to_ordered(topk_pick(v, k));
-        rids[slot] = ~static_cast<uint32_t>(index(step, k));
+        rids[slot] = ~static_cast<uint32_t>((Split ? s.piece_begin : 0) + index(step, k));
       } else {
         left |= 1u << k;
       }
@@ -236,9 +292,8 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
       fast = fabsf(m) < kTopkFastMaxAbs;
       if (fast) {
         const int mk_new = static_cast<int>(floor(static_cast<double>(m) * kTopkInvLn2));
-        if (had_fast) {  // 2^(mk - mk_new) <= 1 rescales the sums (0 below float64's range)
-          const int e = mk - mk_new + 1023;  // its biased exponent
-          const double f = e > 0 ? __hiloint2double(e << kExponentShift, 0) : 0.0;
+        if (had_fast) {  // 2^(mk - mk_new) <= 1 rescales the sums
+          const double f = topk_pow2_nonpositive(mk - mk_new);
 #pragma unroll
           for (int u = 0; u < kTopkVecs; ++u) sum[u] *= f;
         }
@@ -276,11 +331,11 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
           pass |= static_cast<unsigned>(p) << k;
           drop = fmaxf(drop, p ? -INFINITY : v[k]);
         }
-        // logits past the row (-inf) pass only while thr is NaN
-        if ((step + 1) * kChunk > V) {
+        // logits past the piece (-inf) pass only while thr is NaN
+        if ((step + 1) * kChunk > len) {
 #pragma unroll
           for (int k = 0; k < kTopkPerThread; ++k)
-            if (index(step, k) >= V) pass &= ~(1u << k);
+            if (index(step, k) >= len) pass &= ~(1u << k);
         }
       }
       left = append(pass, step, v);
@@ -303,21 +358,83 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
     }
   }
 
-  // 2. lse, candidates' log-probabilities, the K-th by (logp, lower id first)
-  const float row_max = block_max(m, -INFINITY, s.fmax);
-  double mine = 0.0;  // this thread's sum of e^(x - row_max)
+  if (Split) {  // after the loop's last barrier: s.count is final
+    const int n = s.count;
+    if (n > K) {
+      const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select);
+      topk_keep_if<true>(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; });
+      dropped = true;
+    }
+  }
+
+  // the summary: sums at the piece's largest power-of-two reference (exact rescales) and its max
+  TopkPiece pc;
+  pc.pmax = block_max(m, -INFINITY, s.fmax);
+  const float top_mk = block_max(had_fast ? static_cast<float>(mk) : -INFINITY, -INFINITY, s.fmax);  // |mk| < 2^13: exact
+  pc.has_fast = top_mk > -INFINITY;
+  pc.mk = pc.has_fast ? static_cast<int>(top_mk) : 0;
+  double fsum = 0.0;
   if (had_fast) {
-    // e^(mk ln2 - row_max): the difference formed exactly (mk ln2 <= m <= row_max, up to rounding of the floor)
-    const double delta = fma(static_cast<double>(mk), kTopkLn2Lo, fma(static_cast<double>(mk), kTopkLn2Hi, -static_cast<double>(row_max)));
-    double fsum = 0.0;
 #pragma unroll
     for (int u = 0; u < kTopkVecs; ++u) fsum += sum[u];
-    mine = fsum * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(delta, table, lane_bytes);
+    fsum *= topk_pow2_nonpositive(mk - pc.mk);
   }
+  pc.fsum = block_sum(fsum, s.dsum);
+  double slow_part = 0.0;
   if (slow_ref > -INFINITY)
-    mine += slow * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - row_max, table, lane_bytes);
-  const double lse = static_cast<double>(row_max) + log(block_sum(mine, s.dsum));
-  const int n = s.count;  // >= K: every logit passes until K are held; < capacity: no overflow is left
+    slow_part = slow * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - pc.pmax, table, lane_bytes);
+  pc.slow = block_sum(slow_part, s.dsum);
+  float drop_max = block_max(drop, -INFINITY, s.fmax);
+  if (s.drop_key != 0) drop_max = fmaxf(drop_max, ordered_to_float(s.drop_key));
+  pc.drop_max = drop_max;
+  pc.n = s.count;
+  pc.dropped = dropped;
+  return pc;
+}
+
+// The row's lse from its pieces' summaries: the fast sums rescaled to the highest reference
+// (powers of two: exact), one e^(mk ln2 - max) for all of them, the slow ones by e^(pmax - max).
+KD_DEVICE double topk_lse(const TopkPiece* pcs, int np, const double* table, int lane_bytes) {
+  float row_max = -INFINITY;
+  int top_mk = 0;
+  bool any_fast = false;
+  for (int j = 0; j < np; ++j) {
+    row_max = fmaxf(row_max, pcs[j].pmax);
+    if (pcs[j].has_fast) {
+      top_mk = any_fast && top_mk > pcs[j].mk ? top_mk : pcs[j].mk;
+      any_fast = true;
+    }
+  }
+  double total = 0.0;
+  if (any_fast) {
+    double fast = 0.0;
+    for (int j = 0; j < np; ++j)
+      if (pcs[j].has_fast) fast += pcs[j].fsum * topk_pow2_nonpositive(pcs[j].mk - top_mk);
+    // e^(mk ln2 - row_max): the difference formed exactly (mk ln2 <= row_max, up to rounding of the floor)
+    const double mkd = static_cast<double>(top_mk);
+    const double delta = fma(mkd, kTopkLn2Lo, fma(mkd, kTopkLn2Hi, -static_cast<double>(row_max)));
+    total = fast * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(delta, table, lane_bytes);
+  }
+  for (int j = 0; j < np; ++j)
+    if (pcs[j].slow != 0.0)
+      total += pcs[j].slow * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(pcs[j].pmax) - row_max,
+                                                                                 table, lane_bytes);
+  return static_cast<double>(row_max) + log(total);
+}
+
+// Steps 2-4 for row `row` (logits at x) once its n >= K candidates (ordered logits, ~ids) are
+// in keys/rids and its lse is known; drop_max / dropped: the largest logit left out of them and
+// whether any was.
+template <int Threads>
+KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, uint32_t* buf, const float* x, int row, int n,
+                           double lse, float drop_max, bool dropped) {
+  constexpr int kWarps = Threads / kWarpSize;
+  const int K = p.k, V = p.vocab;
+  const int capacity = topk_capacity(K);
+  uint32_t* keys = buf;
+  uint32_t* rids = buf + capacity;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
+  // 2. the candidates' log-probabilities, the K-th by (logp, lower id first)
   for (int i = tid; i < n; i += Threads) keys[i] = float_to_ordered(logp_of(ordered_to_float(keys[i]), lse));
   __syncthreads();
   const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select);
@@ -326,8 +443,6 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   // 3. could a dropped logit share the K-th's logp? The largest one tells (dropped logits
   // are all <= thr, but after a late compaction thr can still be the row's K-th: bounding by
   // thr sent ~1% of random rows to the re-read)
-  float drop_max = block_max(drop, -INFINITY, s.fmax);
-  if (s.drop_key != 0) drop_max = fmaxf(drop_max, ordered_to_float(s.drop_key));
   const bool reread = dropped && float_to_ordered(logp_of(drop_max, lse)) >= kth_logp;
   if (!reread) {
     topk_keep_if(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; });
@@ -405,14 +520,143 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   }
   __syncthreads();
   block_sort_ascending(order, sort_n);
-  const int64_t out0 = static_cast<int64_t>(blockIdx.x) * K;
+  const int64_t out0 = static_cast<int64_t>(row) * K;
   for (int i = tid; i < K; i += Threads) {
     const uint64_t v = ~order[i];
     p.logp[out0 + i] = ordered_to_float(static_cast<uint32_t>(v >> 32));
     p.tok[out0 + i] = static_cast<int32_t>(~static_cast<uint32_t>(v));
     if (p.raw) p.raw[out0 + i] = x[~static_cast<uint32_t>(v)];
   }
-  if (p.lse && tid == 0) p.lse[blockIdx.x] = lse;
+  if (p.lse && tid == 0) p.lse[row] = lse;
+}
+
+
+// Loads a published summary (written by another block: read from L2).
+KD_DEVICE TopkPiece topk_load_piece(const TopkPiece* g) {
+  TopkPiece pc;
+  pc.fsum = load_coherent(&g->fsum);
+  pc.slow = load_coherent(&g->slow);
+  pc.pmax = load_coherent(&g->pmax);
+  pc.drop_max = load_coherent(&g->drop_max);
+  pc.n = load_coherent(&g->n);
+  pc.mk = load_coherent(&g->mk);
+  pc.has_fast = load_coherent(&g->has_fast);
+  pc.dropped = load_coherent(&g->dropped);
+  return pc;
+}
+
+// Split: publish this block's piece of `row` (its candidates, at most K, and summary), count
+// it, and when it is the row's last piece merge the row's pieces into this block's buffer and
+// finish the row.
+template <int Threads>
+KD_DEVICE void topk_publish_and_merge(const TopkLogprobsParams& p, const TopkSplit& sp, TopkShared<Threads>& s, uint32_t* buf,
+                                      int row, const TopkPiece& pc) {
+  const int K = p.k, V = p.vocab;
+  const int kept = topk_kept_slots(K), capacity = topk_capacity(K);
+  uint32_t* keys = buf;
+  uint32_t* rids = buf + capacity;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
+  uint8_t* ws = static_cast<uint8_t*>(p.workspace);
+  uint32_t* counters = reinterpret_cast<uint32_t*>(ws);
+  const size_t slot_bytes = topk_slot_bytes(K);
+  // block g's slot for its piece of row r: its rows start at (g len) / V
+  auto slot = [&](int g, int r) {
+    const int first = static_cast<int>(static_cast<int64_t>(g) * sp.len / V);
+    return ws + topk_counter_bytes(p.rows) + (static_cast<size_t>(g) * sp.per_block + (r - first)) * slot_bytes;
+  };
+  const int me = static_cast<int>(blockIdx.x);
+  uint8_t* mine = slot(me, row);
+  uint32_t* out_keys = reinterpret_cast<uint32_t*>(mine + kTopkSlotHeader);
+  for (int i = tid; i < pc.n; i += Threads) {
+    out_keys[i] = keys[i];
+    out_keys[kept + i] = rids[i];
+  }
+  if (tid == 0) *reinterpret_cast<TopkPiece*>(mine) = pc;
+  fence_device();  // the slot is visible before the count that announces it
+  __syncthreads();
+  const int64_t row0 = static_cast<int64_t>(row) * V;
+  const int g_first = static_cast<int>(row0 / sp.len), g_last = static_cast<int>((row0 + V - 1) / sp.len);
+  const int np = g_last - g_first + 1;
+  if (tid == 0) {
+    const unsigned arrived = atomicAdd(&counters[row], 1u);
+    s.last = arrived == static_cast<unsigned>(np - 1);
+    if (s.last) counters[row] = 0;  // every piece has counted
+  }
+  __syncthreads();
+  if (!s.last) return;  // block-uniform
+  fence_device();
+  if (tid < np) {
+    uint8_t* q = slot(g_first + tid, row);
+    s.pieces[tid] = g_first + tid == me ? pc : topk_load_piece(reinterpret_cast<const TopkPiece*>(q));
+    uint32_t* words = reinterpret_cast<uint32_t*>(q);  // read: zero it (below)
+    for (int w = 0; w < static_cast<int>(sizeof(TopkPiece) / sizeof(uint32_t)); ++w) words[w] = 0;
+  }
+  __syncthreads();
+  // The row's pieces' candidates (this block's are in place, the others' follow them); each
+  // slot is zeroed as it is read, so every launch leaves the whole workspace zero and a later
+  // launch of any shape may lay it out differently.
+  int n = pc.n;
+  float drop_max = -INFINITY;
+  bool dropped = false;
+  for (int j = 0; j < np; ++j) {
+    const TopkPiece& q = s.pieces[j];
+    drop_max = fmaxf(drop_max, q.drop_max);
+    dropped = dropped || q.dropped;
+    uint32_t* in_keys = reinterpret_cast<uint32_t*>(slot(g_first + j, row) + kTopkSlotHeader);
+    const bool own = g_first + j == me;
+    for (int i = tid; i < q.n; i += Threads) {
+      if (!own) {
+        keys[n + i] = load_coherent(in_keys + i);
+        rids[n + i] = load_coherent(in_keys + kept + i);
+      }
+      in_keys[i] = 0;
+      in_keys[kept + i] = 0;
+    }
+    if (!own) n += q.n;
+  }
+  __syncthreads();
+  const double lse = topk_lse(s.pieces, np, s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(double)));
+  topk_finish<Threads>(p, s, buf, p.logits + row0, row, n, lse, drop_max, dropped);
+}
+
+// Split = false: block b does row b. Split: block b does the logits [b len, (b + 1) len) of
+// the concatenated rows, a piece per row they meet.
+template <bool Vec4, int Threads, bool Split>
+__global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_logprobs_kernel(const TopkLogprobsParams p,
+                                                                                             const TopkSplit sp) {
+  static_assert(Threads >= kTopkMinThreads && Threads <= kTopkMaxThreads && Threads % kWarpSize == 0, "block size");
+  __shared__ TopkShared<Threads> s;
+  KD_DYNAMIC_SMEM(uint32_t, buf);
+  const int K = p.k, V = p.vocab;
+  const int capacity = topk_capacity(K);
+  uint32_t* keys = buf;             // ordered bits of the logit (from step 2: of its logp)
+  uint32_t* rids = buf + capacity;  // ~token id: (key, rid) descending puts lower ids first
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
+
+  for (int i = tid; i < kExp2FineTableSize * kTopkTableCopies; i += Threads)
+    s.exp_table[i] = exp2_table_preshifted<kTopkExpBits>(i / kTopkTableCopies);
+  if constexpr (!Split) {
+    const int row = static_cast<int>(blockIdx.x);
+    const float* x = p.logits + static_cast<int64_t>(row) * V;
+    const TopkPiece pc = topk_scan<Vec4, Threads, false>(s, keys, rids, x, row, 0, V, K);
+    const double lse = topk_lse(&pc, 1, s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(double)));
+    topk_finish<Threads>(p, s, buf, x, row, pc.n, lse, pc.drop_max, pc.dropped);
+  } else {
+    const int64_t total = static_cast<int64_t>(p.rows) * V;
+    const int64_t start = static_cast<int64_t>(blockIdx.x) * sp.len;
+    const int64_t stop = start + sp.len < total ? start + sp.len : total;
+    int row = static_cast<int>(start / V), begin = static_cast<int>(start - static_cast<int64_t>(row) * V);
+    for (;;) {
+      const int64_t row0 = static_cast<int64_t>(row) * V;
+      const int end = stop - row0 < V ? static_cast<int>(stop - row0) : V;
+      const TopkPiece pc = topk_scan<Vec4, Threads, true>(s, keys, rids, p.logits + row0, row, begin, end, K);
+      row = s.piece_row;  // (from shared memory: nothing of the loop's stays live across the scan)
+      topk_publish_and_merge<Threads>(p, sp, s, buf, row, pc);
+      if (static_cast<int64_t>(row) * V + s.piece_end >= stop) break;
+      ++row;  // the range goes on at the next row's start
+      begin = 0;
+    }
+  }
 }
 
 }  // namespace kdtree::kern

@@ -55,14 +55,42 @@ KD_TEST(tree_build_fuzz) {
 // topk_logprobs on fresh random rows (seed from KD_SEED or the clock, printed) against the
 // host reference, with the pretend device's SM count set so that the rows take each block
 // size (512, 256, 128 threads).
+// Each case runs with one block per row and split over blocks (force_split 2: 132 SMs cut
+// a row into up to 8 pieces, 1 SM into ranges that straddle rows); the runner checks that the
+// workspace is left zero.
 KD_TEST(topk_random_rows) {
   const char* env = std::getenv("KD_SEED");
   const uint64_t seed = env && *env ? std::strtoull(env, nullptr, 10) : static_cast<uint64_t>(std::random_device{}());
-  for (const int sms : {132, 1}) {
-    EmuTreeRunner runner;
-    runner.sms = sms;  // 132: <= 4 rows -> 512 threads; 1: 2 rows -> 256, 3-4 rows -> 128
-    run_random_topk_cases(runner, seed, false);
-  }
+  for (const int split : {1, 2})
+    for (const int sms : {132, 1}) {
+      EmuTreeRunner runner;
+      runner.sms = sms;  // 132: <= 4 rows -> 512 threads; 1: 2 rows -> 256, 3-4 rows -> 128
+      run_random_topk_cases(runner, seed, false, split);
+    }
+}
+
+// The plan splits rows that do not spread evenly over the SMs (5 rows on 4 SMs), and not rows
+// that do (8 on 4); both against the host reference.
+KD_TEST(topk_plan_splits_uneven_rows) {
+  const char* env = std::getenv("KD_SEED");
+  const uint64_t seed = env && *env ? std::strtoull(env, nullptr, 10) : static_cast<uint64_t>(std::random_device{}());
+  EmuTreeRunner runner;
+  runner.sms = 4;
+  TopkIO probe;
+  probe.rows = 5;
+  probe.vocab = 20000;
+  probe.k = 256;
+  probe.logits.assign(static_cast<size_t>(probe.rows) * probe.vocab, 0.0f);
+  probe.poison_outputs();
+  KD_CHECK(runner.topk(probe).ok());
+  KD_EXPECT(probe.split_blocks > 0);
+  run_random_topk_case(runner, "normal", 5, 20000, 256, seed + 21);
+  run_random_topk_case(runner, "ties", 5, 20000, 256, seed + 22);
+  probe.rows = 8;
+  probe.logits.assign(static_cast<size_t>(probe.rows) * probe.vocab, 0.0f);
+  probe.poison_outputs();
+  KD_CHECK(runner.topk(probe).ok());
+  KD_EXPECT_EQ(probe.split_blocks, 0);
 }
 
 // topk_logprobs' float64 exp against the C library's (correctly rounded on glibc): within
