@@ -11,9 +11,10 @@
 //   verify_attn  dtype [bf16] batch [1] heads n prefix config [plan's] split_keys [plan's]
 //                config / split_keys force a tile configuration (VerifyAttnConfig) or the
 //                prefix keys per split, to time variants against the plan's choice
-//   topk         rows vocab k split [0] force_threads [plan's]
+//   topk         rows vocab k split [0] force_threads [plan's] exact [0]
 //                split: force_split (0 the plan's choice with the workspace it asks for, 1 one
-//                block per row, 2 rows split over blocks); force_threads: the block size (128/256/512)
+//                block per row, 2 rows split over blocks); force_threads: the block size (128/256/512);
+//                exact 1: the scan's compactions keep exactly K (force_exact_compaction)
 //   tree_build   batch budget depth [15] input [flat|logits] vocab [4096]
 //                also times the reference heap (tree_heap.h) on one CPU core and checks the
 //                kernel's trees against it
@@ -344,6 +345,7 @@ void bench_topk(const Case& c, Env& env, Record& r) {
   p.tok = tok.get();
   p.force_split = static_cast<int>(c.num("split", 0));
   p.force_threads = static_cast<int>(c.num("force_threads", 0));
+  p.force_exact_compaction = static_cast<int>(c.num("exact", 0));
   DeviceBuffer<uint8_t> ws(p.force_split == 1 ? 0 : topk_logprobs_workspace_bytes(p));
   if (ws.size() > 0) {  // zeroed once, as the API asks (each launch leaves it zero)
     KD_CUDA_CHECK(cudaMemset(ws.get(), 0, ws.size()));

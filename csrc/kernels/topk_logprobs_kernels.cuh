@@ -4,7 +4,9 @@
 // lse = max + log(sum exp(x - max)) in float64, logp = float32(x - lse).
 //
 // One block per row (128, 256 or 512 threads: the plan takes more threads per row when there
-// are fewer rows than SMs), ONE read of the logits:
+// are fewer rows than SMs), or, when rows would load the SMs unevenly and a workspace is given,
+// rows split over blocks (each block an equal range of the concatenated rows; a row's pieces
+// merged by its last block, see "Split rows" below). ONE read of the logits:
 //   1. scan: each thread loads four float4 per step (the next step's are in flight while this
 //      one computes). Per step it takes the float32 max of its 16 logits, moves its float64
 //      sums' power-of-two reference when the max rose (rare), then adds e^x 2^-mk of each
@@ -14,13 +16,14 @@
 //      to a candidate buffer in shared memory. When the buffer is full, the block keeps the K largest (logit, lower id
 //      first), raises the threshold to the K-th and appends what did not fit. In a row in
 //      random order only ~K ln(V/K) logits ever pass.
-//   2. lse from the threads' partial sums; every candidate becomes its float32 log-
+//   2. lse from the partial sums (rescaled to the block's, then the row's, largest power-of-
+//      two reference: exact; one exp for all); every candidate becomes its float32 log-
 //      probability, and the K largest by (logp, lower id first) are selected.
 //   3. float32 rounding can give neighbouring logits the same logp, and the reference then
-//      orders them by id: a dropped logit may belong to the K-th logp's group. Dropped
-//      logits are all <= the last threshold, so that is checked with one logp; when it
-//      could happen (rarely; always with exact ties across the cut, e.g. many -inf), the row
-//      is read once more to gather that group's lowest ids.
+//      orders them by id: a dropped logit may belong to the K-th logp's group. The largest
+//      dropped logit (of every piece) is checked with one logp; when it could happen (rarely;
+//      always with exact ties across the cut, e.g. many -inf), the row is read once more to
+//      gather that group's lowest ids.
 //   4. a bitonic sort of the K winners; logp and token out.
 #pragma once
 
@@ -76,11 +79,15 @@ constexpr double kTopkSplitMargin = 0.05; // the split must cut the busiest SM's
 constexpr int kTopkForcedMinBlocks = 8;   // a forced split (tests) cuts even a one-row, one-SM launch into pieces
 constexpr int kTopkSlotHeader = 64;       // bytes of a workspace slot before its keys (TopkPiece)
 constexpr size_t kTopkCounterAlign = 256; // the slots start on their own cache lines
+// The scan's compactions need not keep exactly K: the select stops once the bin holding the
+// K-th has at most this many candidates (usually after 2 of its ~4-5 rounds) and keeps them all.
+constexpr int kTopkCompactSlop = 64;
 
 struct TopkSplit {
   int64_t len = 0;    // logits per block's range (the last: the rest), a multiple of kTopkPieceAlign
   int blocks = 0;
   int per_block = 0;  // workspace slots per block: the most rows a range of len can meet
+  int compact_slop = 0;  // (either path) the scan's compactions keep up to K + this - 1 (0: exactly K)
 };
 
 // A piece's summary (block-uniform), also the header of its workspace slot.
@@ -123,6 +130,44 @@ struct TopkShared {
   int last;                          // split: this block's piece arrived last in its row
   int piece_row, piece_begin, piece_end;  // split: the piece being scanned
 };
+
+// Per-phase cycle counts on the GPU (a measuring build only: -DKD_TOPK_PHASE_CLOCKS through
+// NVCC_APPEND_FLAGS): thread 0 of block 0 sums clock64() deltas per phase over launches and
+// prints the averages every kTopkClkEvery launches. Off: no code at all.
+#if defined(KD_TOPK_PHASE_CLOCKS) && defined(__CUDACC__) && !defined(KD_SIMT_EMULATION)
+constexpr int kTopkClkSlots = 16;
+constexpr unsigned kTopkClkEvery = 20;
+__device__ unsigned long long g_topk_clk[kTopkClkSlots];
+__device__ unsigned g_topk_clk_launches;
+KD_DEVICE bool topk_clk_on() { return threadIdx.x == 0 && blockIdx.x == 0; }
+#define TOPK_CLK_BEGIN(var) long long var = topk_clk_on() ? clock64() : 0
+#define TOPK_CLK_END(var, slot)                                                                 \
+  do {                                                                                          \
+    if (topk_clk_on()) g_topk_clk[slot] += static_cast<unsigned long long>(clock64() - var); \
+  } while (0)
+#define TOPK_CLK_COUNT(slot)                  \
+  do {                                        \
+    if (topk_clk_on()) g_topk_clk[slot] += 1; \
+  } while (0)
+KD_DEVICE void topk_clk_report() {
+  if (!topk_clk_on()) return;
+  g_topk_clk[15] += 1;
+  if (++g_topk_clk_launches % kTopkClkEvery != 0) return;
+  const double c = static_cast<double>(g_topk_clk[15]);
+  printf("topk_clk blocks=%d threads=%d launches=%.0f | table %.0f scan %.0f (compactions %.0f x%.1f) piece_end %.0f "
+         "summary %.0f publish %.0f merge_load %.0f | logp+select %.0f keep/reread %.0f sort+out %.0f | pieces %.1f merges %.1f "
+         "| total %.0f cycles\n",
+         gridDim.x, blockDim.x, c, g_topk_clk[0] / c, g_topk_clk[1] / c, g_topk_clk[2] / c, g_topk_clk[3] / c, g_topk_clk[4] / c,
+         g_topk_clk[5] / c, g_topk_clk[6] / c, g_topk_clk[7] / c, g_topk_clk[8] / c, g_topk_clk[9] / c, g_topk_clk[10] / c,
+         g_topk_clk[12] / c, g_topk_clk[13] / c, g_topk_clk[11] / c);
+  for (int i = 0; i < kTopkClkSlots; ++i) g_topk_clk[i] = 0;
+}
+#else
+#define TOPK_CLK_BEGIN(var) ((void)0)
+#define TOPK_CLK_END(var, slot) ((void)0)
+#define TOPK_CLK_COUNT(slot) ((void)0)
+KD_DEVICE void topk_clk_report() {}
+#endif
 
 KD_DEVICE float logp_of(float x, double lse) { return static_cast<float>(static_cast<double>(x) - lse); }
 
@@ -197,7 +242,7 @@ KD_DEVICE double topk_pow2_nonpositive(int e) {
 // piece's row, begin and end wait in shared memory (s.piece), not in registers the scan needs.
 template <bool Vec4, int Threads, bool Split>
 KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, const float* x, int row, int begin,
-                              int end, int K) {
+                              int end, int K, int slop) {
   constexpr int kChunk = kTopkPerThread * Threads;  // logits per step
   const int capacity = topk_capacity(K);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
@@ -276,6 +321,7 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
     return left;
   };
 
+  TOPK_CLK_BEGIN(clk_scan);
   float next[kTopkPerThread];
   load(0, next);
   for (int step = 0; step < steps; ++step) {
@@ -341,8 +387,11 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
       left = append(pass, step, v);
     }
     while (__syncthreads_or(left != 0)) {  // the buffer is full: keep the K largest
+      TOPK_CLK_BEGIN(clk_compact);
       const int n = capacity;  // every slot below capacity was written
-      const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select);
+      // kth: a bound with K..K+slop-1 values >= it (its key a float >= -inf, never a NaN)
+      const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select, slop,
+                                                    static_cast<uint64_t>(float_to_ordered(-INFINITY)) << 32);
       topk_keep_if<true>(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; });
       thr = ordered_to_float(static_cast<uint32_t>(kth >> 32));
       dropped = true;
@@ -355,9 +404,14 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
         }
       left = 0;
       if (__any_sync(kFullMask, pass != 0)) left = append(pass, step, v);
+      TOPK_CLK_END(clk_compact, 2);
+      TOPK_CLK_COUNT(3);
     }
   }
+  TOPK_CLK_END(clk_scan, 1);
+  TOPK_CLK_COUNT(12);
 
+  TOPK_CLK_BEGIN(clk_end);
   if (Split) {  // after the loop's last barrier: s.count is final
     const int n = s.count;
     if (n > K) {
@@ -367,6 +421,8 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
     }
   }
 
+  TOPK_CLK_END(clk_end, 4);
+  TOPK_CLK_BEGIN(clk_summary);
   // the summary: sums at the piece's largest power-of-two reference (exact rescales) and its max
   TopkPiece pc;
   pc.pmax = block_max(m, -INFINITY, s.fmax);
@@ -389,6 +445,7 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
   pc.drop_max = drop_max;
   pc.n = s.count;
   pc.dropped = dropped;
+  TOPK_CLK_END(clk_summary, 5);
   return pc;
 }
 
@@ -435,6 +492,8 @@ KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, 
   uint32_t* rids = buf + capacity;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
   // 2. the candidates' log-probabilities, the K-th by (logp, lower id first)
+  TOPK_CLK_BEGIN(clk_select);
+  TOPK_CLK_COUNT(13);
   for (int i = tid; i < n; i += Threads) keys[i] = float_to_ordered(logp_of(ordered_to_float(keys[i]), lse));
   __syncthreads();
   const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select);
@@ -443,6 +502,8 @@ KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, 
   // 3. could a dropped logit share the K-th's logp? The largest one tells (dropped logits
   // are all <= thr, but after a late compaction thr can still be the row's K-th: bounding by
   // thr sent ~1% of random rows to the re-read)
+  TOPK_CLK_END(clk_select, 7);
+  TOPK_CLK_BEGIN(clk_keep);
   const bool reread = dropped && float_to_ordered(logp_of(drop_max, lse)) >= kth_logp;
   if (!reread) {
     topk_keep_if(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; });
@@ -501,6 +562,8 @@ KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, 
     }
   }
 
+  TOPK_CLK_END(clk_keep, 8);
+  TOPK_CLK_BEGIN(clk_sort);
   // 4. sort the K winners (ascending ~(logp, rid) = the wanted order) at the buffer's start:
   // read them into registers first, as the sort keys overwrite them
   constexpr int kWinnersPerThread = ceil_div(kTreeMaxNodes, Threads);
@@ -528,6 +591,7 @@ KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, 
     if (p.raw) p.raw[out0 + i] = x[~static_cast<uint32_t>(v)];
   }
   if (p.lse && tid == 0) p.lse[row] = lse;
+  TOPK_CLK_END(clk_sort, 9);
 }
 
 
@@ -564,6 +628,7 @@ KD_DEVICE void topk_publish_and_merge(const TopkLogprobsParams& p, const TopkSpl
     const int first = static_cast<int>(static_cast<int64_t>(g) * sp.len / V);
     return ws + topk_counter_bytes(p.rows) + (static_cast<size_t>(g) * sp.per_block + (r - first)) * slot_bytes;
   };
+  TOPK_CLK_BEGIN(clk_publish);
   const int me = static_cast<int>(blockIdx.x);
   uint8_t* mine = slot(me, row);
   uint32_t* out_keys = reinterpret_cast<uint32_t*>(mine + kTopkSlotHeader);
@@ -583,7 +648,9 @@ KD_DEVICE void topk_publish_and_merge(const TopkLogprobsParams& p, const TopkSpl
     if (s.last) counters[row] = 0;  // every piece has counted
   }
   __syncthreads();
+  TOPK_CLK_END(clk_publish, 6);
   if (!s.last) return;  // block-uniform
+  TOPK_CLK_BEGIN(clk_merge);
   fence_device();
   if (tid < np) {
     uint8_t* q = slot(g_first + tid, row);
@@ -615,6 +682,7 @@ KD_DEVICE void topk_publish_and_merge(const TopkLogprobsParams& p, const TopkSpl
     if (!own) n += q.n;
   }
   __syncthreads();
+  TOPK_CLK_END(clk_merge, 10);
   const double lse = topk_lse(s.pieces, np, s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(double)));
   topk_finish<Threads>(p, s, buf, p.logits + row0, row, n, lse, drop_max, dropped);
 }
@@ -633,12 +701,14 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   uint32_t* rids = buf + capacity;  // ~token id: (key, rid) descending puts lower ids first
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
 
+  TOPK_CLK_BEGIN(clk_total);
   for (int i = tid; i < kExp2FineTableSize * kTopkTableCopies; i += Threads)
     s.exp_table[i] = exp2_table_preshifted<kTopkExpBits>(i / kTopkTableCopies);
+  TOPK_CLK_END(clk_total, 0);
   if constexpr (!Split) {
     const int row = static_cast<int>(blockIdx.x);
     const float* x = p.logits + static_cast<int64_t>(row) * V;
-    const TopkPiece pc = topk_scan<Vec4, Threads, false>(s, keys, rids, x, row, 0, V, K);
+    const TopkPiece pc = topk_scan<Vec4, Threads, false>(s, keys, rids, x, row, 0, V, K, sp.compact_slop);
     const double lse = topk_lse(&pc, 1, s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(double)));
     topk_finish<Threads>(p, s, buf, x, row, pc.n, lse, pc.drop_max, pc.dropped);
   } else {
@@ -649,7 +719,7 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
     for (;;) {
       const int64_t row0 = static_cast<int64_t>(row) * V;
       const int end = stop - row0 < V ? static_cast<int>(stop - row0) : V;
-      const TopkPiece pc = topk_scan<Vec4, Threads, true>(s, keys, rids, p.logits + row0, row, begin, end, K);
+      const TopkPiece pc = topk_scan<Vec4, Threads, true>(s, keys, rids, p.logits + row0, row, begin, end, K, sp.compact_slop);
       row = s.piece_row;  // (from shared memory: nothing of the loop's stays live across the scan)
       topk_publish_and_merge<Threads>(p, sp, s, buf, row, pc);
       if (static_cast<int64_t>(row) * V + s.piece_end >= stop) break;
@@ -657,6 +727,8 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
       begin = 0;
     }
   }
+  TOPK_CLK_END(clk_total, 11);
+  topk_clk_report();
 }
 
 }  // namespace kdtree::kern

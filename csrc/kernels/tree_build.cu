@@ -61,6 +61,12 @@ size_t topk_logprobs_workspace_bytes(const TopkLogprobsParams& p) {
   return plan.split ? plan.workspace_bytes : 0;
 }
 
+size_t topk_logprobs_workspace_bound(int max_rows, int vocab, int max_k) {
+  DeviceLimits dev;
+  if (max_rows <= 0 || vocab <= 0 || max_k <= 0 || !current_device_limits(&dev).ok()) return 0;
+  return topk_split_workspace_bound(max_rows, vocab, max_k, dev.sms);
+}
+
 KernelResult topk_logprobs_occupancy(const TopkLogprobsParams& p, int* threads, int* blocks_per_sm, int* blocks) {
   TopkLogprobsPlan plan;
   TopkLogprobsKernel kernel = nullptr;

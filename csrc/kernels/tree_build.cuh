@@ -67,6 +67,7 @@ struct TopkLogprobsParams {
   int force_split = 0;           // tests and bench: 0 the plan's choice, 1 one block per row,
                                  //   2 split whenever the shape allows it (error otherwise)
   int force_threads = 0;         // tests and bench: 0 the plan's block size, else 128, 256 or 512
+  int force_exact_compaction = 0;  // tests and bench: 1 the scan's compactions keep exactly K
 };
 
 // Dynamic shared memory a tree_build launch with these sizes takes on the current device
@@ -80,6 +81,9 @@ KernelResult topk_logprobs(const TopkLogprobsParams& p, cudaStream_t stream);
 // The workspace topk_logprobs would use for `p`'s shape on the current device (0: it keeps one
 // block per row; `p`'s own workspace is ignored).
 size_t topk_logprobs_workspace_bytes(const TopkLogprobsParams& p);
+// A workspace size that covers every shape with rows <= max_rows and k <= max_k at this vocab
+// on the current device (0 on error): for callers that size it once.
+size_t topk_logprobs_workspace_bound(int max_rows, int vocab, int max_k);
 // The block size topk_logprobs takes for `p` and how many such blocks an SM holds; `blocks`
 // (optional): the grid (rows, or the split's blocks) (for the bench).
 KernelResult topk_logprobs_occupancy(const TopkLogprobsParams& p, int* threads, int* blocks_per_sm, int* blocks = nullptr);

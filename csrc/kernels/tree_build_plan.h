@@ -28,7 +28,7 @@ struct TopkLogprobsPlan {
   size_t smem_bytes = 0;   // the candidate buffer
   bool vec4 = false;       // 16-byte loads: V % 4 == 0 and 16-byte aligned logits
   bool split = false;      // rows split over blocks (kern::TopkSplit below), else one block per row
-  kern::TopkSplit sp;      // the split's layout (when split)
+  kern::TopkSplit sp;      // the split's layout (when split); compact_slop always
   size_t workspace_bytes = 0;  // what the split needs (also set when the workspace lacks it)
 };
 
@@ -76,6 +76,17 @@ inline size_t topk_split_workspace_bytes(const TopkLogprobsParams& p, const kern
   return kern::topk_counter_bytes(p.rows) + static_cast<size_t>(sp.blocks) * sp.per_block * kern::topk_slot_bytes(p.k);
 }
 
+// A bound on the workspace of every split with rows <= max_rows and k <= max_k at this vocab
+// on `sms` SMs, forced or not (what an engine sizes once for all its shapes): blocks x
+// per_block <= blocks (L / V + 2) <= rows + 2 blocks + kTopkPieceAlign blocks / V, and blocks
+// never pass the resident slots of 128-thread blocks (or kTopkForcedMinBlocks).
+inline size_t topk_split_workspace_bound(int max_rows, int vocab, int max_k, int sms) {
+  const int64_t blocks = std::max<int64_t>(static_cast<int64_t>(sms > 0 ? sms : 1) * (kern::kTopkThreadsPerSM / kern::kTopkMinThreads),
+                                           kern::kTopkForcedMinBlocks);
+  const int64_t slots = max_rows + 2 * blocks + kern::ceil_div<int64_t>(kern::kTopkPieceAlign * blocks, std::max(vocab, 1));
+  return kern::topk_counter_bytes(max_rows) + static_cast<size_t>(slots) * kern::topk_slot_bytes(max_k);
+}
+
 // sms: the device's SM count. The block size is the largest of 128/256/512 threads for which
 // one resident wave (kTopkThreadsPerSM threads per SM) still holds every row, so short row
 // counts spread each row over more warps instead of leaving SMs idle. Rows that do not
@@ -97,6 +108,7 @@ inline KernelResult make_topk_logprobs_plan(const TopkLogprobsParams& p, size_t 
     return KernelResult::over_limit("topk_logprobs: k " + std::to_string(p.k) + " needs " + std::to_string(pl.smem_bytes) +
                                     " bytes of shared memory per block, the device allows " + std::to_string(smem_optin));
   pl.vec4 = p.vocab % 4 == 0 && reinterpret_cast<uintptr_t>(p.logits) % 16 == 0;
+  pl.sp.compact_slop = p.force_exact_compaction ? 0 : kern::kTopkCompactSlop;
   if (p.force_split != 1) {
     const bool forced = p.force_split == 2;
     kern::TopkSplit sp;
@@ -116,6 +128,7 @@ inline KernelResult make_topk_logprobs_plan(const TopkLogprobsParams& p, size_t 
       const size_t need = topk_split_workspace_bytes(p, sp);
       if (assume_workspace || (p.workspace && p.workspace_bytes >= need)) {
         pl.split = true;
+        sp.compact_slop = pl.sp.compact_slop;
         pl.sp = sp;
         pl.blocks = sp.blocks;
       } else if (forced) {

@@ -14,9 +14,11 @@ namespace {
 
 struct GpuTreeRunner {
   DeviceBuffer<uint8_t> topk_workspace;  // kept across launches: each must leave it zero
+  int exact_compaction = 0;              // TopkLogprobsParams::force_exact_compaction
   KernelResult topk(TopkIO& t) {
     DeviceCopies dev;
     TopkLogprobsParams p = topk_params(t, dev);
+    p.force_exact_compaction = exact_compaction;
     if (t.split != 1) {  // the workspace the plan asks for
       const size_t need = topk_logprobs_workspace_bytes(p);
       if (need > topk_workspace.size()) {
@@ -99,6 +101,9 @@ KD_GPU_TEST(topk_random_rows) {
   // the engine's drafter shape (rows that do not divide over the SMs): the plan splits them
   run_random_topk_case(runner, "normal", 448, 163840, 256, seed + 14);
   run_random_topk_case(runner, "ties", 448, 32768, 256, seed + 15);
+  GpuTreeRunner exact;  // the scan's compactions keeping exactly K (the default keeps a bound)
+  exact.exact_compaction = 1;
+  run_random_topk_cases(exact, seed, !quick_mode(), 1);
 }
 
 KD_GPU_TEST(fuzz_bundle_from_env) {

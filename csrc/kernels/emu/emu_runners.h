@@ -19,8 +19,10 @@ struct EmuTreeRunner {
                                // logp rows are staged in shared memory when they fit
   int sms = 132;               // SMs of the pretend device (H200): sets topk's block size
   std::vector<uint8_t> topk_workspace;  // kept across launches: each must leave it zero
+  int exact_compaction = 0;              // TopkLogprobsParams::force_exact_compaction
   KernelResult topk(TopkIO& t) {
     TopkLogprobsParams p = topk_params(t, host_data);
+    p.force_exact_compaction = exact_compaction;
     TopkLogprobsPlan plan;
     if (t.split != 1) {  // the workspace the plan asks for
       if (KernelResult r = make_topk_logprobs_plan(p, smem_limit, sms, &plan, true); !r.ok()) return r;
