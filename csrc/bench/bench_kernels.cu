@@ -11,10 +11,8 @@
 //   verify_attn  dtype [bf16] batch [1] heads n prefix config [plan's] split_keys [plan's]
 //                config / split_keys force a tile configuration (VerifyAttnConfig) or the
 //                prefix keys per split, to time variants against the plan's choice
-//   topk         rows vocab k split [0] force_threads [plan's] exact [0]
-//                split: force_split (0 the plan's choice with the workspace it asks for, 1 one
-//                block per row, 2 rows split over blocks); force_threads: the block size (128/256/512);
-//                exact 1: the scan's compactions keep exactly K (force_exact_compaction)
+//   topk         rows vocab k exact [0]   exact 1: the scan's compactions keep exactly K
+//                (force_exact_compaction: the earlier way, to time against)
 //   tree_build   batch budget depth [15] input [flat|logits] vocab [4096]
 //                also times the reference heap (tree_heap.h) on one CPU core and checks the
 //                kernel's trees against it
@@ -343,25 +341,15 @@ void bench_topk(const Case& c, Env& env, Record& r) {
   p.logits = logits.get();
   p.logp = logp.get();
   p.tok = tok.get();
-  p.force_split = static_cast<int>(c.num("split", 0));
-  p.force_threads = static_cast<int>(c.num("force_threads", 0));
   p.force_exact_compaction = static_cast<int>(c.num("exact", 0));
-  DeviceBuffer<uint8_t> ws(p.force_split == 1 ? 0 : topk_logprobs_workspace_bytes(p));
-  if (ws.size() > 0) {  // zeroed once, as the API asks (each launch leaves it zero)
-    KD_CUDA_CHECK(cudaMemset(ws.get(), 0, ws.size()));
-    p.workspace = ws.get();
-    p.workspace_bytes = ws.size();
-  }
   const Timing t = env.timer->each([&](int) { check(topk_logprobs(p, env.stream)); }, static_cast<int>(c.num("warm", 3)),
                                    reps_of(c, env, 30));
   put_timing(r, t);
   r.num("logits_gbps", 4.0 * rows * static_cast<double>(vocab) / t.median / 1e6);
-  int threads = 0, blocks_per_sm = 0, blocks = 0;
-  check(topk_logprobs_occupancy(p, &threads, &blocks_per_sm, &blocks));
+  int threads = 0, blocks_per_sm = 0;
+  check(topk_logprobs_occupancy(p, &threads, &blocks_per_sm));
   r.integer("threads", threads);
   r.integer("blocks_per_sm", blocks_per_sm);
-  r.integer("blocks", blocks);
-  r.integer("workspace_bytes", static_cast<long long>(ws.size()));
 }
 
 // ---- tree_build (and the reference heap on one CPU core) ---------------------------------------

@@ -56,9 +56,6 @@ void DecodeRound::declare(Workspace* ws) {
   ws->declare(&ar_pos_, S * sizeof(int32_t));
   ws->declare(&ones_, S * sizeof(uint32_t));
   ws->declare(&report_, S * sizeof(RoundReport), /*zeroed=*/true);
-  // topk_logprobs splits rows over blocks with it (zeroed once: every launch leaves it zero)
-  topk_ws_bytes_ = topk_logprobs_workspace_bound(static_cast<int>(S * D), vocab_, static_cast<int>(K));
-  if (topk_ws_bytes_ > 0) ws->declare(&topk_ws_, topk_ws_bytes_, /*zeroed=*/true);
 }
 
 void DecodeRound::init(cudaStream_t stream) {
@@ -102,8 +99,6 @@ void DecodeRound::tree_body(const RoundShape& s, cudaStream_t stream, bool captu
     tk.logits = drafter_->logits();
     tk.logp = logp_;
     tk.tok = tok_;
-    tk.workspace = topk_ws_;
-    tk.workspace_bytes = topk_ws_ ? topk_ws_bytes_ : 0;
     check_kernel(topk_logprobs(tk, stream));
   }
   TreeBuildParams tb;

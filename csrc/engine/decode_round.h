@@ -91,8 +91,6 @@ class DecodeRound {
   int32_t *ar_tokens_ = nullptr, *ar_pos_ = nullptr;
   uint32_t* ones_ = nullptr;  // AR visibility: each row sees itself
   RoundReport* report_ = nullptr;
-  void* topk_ws_ = nullptr;  // topk_logprobs' split workspace (null: one block per row)
-  size_t topk_ws_bytes_ = 0;
   PinnedBuffer host_report_;
   int vis_words_ = 0;
 

@@ -113,25 +113,6 @@ KD_DEVICE float4 load_streaming(const float4* p) {
   return __ldcs(p);
 #endif
 }
-
-// A load from L2, past this SM's L1 (which is not coherent with other SMs' writes): for data
-// another block published with a fence before a counter told this block to read it.
-template <class T>
-KD_DEVICE T load_coherent(const T* p) {
-#if defined(KD_SIMT_EMULATION)
-  return *p;
-#else
-  return __ldcg(p);
-#endif
-}
-
-// Orders this thread's global-memory writes (before it) before its later ones, as other
-// blocks see them (the emulator runs blocks one after another: nothing to order).
-KD_DEVICE void fence_device() {
-#if !defined(KD_SIMT_EMULATION)
-  __threadfence();
-#endif
-}
 #endif  // __CUDACC__ || KD_SIMT_EMULATION
 
 }  // namespace kdtree::kern

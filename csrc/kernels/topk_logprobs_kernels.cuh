@@ -4,24 +4,23 @@
 // lse = max + log(sum exp(x - max)) in float64, logp = float32(x - lse).
 //
 // One block per row (128, 256 or 512 threads: the plan takes more threads per row when there
-// are fewer rows than SMs), or, when rows would load the SMs unevenly and a workspace is given,
-// rows split over blocks (each block an equal range of the concatenated rows; a row's pieces
-// merged by its last block, see "Split rows" below). ONE read of the logits:
+// are fewer rows than SMs), ONE read of the logits:
 //   1. scan: each thread loads four float4 per step (the next step's are in flight while this
 //      one computes). Per step it takes the float32 max of its 16 logits, moves its float64
 //      sums' power-of-two reference when the max rose (rare), then adds e^x 2^-mk of each
 //      logit, clamped from below so the exp needs no range check (exp_f64.cuh; interleaved
 //      table copies keep bank conflicts low). The step's max also decides, once per 16
 //      logits, whether any logit beats the candidate threshold; those that do are appended
-//      to a candidate buffer in shared memory. When the buffer is full, the block keeps the K largest (logit, lower id
-//      first), raises the threshold to the K-th and appends what did not fit. In a row in
-//      random order only ~K ln(V/K) logits ever pass.
-//   2. lse from the partial sums (rescaled to the block's, then the row's, largest power-of-
-//      two reference: exact; one exp for all); every candidate becomes its float32 log-
-//      probability, and the K largest by (logp, lower id first) are selected.
+//      to a candidate buffer in shared memory. When the buffer is full, the block keeps the
+//      K largest (logit, lower id first; a few more when that saves select rounds), raises the
+//      threshold to the lowest kept and appends what did not fit. In a row in random order
+//      only ~K ln(V/K) logits ever pass.
+//   2. lse from the partial sums (rescaled to the block's largest power-of-two reference:
+//      exact; one exp for all); every candidate becomes its float32 log-probability, and the
+//      K largest by (logp, lower id first) are selected.
 //   3. float32 rounding can give neighbouring logits the same logp, and the reference then
 //      orders them by id: a dropped logit may belong to the K-th logp's group. The largest
-//      dropped logit (of every piece) is checked with one logp; when it could happen (rarely;
+//      dropped logit is checked with one logp; when it could happen (rarely;
 //      always with exact ties across the cut, e.g. many -inf), the row is read once more to
 //      gather that group's lowest ids.
 //   4. a bitonic sort of the K winners; logp and token out.
@@ -64,55 +63,28 @@ KD_HOST_DEVICE constexpr int topk_kept_slots(int k) { return round_up(k, kWarpSi
 KD_HOST_DEVICE constexpr int topk_capacity(int k) { return topk_kept_slots(k) + kTopkSlack; }
 KD_HOST_DEVICE constexpr size_t topk_smem_bytes(int k) { return static_cast<size_t>(topk_capacity(k)) * 2 * sizeof(uint32_t); }
 
-// Split rows (the plan's choice when rows do not spread evenly over the SMs): the rows x V
-// logits, concatenated, are cut into equal ranges, one per block; a block's range meets one
-// or a few rows, its part of each row is a piece. A piece's scan keeps its K largest logits
-// and its sums; it publishes them in a workspace slot and counts itself in its row's counter;
-// the row's last piece to arrive merges the row's pieces in its buffer (their candidates, sums
-// combined exactly in the power-of-two form, largest dropped logit) and finishes the row as a
-// single block would.
-constexpr int kTopkMaxPieces = 16;        // pieces one row may have (their summaries sit in shared memory)
-constexpr int kTopkMinPieceSteps = 4;     // a split the plan picks gives each block >= 4 scan steps
-constexpr int kTopkPieceAlign = 16;       // ranges start at multiples of 16 logits: float4 loads stay aligned
-constexpr double kTopkSplitMargin = 0.05; // the split must cut the busiest SM's work by more: it adds a select
-                                          //   per piece and a merge per row
-constexpr int kTopkForcedMinBlocks = 8;   // a forced split (tests) cuts even a one-row, one-SM launch into pieces
-constexpr int kTopkSlotHeader = 64;       // bytes of a workspace slot before its keys (TopkPiece)
-constexpr size_t kTopkCounterAlign = 256; // the slots start on their own cache lines
 // The scan's compactions need not keep exactly K: the select stops once the bin holding the
 // K-th has at most this many candidates (usually after 2 of its ~4-5 rounds) and keeps them all.
 constexpr int kTopkCompactSlop = 64;
 
-struct TopkSplit {
-  int64_t len = 0;    // logits per block's range (the last: the rest), a multiple of kTopkPieceAlign
-  int blocks = 0;
-  int per_block = 0;  // workspace slots per block: the most rows a range of len can meet
-  int compact_slop = 0;  // (either path) the scan's compactions keep up to K + this - 1 (0: exactly K)
+// Launch options the plan sets (kernel argument).
+struct TopkOptions {
+  int compact_slop = 0;  // the scan's compactions keep up to K + this - 1 (0: exactly K)
 };
 
-// A piece's summary (block-uniform), also the header of its workspace slot.
+// The scan's summary of its row (block-uniform).
 struct TopkPiece {
   double fsum;     // sum of e^x 2^-mk over the logits met while the max was in the fast range
   double slow;     // sum of e^(x - pmax) over the others
-  float pmax;      // the piece's largest logit
-  float drop_max;  // the largest logit its candidates left out (-inf: none)
-  int n;           // its candidates
+  float pmax;      // the row's largest logit
+  float drop_max;  // the largest logit the candidates left out (-inf: none)
+  int n;           // candidates
   int mk;          // fsum's power-of-two reference (when has_fast)
   int has_fast;
   int dropped;     // a compaction dropped candidates
 };
-static_assert(sizeof(TopkPiece) <= kTopkSlotHeader, "a slot's header holds the summary");
 
-// A row's pieces must fit, K candidates each, in one block's buffer.
-KD_HOST_DEVICE constexpr int topk_max_pieces(int k) {
-  return topk_capacity(k) / topk_kept_slots(k) < kTopkMaxPieces ? topk_capacity(k) / topk_kept_slots(k) : kTopkMaxPieces;
-}
-KD_HOST_DEVICE constexpr size_t topk_counter_bytes(int rows) {
-  return round_up(static_cast<size_t>(rows) * sizeof(uint32_t), kTopkCounterAlign);
-}
-KD_HOST_DEVICE constexpr size_t topk_slot_bytes(int k) {
-  return kTopkSlotHeader + static_cast<size_t>(topk_kept_slots(k)) * 2 * sizeof(uint32_t);
-}
+
 // The final sort reuses the buffer: its keys (8 bytes each, a power of two < 2K) must fit.
 static_assert(2 * kTreeMaxNodes <= kTopkSlack, "the sort keys of K winners fit in the candidate buffer");
 static_assert(kTreeMaxNodes <= kTopkMinThreads * 8, "the K winners fit in 8 registers per thread before the sort");
@@ -126,9 +98,6 @@ struct TopkShared {
   int count;                        // candidates in the buffer (may pass capacity while appending)
   uint32_t drop_key;                // largest ordered key a scan compaction removed (0: none)
   uint64_t eq_warp[Threads / kWarpSize];  // re-read: tied logits per warp in this chunk (4 packed counts)
-  TopkPiece pieces[kTopkMaxPieces];  // split: the summaries of the row's pieces (in the merging block)
-  int last;                          // split: this block's piece arrived last in its row
-  int piece_row, piece_begin, piece_end;  // split: the piece being scanned
 };
 
 // Per-phase cycle counts on the GPU (a measuring build only: -DKD_TOPK_PHASE_CLOCKS through
@@ -154,12 +123,10 @@ KD_DEVICE void topk_clk_report() {
   g_topk_clk[15] += 1;
   if (++g_topk_clk_launches % kTopkClkEvery != 0) return;
   const double c = static_cast<double>(g_topk_clk[15]);
-  printf("topk_clk blocks=%d threads=%d launches=%.0f | table %.0f scan %.0f (compactions %.0f x%.1f) piece_end %.0f "
-         "summary %.0f publish %.0f merge_load %.0f | logp+select %.0f keep/reread %.0f sort+out %.0f | pieces %.1f merges %.1f "
-         "| total %.0f cycles\n",
+  printf("topk_clk blocks=%d threads=%d launches=%.0f | table %.0f scan %.0f (compactions %.0f x%.1f) summary %.0f "
+         "| logp+select %.0f keep/reread %.0f sort+out %.0f | total %.0f cycles\n",
          gridDim.x, blockDim.x, c, g_topk_clk[0] / c, g_topk_clk[1] / c, g_topk_clk[2] / c, g_topk_clk[3] / c, g_topk_clk[4] / c,
-         g_topk_clk[5] / c, g_topk_clk[6] / c, g_topk_clk[7] / c, g_topk_clk[8] / c, g_topk_clk[9] / c, g_topk_clk[10] / c,
-         g_topk_clk[12] / c, g_topk_clk[13] / c, g_topk_clk[11] / c);
+         g_topk_clk[5] / c, g_topk_clk[6] / c, g_topk_clk[7] / c, g_topk_clk[8] / c);
   for (int i = 0; i < kTopkClkSlots; ++i) g_topk_clk[i] = 0;
 }
 #else
@@ -236,29 +203,21 @@ KD_DEVICE double topk_pow2_nonpositive(int e) {
   return biased > 0 ? __hiloint2double(biased << kExponentShift, 0) : 0.0;
 }
 
-// Step 1, the scan, over logits [begin, end) of row `row` at x (token ids are positions in the
-// row): leaves s.count candidates in keys/rids and returns the piece's summary. Split: the
-// scan keeps only the piece's K largest at the end (a piece publishes at most K), and the
-// piece's row, begin and end wait in shared memory (s.piece), not in registers the scan needs.
-template <bool Vec4, int Threads, bool Split>
-KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, const float* x, int row, int begin,
-                              int end, int K, int slop) {
+// Step 1, the scan over the row's V logits at x: leaves s.count candidates in keys/rids and
+// returns the row's summary. slop: what the compactions may keep beyond K (TopkOptions).
+template <bool Vec4, int Threads>
+KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, const float* x, int V, int K, int slop) {
   constexpr int kChunk = kTopkPerThread * Threads;  // logits per step
   const int capacity = topk_capacity(K);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
   const double* table = s.exp_table;
   const int lane_bytes = (lane % kTopkTableCopies) * static_cast<int>(sizeof(double));  // this lane's copy
-  __syncthreads();  // the buffer and s.count are free (the table is written, a previous piece is done)
   if (tid == 0) {
     s.count = 0;
     s.drop_key = 0;
-    s.piece_row = row;
-    s.piece_begin = begin;
-    s.piece_end = end;
   }
-  x += begin;  // the scan counts from the piece's start
-  const int len = end - begin;
-  __syncthreads();
+  __syncthreads();  // (and the table is written)
+  const int len = V;
 
   // 1. the scan
   float m = -INFINITY;            // running max of this thread's logits
@@ -273,8 +232,7 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
   float drop = -INFINITY;         // the largest of this thread's logits left out of the buffer
   bool dropped = false;           // whether a compaction has dropped candidates (block-uniform)
   const int steps = ceil_div(len, kChunk);
-  // element k of this thread's 16 in a step, from the piece's start: float4 (k / 4) is
-  // coalesced across the block
+  // element k of this thread's 16 in a step: float4 (k / 4) is coalesced across the block
   auto index = [&](int step, int k) {
     return step * kChunk + (Vec4 ? ((k / 4) * Threads + tid) * 4 + k % 4 : k * Threads + tid);
   };
@@ -282,7 +240,7 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
 #pragma unroll
     for (int u = 0; u < kTopkVecs; ++u) {
       if constexpr (Vec4) {
-        const int i = index(step, 4 * u);  // begin, end % 4 == 0: a float4 is all in or all out
+        const int i = index(step, 4 * u);  // V % 4 == 0: a float4 is all in or all out
         const float4 f = i < len ? load_streaming(reinterpret_cast<const float4*>(x + i))
                                : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
         v[4 * u] = f.x;
@@ -312,7 +270,7 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
       const int k = __ffs(static_cast<int>(bits)) - 1;
       if (slot < capacity) {
         keys[slot] = float_to_ordered(topk_pick(v, k));
-        rids[slot] = ~static_cast<uint32_t>((Split ? s.piece_begin : 0) + index(step, k));
+        rids[slot] = ~static_cast<uint32_t>(index(step, k));
       } else {
         left |= 1u << k;
       }
@@ -377,7 +335,7 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
           pass |= static_cast<unsigned>(p) << k;
           drop = fmaxf(drop, p ? -INFINITY : v[k]);
         }
-        // logits past the piece (-inf) pass only while thr is NaN
+        // logits past the row (-inf) pass only while thr is NaN
         if ((step + 1) * kChunk > len) {
 #pragma unroll
           for (int k = 0; k < kTopkPerThread; ++k)
@@ -409,21 +367,10 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
     }
   }
   TOPK_CLK_END(clk_scan, 1);
-  TOPK_CLK_COUNT(12);
 
-  TOPK_CLK_BEGIN(clk_end);
-  if (Split) {  // after the loop's last barrier: s.count is final
-    const int n = s.count;
-    if (n > K) {
-      const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select);
-      topk_keep_if<true>(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; });
-      dropped = true;
-    }
-  }
-
-  TOPK_CLK_END(clk_end, 4);
   TOPK_CLK_BEGIN(clk_summary);
-  // the summary: sums at the piece's largest power-of-two reference (exact rescales) and its max
+  // the summary (after the loop's last barrier: s.count is final): sums at the block's largest
+  // power-of-two reference (exact rescales) and its max
   TopkPiece pc;
   pc.pmax = block_max(m, -INFINITY, s.fmax);
   const float top_mk = block_max(had_fast ? static_cast<float>(mk) : -INFINITY, -INFINITY, s.fmax);  // |mk| < 2^13: exact
@@ -445,12 +392,13 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
   pc.drop_max = drop_max;
   pc.n = s.count;
   pc.dropped = dropped;
-  TOPK_CLK_END(clk_summary, 5);
+  TOPK_CLK_END(clk_summary, 4);
   return pc;
 }
 
-// The row's lse from its pieces' summaries: the fast sums rescaled to the highest reference
-// (powers of two: exact), one e^(mk ln2 - max) for all of them, the slow ones by e^(pmax - max).
+// The row's lse from summaries of its parts (one here: the scan's): the fast sums rescaled to
+// the highest reference (powers of two: exact), one e^(mk ln2 - max) for all of them, the slow
+// ones by e^(pmax - max).
 KD_DEVICE double topk_lse(const TopkPiece* pcs, int np, const double* table, int lane_bytes) {
   float row_max = -INFINITY;
   int top_mk = 0;
@@ -493,7 +441,6 @@ KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, 
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
   // 2. the candidates' log-probabilities, the K-th by (logp, lower id first)
   TOPK_CLK_BEGIN(clk_select);
-  TOPK_CLK_COUNT(13);
   for (int i = tid; i < n; i += Threads) keys[i] = float_to_ordered(logp_of(ordered_to_float(keys[i]), lse));
   __syncthreads();
   const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select);
@@ -502,7 +449,7 @@ KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, 
   // 3. could a dropped logit share the K-th's logp? The largest one tells (dropped logits
   // are all <= thr, but after a late compaction thr can still be the row's K-th: bounding by
   // thr sent ~1% of random rows to the re-read)
-  TOPK_CLK_END(clk_select, 7);
+  TOPK_CLK_END(clk_select, 5);
   TOPK_CLK_BEGIN(clk_keep);
   const bool reread = dropped && float_to_ordered(logp_of(drop_max, lse)) >= kth_logp;
   if (!reread) {
@@ -562,7 +509,7 @@ KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, 
     }
   }
 
-  TOPK_CLK_END(clk_keep, 8);
+  TOPK_CLK_END(clk_keep, 6);
   TOPK_CLK_BEGIN(clk_sort);
   // 4. sort the K winners (ascending ~(logp, rid) = the wanted order) at the buffer's start:
   // read them into registers first, as the sort keys overwrite them
@@ -591,107 +538,13 @@ KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, 
     if (p.raw) p.raw[out0 + i] = x[~static_cast<uint32_t>(v)];
   }
   if (p.lse && tid == 0) p.lse[row] = lse;
-  TOPK_CLK_END(clk_sort, 9);
+  TOPK_CLK_END(clk_sort, 7);
 }
 
 
-// Loads a published summary (written by another block: read from L2).
-KD_DEVICE TopkPiece topk_load_piece(const TopkPiece* g) {
-  TopkPiece pc;
-  pc.fsum = load_coherent(&g->fsum);
-  pc.slow = load_coherent(&g->slow);
-  pc.pmax = load_coherent(&g->pmax);
-  pc.drop_max = load_coherent(&g->drop_max);
-  pc.n = load_coherent(&g->n);
-  pc.mk = load_coherent(&g->mk);
-  pc.has_fast = load_coherent(&g->has_fast);
-  pc.dropped = load_coherent(&g->dropped);
-  return pc;
-}
-
-// Split: publish this block's piece of `row` (its candidates, at most K, and summary), count
-// it, and when it is the row's last piece merge the row's pieces into this block's buffer and
-// finish the row.
-template <int Threads>
-KD_DEVICE void topk_publish_and_merge(const TopkLogprobsParams& p, const TopkSplit& sp, TopkShared<Threads>& s, uint32_t* buf,
-                                      int row, const TopkPiece& pc) {
-  const int K = p.k, V = p.vocab;
-  const int kept = topk_kept_slots(K), capacity = topk_capacity(K);
-  uint32_t* keys = buf;
-  uint32_t* rids = buf + capacity;
-  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
-  uint8_t* ws = static_cast<uint8_t*>(p.workspace);
-  uint32_t* counters = reinterpret_cast<uint32_t*>(ws);
-  const size_t slot_bytes = topk_slot_bytes(K);
-  // block g's slot for its piece of row r: its rows start at (g len) / V
-  auto slot = [&](int g, int r) {
-    const int first = static_cast<int>(static_cast<int64_t>(g) * sp.len / V);
-    return ws + topk_counter_bytes(p.rows) + (static_cast<size_t>(g) * sp.per_block + (r - first)) * slot_bytes;
-  };
-  TOPK_CLK_BEGIN(clk_publish);
-  const int me = static_cast<int>(blockIdx.x);
-  uint8_t* mine = slot(me, row);
-  uint32_t* out_keys = reinterpret_cast<uint32_t*>(mine + kTopkSlotHeader);
-  for (int i = tid; i < pc.n; i += Threads) {
-    out_keys[i] = keys[i];
-    out_keys[kept + i] = rids[i];
-  }
-  if (tid == 0) *reinterpret_cast<TopkPiece*>(mine) = pc;
-  fence_device();  // the slot is visible before the count that announces it
-  __syncthreads();
-  const int64_t row0 = static_cast<int64_t>(row) * V;
-  const int g_first = static_cast<int>(row0 / sp.len), g_last = static_cast<int>((row0 + V - 1) / sp.len);
-  const int np = g_last - g_first + 1;
-  if (tid == 0) {
-    const unsigned arrived = atomicAdd(&counters[row], 1u);
-    s.last = arrived == static_cast<unsigned>(np - 1);
-    if (s.last) counters[row] = 0;  // every piece has counted
-  }
-  __syncthreads();
-  TOPK_CLK_END(clk_publish, 6);
-  if (!s.last) return;  // block-uniform
-  TOPK_CLK_BEGIN(clk_merge);
-  fence_device();
-  if (tid < np) {
-    uint8_t* q = slot(g_first + tid, row);
-    s.pieces[tid] = g_first + tid == me ? pc : topk_load_piece(reinterpret_cast<const TopkPiece*>(q));
-    uint32_t* words = reinterpret_cast<uint32_t*>(q);  // read: zero it (below)
-    for (int w = 0; w < static_cast<int>(sizeof(TopkPiece) / sizeof(uint32_t)); ++w) words[w] = 0;
-  }
-  __syncthreads();
-  // The row's pieces' candidates (this block's are in place, the others' follow them); each
-  // slot is zeroed as it is read, so every launch leaves the whole workspace zero and a later
-  // launch of any shape may lay it out differently.
-  int n = pc.n;
-  float drop_max = -INFINITY;
-  bool dropped = false;
-  for (int j = 0; j < np; ++j) {
-    const TopkPiece& q = s.pieces[j];
-    drop_max = fmaxf(drop_max, q.drop_max);
-    dropped = dropped || q.dropped;
-    uint32_t* in_keys = reinterpret_cast<uint32_t*>(slot(g_first + j, row) + kTopkSlotHeader);
-    const bool own = g_first + j == me;
-    for (int i = tid; i < q.n; i += Threads) {
-      if (!own) {
-        keys[n + i] = load_coherent(in_keys + i);
-        rids[n + i] = load_coherent(in_keys + kept + i);
-      }
-      in_keys[i] = 0;
-      in_keys[kept + i] = 0;
-    }
-    if (!own) n += q.n;
-  }
-  __syncthreads();
-  TOPK_CLK_END(clk_merge, 10);
-  const double lse = topk_lse(s.pieces, np, s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(double)));
-  topk_finish<Threads>(p, s, buf, p.logits + row0, row, n, lse, drop_max, dropped);
-}
-
-// Split = false: block b does row b. Split: block b does the logits [b len, (b + 1) len) of
-// the concatenated rows, a piece per row they meet.
-template <bool Vec4, int Threads, bool Split>
+template <bool Vec4, int Threads>
 __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_logprobs_kernel(const TopkLogprobsParams p,
-                                                                                             const TopkSplit sp) {
+                                                                                             const TopkOptions opt) {
   static_assert(Threads >= kTopkMinThreads && Threads <= kTopkMaxThreads && Threads % kWarpSize == 0, "block size");
   __shared__ TopkShared<Threads> s;
   KD_DYNAMIC_SMEM(uint32_t, buf);
@@ -705,29 +558,12 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   for (int i = tid; i < kExp2FineTableSize * kTopkTableCopies; i += Threads)
     s.exp_table[i] = exp2_table_preshifted<kTopkExpBits>(i / kTopkTableCopies);
   TOPK_CLK_END(clk_total, 0);
-  if constexpr (!Split) {
-    const int row = static_cast<int>(blockIdx.x);
-    const float* x = p.logits + static_cast<int64_t>(row) * V;
-    const TopkPiece pc = topk_scan<Vec4, Threads, false>(s, keys, rids, x, row, 0, V, K, sp.compact_slop);
-    const double lse = topk_lse(&pc, 1, s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(double)));
-    topk_finish<Threads>(p, s, buf, x, row, pc.n, lse, pc.drop_max, pc.dropped);
-  } else {
-    const int64_t total = static_cast<int64_t>(p.rows) * V;
-    const int64_t start = static_cast<int64_t>(blockIdx.x) * sp.len;
-    const int64_t stop = start + sp.len < total ? start + sp.len : total;
-    int row = static_cast<int>(start / V), begin = static_cast<int>(start - static_cast<int64_t>(row) * V);
-    for (;;) {
-      const int64_t row0 = static_cast<int64_t>(row) * V;
-      const int end = stop - row0 < V ? static_cast<int>(stop - row0) : V;
-      const TopkPiece pc = topk_scan<Vec4, Threads, true>(s, keys, rids, p.logits + row0, row, begin, end, K, sp.compact_slop);
-      row = s.piece_row;  // (from shared memory: nothing of the loop's stays live across the scan)
-      topk_publish_and_merge<Threads>(p, sp, s, buf, row, pc);
-      if (static_cast<int64_t>(row) * V + s.piece_end >= stop) break;
-      ++row;  // the range goes on at the next row's start
-      begin = 0;
-    }
-  }
-  TOPK_CLK_END(clk_total, 11);
+  const int row = static_cast<int>(blockIdx.x);
+  const float* x = p.logits + static_cast<int64_t>(row) * V;
+  const TopkPiece pc = topk_scan<Vec4, Threads>(s, keys, rids, x, V, K, opt.compact_slop);
+  const double lse = topk_lse(&pc, 1, s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(double)));
+  topk_finish<Threads>(p, s, buf, x, row, pc.n, lse, pc.drop_max, pc.dropped);
+  TOPK_CLK_END(clk_total, 8);
   topk_clk_report();
 }
 

@@ -49,25 +49,11 @@ KernelResult topk_logprobs(const TopkLogprobsParams& p, cudaStream_t stream) {
   TopkLogprobsPlan plan;
   TopkLogprobsKernel kernel = nullptr;
   if (KernelResult r = prepare_topk_logprobs(p, &plan, &kernel); !r.ok()) return r;
-  KD_LAUNCH(kernel, plan.blocks, plan.threads, plan.smem_bytes, stream, p, plan.sp);
+  KD_LAUNCH(kernel, plan.blocks, plan.threads, plan.smem_bytes, stream, p, plan.opt);
   return launch_status("topk_logprobs_kernel launch");
 }
 
-size_t topk_logprobs_workspace_bytes(const TopkLogprobsParams& p) {
-  DeviceLimits dev;
-  if (!current_device_limits(&dev).ok()) return 0;
-  TopkLogprobsPlan plan;
-  if (!make_topk_logprobs_plan(p, static_cast<size_t>(dev.smem_optin), dev.sms, &plan, /*assume_workspace=*/true).ok()) return 0;
-  return plan.split ? plan.workspace_bytes : 0;
-}
-
-size_t topk_logprobs_workspace_bound(int max_rows, int vocab, int max_k) {
-  DeviceLimits dev;
-  if (max_rows <= 0 || vocab <= 0 || max_k <= 0 || !current_device_limits(&dev).ok()) return 0;
-  return topk_split_workspace_bound(max_rows, vocab, max_k, dev.sms);
-}
-
-KernelResult topk_logprobs_occupancy(const TopkLogprobsParams& p, int* threads, int* blocks_per_sm, int* blocks) {
+KernelResult topk_logprobs_occupancy(const TopkLogprobsParams& p, int* threads, int* blocks_per_sm) {
   TopkLogprobsPlan plan;
   TopkLogprobsKernel kernel = nullptr;
   if (KernelResult r = prepare_topk_logprobs(p, &plan, &kernel); !r.ok()) return r;
@@ -77,7 +63,6 @@ KernelResult topk_logprobs_occupancy(const TopkLogprobsParams& p, int* threads, 
     return KernelResult::cuda(std::string("topk_logprobs: occupancy query: ") + cudaGetErrorString(err));
   }
   *threads = plan.threads;
-  if (blocks) *blocks = plan.blocks;
   return KernelResult::success();
 }
 

@@ -58,15 +58,6 @@ struct TopkLogprobsParams {
   // A vocabulary-split lm_head's part (vocab_merge.cuh) also needs, or null:
   float* raw = nullptr;          // [R, K] out: each winner's logit
   double* lse = nullptr;         // [R] out: the row's log-sum-exp (float64, as logp is formed)
-  // Optional: lets the launch split rows over several blocks when whole rows per block would
-  // leave SMs unevenly loaded (topk_logprobs_workspace_bytes says how much; null or too
-  // small: one block per row). Zero it once when it is allocated: every launch that completes
-  // leaves it all zero again (any later shape may use it).
-  void* workspace = nullptr;
-  size_t workspace_bytes = 0;
-  int force_split = 0;           // tests and bench: 0 the plan's choice, 1 one block per row,
-                                 //   2 split whenever the shape allows it (error otherwise)
-  int force_threads = 0;         // tests and bench: 0 the plan's block size, else 128, 256 or 512
   int force_exact_compaction = 0;  // tests and bench: 1 the scan's compactions keep exactly K
 };
 
@@ -78,15 +69,8 @@ size_t tree_build_smem_bytes(int depth, int topk, int max_budget);
 // and launches nothing.
 KernelResult tree_build(const TreeBuildParams& p, cudaStream_t stream);
 KernelResult topk_logprobs(const TopkLogprobsParams& p, cudaStream_t stream);
-// The workspace topk_logprobs would use for `p`'s shape on the current device (0: it keeps one
-// block per row; `p`'s own workspace is ignored).
-size_t topk_logprobs_workspace_bytes(const TopkLogprobsParams& p);
-// A workspace size that covers every shape with rows <= max_rows and k <= max_k at this vocab
-// on the current device (0 on error): for callers that size it once.
-size_t topk_logprobs_workspace_bound(int max_rows, int vocab, int max_k);
-// The block size topk_logprobs takes for `p` and how many such blocks an SM holds; `blocks`
-// (optional): the grid (rows, or the split's blocks) (for the bench).
-KernelResult topk_logprobs_occupancy(const TopkLogprobsParams& p, int* threads, int* blocks_per_sm, int* blocks = nullptr);
+// The block size topk_logprobs takes for `p` and how many such blocks an SM holds (for the bench).
+KernelResult topk_logprobs_occupancy(const TopkLogprobsParams& p, int* threads, int* blocks_per_sm);
 
 // The argument checks of the launchers (also used by the CPU-emulated tests).
 inline KernelResult check_tree_build_params(const TreeBuildParams& p) {
@@ -126,13 +110,6 @@ inline KernelResult check_topk_logprobs_params(const TopkLogprobsParams& p) {
                                     ", kTreeMaxNodes " + s(kTreeMaxNodes) + ")");
   if (!p.logits || !p.logp || !p.tok)
     return KernelResult::invalid("topk_logprobs: logits, logp and tok must be non-null");
-  if (p.force_split < 0 || p.force_split > 2)
-    return KernelResult::invalid("topk_logprobs: force_split must be 0, 1 or 2, got " + s(p.force_split));
-  if (p.force_threads != 0 && p.force_threads != 128 && p.force_threads != 256 && p.force_threads != 512)
-    return KernelResult::invalid("topk_logprobs: force_threads must be 0, 128, 256 or 512, got " + s(p.force_threads));
-  if (p.workspace_bytes > 0 && !p.workspace)
-    return KernelResult::invalid("topk_logprobs: workspace_bytes " + s(static_cast<long long>(p.workspace_bytes)) +
-                                 " with a null workspace");
   return KernelResult::success();
 }
 

@@ -13,31 +13,16 @@ using namespace kdtree::test;
 namespace {
 
 struct GpuTreeRunner {
-  DeviceBuffer<uint8_t> topk_workspace;  // kept across launches: each must leave it zero
-  int exact_compaction = 0;              // TopkLogprobsParams::force_exact_compaction
+  int exact_compaction = 0;  // TopkLogprobsParams::force_exact_compaction
   KernelResult topk(TopkIO& t) {
     DeviceCopies dev;
     TopkLogprobsParams p = topk_params(t, dev);
     p.force_exact_compaction = exact_compaction;
-    if (t.split != 1) {  // the workspace the plan asks for
-      const size_t need = topk_logprobs_workspace_bytes(p);
-      if (need > topk_workspace.size()) {
-        topk_workspace = DeviceBuffer<uint8_t>(need);
-        KD_CUDA_CHECK(cudaMemset(topk_workspace.get(), 0, need));
-      }
-      p.workspace = topk_workspace.size() ? topk_workspace.get() : nullptr;
-      p.workspace_bytes = topk_workspace.size();
-    }
-    int threads = 0, per_sm = 0, blocks = 0;
-    if (KernelResult r = topk_logprobs_occupancy(p, &threads, &per_sm, &blocks); !r.ok()) return r;
-    t.split_blocks = blocks != t.rows || t.split == 2 ? blocks : 0;
     const KernelResult r = topk_logprobs(p, nullptr);
     if (!r.ok()) return r;
     KD_CUDA_CHECK(cudaDeviceSynchronize());
     dev.download(t.logp);
     dev.download(t.tok);
-    for (const uint8_t b : topk_workspace.download())  // the contract: every launch leaves it all zero
-      if (b != 0) return KernelResult::invalid("topk_logprobs: the workspace is left non-zero");
     return r;
   }
 
@@ -93,17 +78,12 @@ KD_GPU_TEST(topk_random_rows) {
   const char* env = std::getenv("KDTREE_SEED");
   const uint64_t seed = env && *env ? std::strtoull(env, nullptr, 10) : static_cast<uint64_t>(std::random_device{}());
   GpuTreeRunner runner;
-  for (const int split : {1, 0, 2}) {  // one block per row, the plan's choice, rows split over blocks
-    run_random_topk_cases(runner, seed, !quick_mode(), split);
-    run_random_topk_case(runner, "normal", 600, 8192, 256, seed + 9, split);
-    run_random_topk_case(runner, "ascending", 300, 4096, 1024, seed + 10, split);
-  }
-  // the engine's drafter shape (rows that do not divide over the SMs): the plan splits them
-  run_random_topk_case(runner, "normal", 448, 163840, 256, seed + 14);
-  run_random_topk_case(runner, "ties", 448, 32768, 256, seed + 15);
-  GpuTreeRunner exact;  // the scan's compactions keeping exactly K (the default keeps a bound)
+  run_random_topk_cases(runner, seed, !quick_mode());
+  run_random_topk_case(runner, "normal", 600, 8192, 256, seed + 9);
+  run_random_topk_case(runner, "ascending", 300, 4096, 1024, seed + 10);
+  GpuTreeRunner exact;  // the scan's compactions keeping exactly K (by default they keep a bound)
   exact.exact_compaction = 1;
-  run_random_topk_cases(exact, seed, !quick_mode(), 1);
+  run_random_topk_cases(exact, seed, !quick_mode());
 }
 
 KD_GPU_TEST(fuzz_bundle_from_env) {

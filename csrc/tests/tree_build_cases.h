@@ -46,8 +46,6 @@ struct TreeBuildIO {
 
 struct TopkIO {
   int rows = 0, vocab = 0, k = 0;
-  int split = 0;         // TopkLogprobsParams::force_split (0: the plan's choice, with the workspace it asks for)
-  int split_blocks = 0;  // out (runners that know it): the split's blocks, 0 for one block per row
   std::vector<float> logits;  // [R, V]
   std::vector<float> logp;    // [R, K] out
   std::vector<int32_t> tok;   // [R, K] out
@@ -68,7 +66,6 @@ TopkLogprobsParams topk_params(TopkIO& t, At&& at) {
   p.logits = at(t.logits);
   p.logp = at(t.logp);
   p.tok = at(t.tok);
-  p.force_split = t.split;
   return p;
 }
 
@@ -255,18 +252,15 @@ void run_bad_budget_case(Runner& runner) {
 // [-3, 1]: exact ties across the K-th); "huge" (|logits| ~ 1e9: the exp's unclamped path);
 // "rising" (thirds near -5000, 0, +5000: the scan's sums change reference mid-row);
 // "straddle" (N(-+4096, 2.5) in alternate rows: both of the scan's sums hold weight).
-// split: TopkLogprobsParams::force_split (0 the plan's choice, 1 one block per row, 2 rows split
-// over blocks).
 template <class Runner>
-void run_random_topk_case(Runner& runner, const std::string& style, int rows, int vocab, int k, uint64_t seed, int split = 0) {
+void run_random_topk_case(Runner& runner, const std::string& style, int rows, int vocab, int k, uint64_t seed) {
   const std::string label = "topk " + style + " rows=" + std::to_string(rows) + " V=" + std::to_string(vocab) +
-                            " K=" + std::to_string(k) + " split=" + std::to_string(split) + " seed=" + std::to_string(seed);
+                            " K=" + std::to_string(k) + " seed=" + std::to_string(seed);
   std::mt19937_64 rng(seed);
   TopkIO t;
   t.rows = rows;
   t.vocab = vocab;
   t.k = k;
-  t.split = split;
   t.logits.resize(static_cast<size_t>(rows) * vocab);
   std::normal_distribution<float> normal(0.0f, 2.5f);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
@@ -287,7 +281,6 @@ void run_random_topk_case(Runner& runner, const std::string& style, int rows, in
   const KernelResult res = runner.topk(t);
   if (!res.ok()) report_failure(nullptr, 0, label + ": " + res.message);
   KD_CHECK(res.ok());
-  if (split == 2) KD_EXPECT(t.split_blocks > 0);  // the forced split ran
   std::vector<float> want_logp(static_cast<size_t>(rows) * k), logp(vocab);
   std::vector<int32_t> want_tok(static_cast<size_t>(rows) * k), ids(vocab);
   for (int r = 0; r < rows; ++r) {
@@ -314,22 +307,21 @@ void run_random_topk_case(Runner& runner, const std::string& style, int rows, in
 // The random cases above over the block sizes and both load paths (V % 4 != 0: scalar loads).
 // `sms` sets the runner's pretend SM count where it has one (the emulator), so the rows
 // choose 512-, 256- or 128-thread blocks.
-// split: as above, for every case.
 template <class Runner>
-void run_random_topk_cases(Runner& runner, uint64_t seed, bool large, int split = 0) {
-  std::printf("    random topk seed %llu split %d\n", static_cast<unsigned long long>(seed), split);
+void run_random_topk_cases(Runner& runner, uint64_t seed, bool large) {
+  std::printf("    random topk seed %llu\n", static_cast<unsigned long long>(seed));
   const int big = large ? 163840 : 40000;
-  run_random_topk_case(runner, "normal", 3, big, 256, seed + 1, split);
-  run_random_topk_case(runner, "normal", 2, big + 3, 1024, seed + 2, split);
-  run_random_topk_case(runner, "ascending", 2, 20000, 1024, seed + 3, split);
-  run_random_topk_case(runner, "ascending", 1, 9001, 7, seed + 4, split);
-  run_random_topk_case(runner, "ninf", 3, 50000, 1024, seed + 5, split);
-  run_random_topk_case(runner, "ties", 2, 30001, 256, seed + 6, split);
-  run_random_topk_case(runner, "huge", 2, 20000, 64, seed + 7, split);
-  run_random_topk_case(runner, "rising", 2, 30000, 256, seed + 11, split);
-  run_random_topk_case(runner, "straddle", 2, 30000, 256, seed + 13, split);
-  run_random_topk_case(runner, "normal", 1, 5003, 5, seed + 12, split);
-  run_random_topk_case(runner, "normal", 4, 97, 97, seed + 8, split);
+  run_random_topk_case(runner, "normal", 3, big, 256, seed + 1);
+  run_random_topk_case(runner, "normal", 2, big + 3, 1024, seed + 2);
+  run_random_topk_case(runner, "ascending", 2, 20000, 1024, seed + 3);
+  run_random_topk_case(runner, "ascending", 1, 9001, 7, seed + 4);
+  run_random_topk_case(runner, "ninf", 3, 50000, 1024, seed + 5);
+  run_random_topk_case(runner, "ties", 2, 30001, 256, seed + 6);
+  run_random_topk_case(runner, "huge", 2, 20000, 64, seed + 7);
+  run_random_topk_case(runner, "rising", 2, 30000, 256, seed + 11);
+  run_random_topk_case(runner, "straddle", 2, 30000, 256, seed + 13);
+  run_random_topk_case(runner, "normal", 1, 5003, 5, seed + 12);
+  run_random_topk_case(runner, "normal", 4, 97, 97, seed + 8);
 }
 
 }  // namespace kdtree::test

@@ -18,23 +18,13 @@ struct EmuTreeRunner {
   size_t smem_limit = 232448;  // per-block limit of the pretend device (H100/H200); the
                                // logp rows are staged in shared memory when they fit
   int sms = 132;               // SMs of the pretend device (H200): sets topk's block size
-  std::vector<uint8_t> topk_workspace;  // kept across launches: each must leave it zero
-  int exact_compaction = 0;              // TopkLogprobsParams::force_exact_compaction
+  int exact_compaction = 0;    // TopkLogprobsParams::force_exact_compaction
   KernelResult topk(TopkIO& t) {
     TopkLogprobsParams p = topk_params(t, host_data);
     p.force_exact_compaction = exact_compaction;
     TopkLogprobsPlan plan;
-    if (t.split != 1) {  // the workspace the plan asks for
-      if (KernelResult r = make_topk_logprobs_plan(p, smem_limit, sms, &plan, true); !r.ok()) return r;
-      if (plan.split && topk_workspace.size() < plan.workspace_bytes) topk_workspace.resize(plan.workspace_bytes, 0);
-      p.workspace = topk_workspace.empty() ? nullptr : topk_workspace.data();
-      p.workspace_bytes = topk_workspace.size();
-    }
     if (KernelResult r = make_topk_logprobs_plan(p, smem_limit, sms, &plan); !r.ok()) return r;
-    t.split_blocks = plan.split ? plan.blocks : 0;
-    ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, topk_logprobs_kernel_for(plan), p, plan.sp);
-    for (const uint8_t b : topk_workspace)  // the contract: every launch leaves it all zero
-      if (b != 0) return KernelResult::invalid("topk_logprobs: the workspace is left non-zero");
+    ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, topk_logprobs_kernel_for(plan), p, plan.opt);
     return KernelResult::success();
   }
 

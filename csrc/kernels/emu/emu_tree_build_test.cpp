@@ -55,93 +55,17 @@ KD_TEST(tree_build_fuzz) {
 // topk_logprobs on fresh random rows (seed from KD_SEED or the clock, printed) against the
 // host reference, with the pretend device's SM count set so that the rows take each block
 // size (512, 256, 128 threads).
-// Each case runs with one block per row and split over blocks (force_split 2: 132 SMs cut
-// a row into up to 8 pieces, 1 SM into ranges that straddle rows); the runner checks that the
-// workspace is left zero.
 KD_TEST(topk_random_rows) {
   const char* env = std::getenv("KD_SEED");
   const uint64_t seed = env && *env ? std::strtoull(env, nullptr, 10) : static_cast<uint64_t>(std::random_device{}());
-  for (const int split : {1, 2})
-    for (const int sms : {132, 1}) {
-      EmuTreeRunner runner;
-      runner.sms = sms;  // 132: <= 4 rows -> 512 threads; 1: 2 rows -> 256, 3-4 rows -> 128
-      run_random_topk_cases(runner, seed, false, split);
-    }
-  EmuTreeRunner exact;  // the scan's compactions keeping exactly K (the default keeps a bound)
+  for (const int sms : {132, 1}) {
+    EmuTreeRunner runner;
+    runner.sms = sms;  // 132: <= 4 rows -> 512 threads; 1: 2 rows -> 256, 3-4 rows -> 128
+    run_random_topk_cases(runner, seed, false);
+  }
+  EmuTreeRunner exact;  // the scan's compactions keeping exactly K (by default they keep a bound)
   exact.exact_compaction = 1;
-  run_random_topk_cases(exact, seed, false, 1);
-}
-
-// topk_split_workspace_bound covers every plan's workspace up to its rows and k (the engine
-// sizes its workspace with it once), forced splits and every block size included.
-KD_TEST(topk_workspace_bound_holds) {
-  int plans = 0;
-  for (const int sms : {1, 4, 132})
-    for (const int vocab : {97, 5003, 32768, 163840})
-      for (const int k : {1, 7, 64, 256, 1024}) {
-        if (k > vocab) continue;
-        for (int rows = 1; rows <= 600; rows += rows < 40 ? 1 : 37) {
-          const size_t bound = topk_split_workspace_bound(rows, vocab, k, sms);
-          for (const int force : {0, 2})
-            for (const int threads : {0, 128, 256, 512}) {
-              TopkLogprobsParams p;
-              p.rows = rows;
-              p.vocab = vocab;
-              p.k = k;
-              p.logits = reinterpret_cast<const float*>(uintptr_t{256});
-              p.logp = reinterpret_cast<float*>(uintptr_t{256});
-              p.tok = reinterpret_cast<int32_t*>(uintptr_t{256});
-              p.force_split = force;
-              p.force_threads = threads;
-              TopkLogprobsPlan plan;
-              if (!make_topk_logprobs_plan(p, 232448, sms, &plan, true).ok() || !plan.split) continue;
-              ++plans;
-              KD_EXPECT(plan.workspace_bytes <= bound);
-              if (plan.workspace_bytes > bound)
-                std::printf("    rows %d vocab %d k %d sms %d: %zu > %zu\n", rows, vocab, k, sms, plan.workspace_bytes, bound);
-              // and every row meets at most topk_max_pieces(k) ranges
-              int most = 0;
-              for (int r = 0; r < rows; ++r) {
-                const int64_t row0 = static_cast<int64_t>(r) * vocab;
-                most = std::max(most, static_cast<int>((row0 + vocab - 1) / plan.sp.len - row0 / plan.sp.len + 1));
-              }
-              KD_EXPECT(most <= kern::topk_max_pieces(k));
-              // and no block's range meets more rows than it has slots
-              const int64_t total = static_cast<int64_t>(rows) * vocab;
-              KD_EXPECT(static_cast<int64_t>(plan.sp.blocks) * plan.sp.len >= total);
-              for (int g = 0; g < plan.sp.blocks; ++g) {
-                const int64_t a = g * plan.sp.len, b = std::min(a + plan.sp.len, total) - 1;
-                KD_EXPECT(a <= b && b / vocab - a / vocab + 1 <= plan.sp.per_block);
-              }
-            }
-        }
-      }
-  std::printf("    %d split plans checked\n", plans);
-  KD_EXPECT(plans > 1000);
-}
-
-// The plan splits rows that do not spread evenly over the SMs (5 rows on 4 SMs), and not rows
-// that do (8 on 4); both against the host reference.
-KD_TEST(topk_plan_splits_uneven_rows) {
-  const char* env = std::getenv("KD_SEED");
-  const uint64_t seed = env && *env ? std::strtoull(env, nullptr, 10) : static_cast<uint64_t>(std::random_device{}());
-  EmuTreeRunner runner;
-  runner.sms = 4;
-  TopkIO probe;
-  probe.rows = 5;
-  probe.vocab = 20000;
-  probe.k = 256;
-  probe.logits.assign(static_cast<size_t>(probe.rows) * probe.vocab, 0.0f);
-  probe.poison_outputs();
-  KD_CHECK(runner.topk(probe).ok());
-  KD_EXPECT(probe.split_blocks > 0);
-  run_random_topk_case(runner, "normal", 5, 20000, 256, seed + 21);
-  run_random_topk_case(runner, "ties", 5, 20000, 256, seed + 22);
-  probe.rows = 8;
-  probe.logits.assign(static_cast<size_t>(probe.rows) * probe.vocab, 0.0f);
-  probe.poison_outputs();
-  KD_CHECK(runner.topk(probe).ok());
-  KD_EXPECT_EQ(probe.split_blocks, 0);
+  run_random_topk_cases(exact, seed, false);
 }
 
 // topk_logprobs' float64 exp against the C library's (correctly rounded on glibc): within
