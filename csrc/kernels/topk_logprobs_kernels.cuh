@@ -69,7 +69,8 @@ constexpr int kTopkCompactSlop = 64;
 
 // Launch options the plan sets (kernel argument).
 struct TopkOptions {
-  int compact_slop = 0;  // the scan's compactions keep up to K + this - 1 (0: exactly K)
+  int compact_slop = 0;  // the scan's compactions keep up to K + this - 1, and the final select
+                         //   first cuts to that many (0: exact selects only)
 };
 
 // The scan's summary of its row (block-uniform).
@@ -429,10 +430,11 @@ KD_DEVICE double topk_lse(const TopkPiece* pcs, int np, const double* table, int
 
 // Steps 2-4 for row `row` (logits at x) once its n >= K candidates (ordered logits, ~ids) are
 // in keys/rids and its lse is known; drop_max / dropped: the largest logit left out of them and
-// whether any was.
+// whether any was. slop > 0: the candidates are first cut to fewer than K + slop by a bound
+// (1-2 select rounds over all n), so the exact select's ~4-5 rounds pass over those only.
 template <int Threads>
 KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, uint32_t* buf, const float* x, int row, int n,
-                           double lse, float drop_max, bool dropped) {
+                           double lse, float drop_max, bool dropped, int slop) {
   constexpr int kWarps = Threads / kWarpSize;
   const int K = p.k, V = p.vocab;
   const int capacity = topk_capacity(K);
@@ -443,6 +445,13 @@ KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, 
   TOPK_CLK_BEGIN(clk_select);
   for (int i = tid; i < n; i += Threads) keys[i] = float_to_ordered(logp_of(ordered_to_float(keys[i]), lse));
   __syncthreads();
+  if (slop > 0 && n >= K + slop) {  // block-uniform
+    // those below the bound rank below the K-th by (logp, id): never winners; the re-read
+    // below keeps only logps above the K-th's and gathers the K-th's group from the row
+    const uint64_t bound = block_select_kth_largest(keys, rids, n, K, s.select, slop);
+    topk_keep_if(s, keys, rids, n, [bound](uint64_t val) { return val >= bound; });
+    n = s.count;
+  }
   const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select);
   const uint32_t kth_logp = static_cast<uint32_t>(kth >> 32);
 
@@ -562,7 +571,7 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   const float* x = p.logits + static_cast<int64_t>(row) * V;
   const TopkPiece pc = topk_scan<Vec4, Threads>(s, keys, rids, x, V, K, opt.compact_slop);
   const double lse = topk_lse(&pc, 1, s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(double)));
-  topk_finish<Threads>(p, s, buf, x, row, pc.n, lse, pc.drop_max, pc.dropped);
+  topk_finish<Threads>(p, s, buf, x, row, pc.n, lse, pc.drop_max, pc.dropped, opt.compact_slop);
   TOPK_CLK_END(clk_total, 8);
   topk_clk_report();
 }
