@@ -66,6 +66,10 @@ KD_HOST_DEVICE constexpr size_t topk_smem_bytes(int k) { return static_cast<size
 // The scan's compactions need not keep exactly K: the select stops once the bin holding the
 // K-th has at most this many candidates (usually after 2 of its ~4-5 rounds) and keeps them all.
 constexpr int kTopkCompactSlop = 64;
+// The final select cuts the candidates by such a bound first only when that removes most of
+// them (n >= 4 (K + slop): ~2000 of 2304 slots are full at the end of a 163840-logit row,
+// ~400 at 32768, where the extra pass and barriers would not pay).
+constexpr int kTopkCutFactor = 4;
 
 // Launch options the plan sets (kernel argument).
 struct TopkOptions {
@@ -430,8 +434,8 @@ KD_DEVICE double topk_lse(const TopkPiece* pcs, int np, const double* table, int
 
 // Steps 2-4 for row `row` (logits at x) once its n >= K candidates (ordered logits, ~ids) are
 // in keys/rids and its lse is known; drop_max / dropped: the largest logit left out of them and
-// whether any was. slop > 0: the candidates are first cut to fewer than K + slop by a bound
-// (1-2 select rounds over all n), so the exact select's ~4-5 rounds pass over those only.
+// whether any was. slop > 0 and many candidates: they are first cut to fewer than K + slop by
+// a bound (1-2 select rounds over all n), so the exact select's ~4-5 rounds pass over those only.
 template <int Threads>
 KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, uint32_t* buf, const float* x, int row, int n,
                            double lse, float drop_max, bool dropped, int slop) {
@@ -445,7 +449,7 @@ KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, 
   TOPK_CLK_BEGIN(clk_select);
   for (int i = tid; i < n; i += Threads) keys[i] = float_to_ordered(logp_of(ordered_to_float(keys[i]), lse));
   __syncthreads();
-  if (slop > 0 && n >= K + slop) {  // block-uniform
+  if (slop > 0 && n >= kTopkCutFactor * (K + slop)) {  // block-uniform
     // those below the bound rank below the K-th by (logp, id): never winners; the re-read
     // below keeps only logps above the K-th's and gathers the K-th's group from the row
     const uint64_t bound = block_select_kth_largest(keys, rids, n, K, s.select, slop);
