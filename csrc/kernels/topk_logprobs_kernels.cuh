@@ -20,9 +20,9 @@
 //      K largest by (logp, lower id first) are selected.
 //   3. float32 rounding can give neighbouring logits the same logp, and the reference then
 //      orders them by id: a dropped logit may belong to the K-th logp's group. The largest
-//      dropped logit is checked with one logp; when it could happen (rarely;
-//      always with exact ties across the cut, e.g. many -inf), the row is read once more to
-//      gather that group's lowest ids.
+//      dropped logit is checked with one logp; when it could happen (rarely; always with exact
+//      ties across the cut, e.g. many -inf), the row is read once more to gather that group's
+//      lowest ids.
 //   4. a bitonic sort of the K winners; logp and token out.
 #pragma once
 
@@ -78,7 +78,7 @@ struct TopkOptions {
 };
 
 // The scan's summary of its row (block-uniform).
-struct TopkPiece {
+struct TopkSummary {
   double fsum;     // sum of e^x 2^-mk over the logits met while the max was in the fast range
   double slow;     // sum of e^(x - pmax) over the others
   float pmax;      // the row's largest logit
@@ -88,7 +88,6 @@ struct TopkPiece {
   int has_fast;
   int dropped;     // a compaction dropped candidates
 };
-
 
 // The final sort reuses the buffer: its keys (8 bytes each, a power of two < 2K) must fit.
 static_assert(2 * kTreeMaxNodes <= kTopkSlack, "the sort keys of K winners fit in the candidate buffer");
@@ -211,7 +210,7 @@ KD_DEVICE double topk_pow2_nonpositive(int e) {
 // Step 1, the scan over the row's V logits at x: leaves s.count candidates in keys/rids and
 // returns the row's summary. slop: what the compactions may keep beyond K (TopkOptions).
 template <bool Vec4, int Threads>
-KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, const float* x, int V, int K, int slop) {
+KD_DEVICE TopkSummary topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, const float* x, int V, int K, int slop) {
   constexpr int kChunk = kTopkPerThread * Threads;  // logits per step
   const int capacity = topk_capacity(K);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
@@ -222,7 +221,6 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
     s.drop_key = 0;
   }
   __syncthreads();  // (and the table is written)
-  const int len = V;
 
   // 1. the scan
   float m = -INFINITY;            // running max of this thread's logits
@@ -236,7 +234,7 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
   float thr = NAN;                // candidates need a logit above it (NaN: every logit passes)
   float drop = -INFINITY;         // the largest of this thread's logits left out of the buffer
   bool dropped = false;           // whether a compaction has dropped candidates (block-uniform)
-  const int steps = ceil_div(len, kChunk);
+  const int steps = ceil_div(V, kChunk);
   // element k of this thread's 16 in a step: float4 (k / 4) is coalesced across the block
   auto index = [&](int step, int k) {
     return step * kChunk + (Vec4 ? ((k / 4) * Threads + tid) * 4 + k % 4 : k * Threads + tid);
@@ -246,7 +244,7 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
     for (int u = 0; u < kTopkVecs; ++u) {
       if constexpr (Vec4) {
         const int i = index(step, 4 * u);  // V % 4 == 0: a float4 is all in or all out
-        const float4 f = i < len ? load_streaming(reinterpret_cast<const float4*>(x + i))
+        const float4 f = i < V ? load_streaming(reinterpret_cast<const float4*>(x + i))
                                : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
         v[4 * u] = f.x;
         v[4 * u + 1] = f.y;
@@ -256,7 +254,7 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = index(step, 4 * u + e);
-          v[4 * u + e] = i < len ? x[i] : -INFINITY;
+          v[4 * u + e] = i < V ? x[i] : -INFINITY;
         }
       }
     }
@@ -341,10 +339,10 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
           drop = fmaxf(drop, p ? -INFINITY : v[k]);
         }
         // logits past the row (-inf) pass only while thr is NaN
-        if ((step + 1) * kChunk > len) {
+        if ((step + 1) * kChunk > V) {
 #pragma unroll
           for (int k = 0; k < kTopkPerThread; ++k)
-            if (index(step, k) >= len) pass &= ~(1u << k);
+            if (index(step, k) >= V) pass &= ~(1u << k);
         }
       }
       left = append(pass, step, v);
@@ -376,7 +374,7 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
   TOPK_CLK_BEGIN(clk_summary);
   // the summary (after the loop's last barrier: s.count is final): sums at the block's largest
   // power-of-two reference (exact rescales) and its max
-  TopkPiece pc;
+  TopkSummary pc;
   pc.pmax = block_max(m, -INFINITY, s.fmax);
   const float top_mk = block_max(had_fast ? static_cast<float>(mk) : -INFINITY, -INFINITY, s.fmax);  // |mk| < 2^13: exact
   pc.has_fast = top_mk > -INFINITY;
@@ -401,34 +399,18 @@ KD_DEVICE TopkPiece topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* 
   return pc;
 }
 
-// The row's lse from summaries of its parts (one here: the scan's): the fast sums rescaled to
-// the highest reference (powers of two: exact), one e^(mk ln2 - max) for all of them, the slow
-// ones by e^(pmax - max).
-KD_DEVICE double topk_lse(const TopkPiece* pcs, int np, const double* table, int lane_bytes) {
-  float row_max = -INFINITY;
-  int top_mk = 0;
-  bool any_fast = false;
-  for (int j = 0; j < np; ++j) {
-    row_max = fmaxf(row_max, pcs[j].pmax);
-    if (pcs[j].has_fast) {
-      top_mk = any_fast && top_mk > pcs[j].mk ? top_mk : pcs[j].mk;
-      any_fast = true;
-    }
-  }
+// The row's lse from the scan's summary: e^(mk ln2 - max) times the fast sum, plus the slow
+// one (already relative to the max).
+KD_DEVICE double topk_lse(const TopkSummary& pc, const double* table, int lane_bytes) {
+  const float row_max = pc.pmax;
   double total = 0.0;
-  if (any_fast) {
-    double fast = 0.0;
-    for (int j = 0; j < np; ++j)
-      if (pcs[j].has_fast) fast += pcs[j].fsum * topk_pow2_nonpositive(pcs[j].mk - top_mk);
+  if (pc.has_fast) {
     // e^(mk ln2 - row_max): the difference formed exactly (mk ln2 <= row_max, up to rounding of the floor)
-    const double mkd = static_cast<double>(top_mk);
+    const double mkd = static_cast<double>(pc.mk);
     const double delta = fma(mkd, kTopkLn2Lo, fma(mkd, kTopkLn2Hi, -static_cast<double>(row_max)));
-    total = fast * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(delta, table, lane_bytes);
+    total = pc.fsum * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(delta, table, lane_bytes);
   }
-  for (int j = 0; j < np; ++j)
-    if (pcs[j].slow != 0.0)
-      total += pcs[j].slow * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(pcs[j].pmax) - row_max,
-                                                                                 table, lane_bytes);
+  total += pc.slow;
   return static_cast<double>(row_max) + log(total);
 }
 
@@ -573,8 +555,8 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   TOPK_CLK_END(clk_total, 0);
   const int row = static_cast<int>(blockIdx.x);
   const float* x = p.logits + static_cast<int64_t>(row) * V;
-  const TopkPiece pc = topk_scan<Vec4, Threads>(s, keys, rids, x, V, K, opt.compact_slop);
-  const double lse = topk_lse(&pc, 1, s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(double)));
+  const TopkSummary pc = topk_scan<Vec4, Threads>(s, keys, rids, x, V, K, opt.compact_slop);
+  const double lse = topk_lse(pc, s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(double)));
   topk_finish<Threads>(p, s, buf, x, row, pc.n, lse, pc.drop_max, pc.dropped, opt.compact_slop);
   TOPK_CLK_END(clk_total, 8);
   topk_clk_report();
