@@ -24,7 +24,12 @@ KD_DEVICE uint64_t select_value(const uint32_t* hi, const uint32_t* lo, int i) {
 }
 
 // k in 1..n; the values must be distinct (make the low half unique, e.g. ~index).
-KD_DEVICE uint64_t block_select_kth_largest(const uint32_t* hi, const uint32_t* lo, int n, int k, SelectScratch& s) {
+// slop > 0: a bound is enough. The rounds stop as soon as the bin holding the k-th has at most
+// `slop` candidates and its lower end is >= floor; the result t is then that lower end:
+// k <= |{v >= t}| < k + slop (a compaction that keeps a few more than k saves the rounds that
+// would split that bin).
+KD_DEVICE uint64_t block_select_kth_largest(const uint32_t* hi, const uint32_t* lo, int n, int k, SelectScratch& s,
+                                            int slop = 0, uint64_t floor = 0) {
   const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
   const int lane = tid % kWarpSize, warp = tid / kWarpSize, warps = threads / kWarpSize;
   uint64_t known_mask = 0, known = 0;  // the bits fixed so far (a prefix from the top)
@@ -92,10 +97,12 @@ KD_DEVICE uint64_t block_select_kth_largest(const uint32_t* hi, const uint32_t* 
     }
     __syncthreads();
     need -= s.above;
+    const int in_bin = static_cast<int>(s.hist[s.bin]);
     const uint64_t digit_mask = static_cast<uint64_t>(kSelectBins - 1) << shift;
     known_mask = common_mask | digit_mask | known_mask;
     known = (mn & common_mask) | (static_cast<uint64_t>(s.bin) << shift);
     __syncthreads();  // s.bin / s.above are rewritten by the next round
+    if (in_bin <= slop && known >= floor) return known;  // block-uniform; bits below the digit are 0
   }
 }
 

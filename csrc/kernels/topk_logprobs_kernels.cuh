@@ -11,16 +11,18 @@
 //      logit, clamped from below so the exp needs no range check (exp_f64.cuh; interleaved
 //      table copies keep bank conflicts low). The step's max also decides, once per 16
 //      logits, whether any logit beats the candidate threshold; those that do are appended
-//      to a candidate buffer in shared memory. When the buffer is full, the block keeps the K largest (logit, lower id
-//      first), raises the threshold to the K-th and appends what did not fit. In a row in
-//      random order only ~K ln(V/K) logits ever pass.
-//   2. lse from the threads' partial sums; every candidate becomes its float32 log-
-//      probability, and the K largest by (logp, lower id first) are selected.
+//      to a candidate buffer in shared memory. When the buffer is full, the block keeps the
+//      K largest (logit, lower id first; a few more when that saves select rounds), raises the
+//      threshold to the lowest kept and appends what did not fit. In a row in random order
+//      only ~K ln(V/K) logits ever pass.
+//   2. lse from the partial sums (rescaled to the block's largest power-of-two reference:
+//      exact; one exp for all); every candidate becomes its float32 log-probability, and the
+//      K largest by (logp, lower id first) are selected.
 //   3. float32 rounding can give neighbouring logits the same logp, and the reference then
-//      orders them by id: a dropped logit may belong to the K-th logp's group. Dropped
-//      logits are all <= the last threshold, so that is checked with one logp; when it
-//      could happen (rarely; always with exact ties across the cut, e.g. many -inf), the row
-//      is read once more to gather that group's lowest ids.
+//      orders them by id: a dropped logit may belong to the K-th logp's group. The largest
+//      dropped logit is checked with one logp; when it could happen (rarely; always with exact
+//      ties across the cut, e.g. many -inf), the row is read once more to gather that group's
+//      lowest ids.
 //   4. a bitonic sort of the K winners; logp and token out.
 #pragma once
 
@@ -60,6 +62,33 @@ constexpr double kTopkLn2Lo = 0x1.a39ef35793c76p-33;    // ln2 - kTopkLn2Hi
 KD_HOST_DEVICE constexpr int topk_kept_slots(int k) { return round_up(k, kWarpSize); }
 KD_HOST_DEVICE constexpr int topk_capacity(int k) { return topk_kept_slots(k) + kTopkSlack; }
 KD_HOST_DEVICE constexpr size_t topk_smem_bytes(int k) { return static_cast<size_t>(topk_capacity(k)) * 2 * sizeof(uint32_t); }
+
+// The scan's compactions need not keep exactly K: the select stops once the bin holding the
+// K-th has at most this many candidates (usually after 2 of its ~4-5 rounds) and keeps them all.
+constexpr int kTopkCompactSlop = 64;
+// The final select cuts the candidates by such a bound first only when that removes most of
+// them (n >= 4 (K + slop): ~2000 of 2304 slots are full at the end of a 163840-logit row,
+// ~400 at 32768, where the extra pass and barriers would not pay).
+constexpr int kTopkCutFactor = 4;
+
+// Launch options the plan sets (kernel argument).
+struct TopkOptions {
+  int compact_slop = 0;  // the scan's compactions keep up to K + this - 1, and the final select
+                         //   first cuts to that many (0: exact selects only)
+};
+
+// The scan's summary of its row (block-uniform).
+struct TopkSummary {
+  double fsum;     // sum of e^x 2^-mk over the logits met while the max was in the fast range
+  double slow;     // sum of e^(x - pmax) over the others
+  float pmax;      // the row's largest logit
+  float drop_max;  // the largest logit the candidates left out (-inf: none)
+  int n;           // candidates
+  int mk;          // fsum's power-of-two reference (when has_fast)
+  int has_fast;
+  int dropped;     // a compaction dropped candidates
+};
+
 // The final sort reuses the buffer: its keys (8 bytes each, a power of two < 2K) must fit.
 static_assert(2 * kTreeMaxNodes <= kTopkSlack, "the sort keys of K winners fit in the candidate buffer");
 static_assert(kTreeMaxNodes <= kTopkMinThreads * 8, "the K winners fit in 8 registers per thread before the sort");
@@ -74,6 +103,42 @@ struct TopkShared {
   uint32_t drop_key;                // largest ordered key a scan compaction removed (0: none)
   uint64_t eq_warp[Threads / kWarpSize];  // re-read: tied logits per warp in this chunk (4 packed counts)
 };
+
+// Per-phase cycle counts on the GPU (a measuring build only: -DKD_TOPK_PHASE_CLOCKS through
+// NVCC_APPEND_FLAGS): thread 0 of block 0 sums clock64() deltas per phase over launches and
+// prints the averages every kTopkClkEvery launches. Off: no code at all.
+#if defined(KD_TOPK_PHASE_CLOCKS) && defined(__CUDACC__) && !defined(KD_SIMT_EMULATION)
+constexpr int kTopkClkSlots = 16;
+constexpr unsigned kTopkClkEvery = 20;
+__device__ unsigned long long g_topk_clk[kTopkClkSlots];
+__device__ unsigned g_topk_clk_launches;
+KD_DEVICE bool topk_clk_on() { return threadIdx.x == 0 && blockIdx.x == 0; }
+#define TOPK_CLK_BEGIN(var) long long var = topk_clk_on() ? clock64() : 0
+#define TOPK_CLK_END(var, slot)                                                                 \
+  do {                                                                                          \
+    if (topk_clk_on()) g_topk_clk[slot] += static_cast<unsigned long long>(clock64() - var); \
+  } while (0)
+#define TOPK_CLK_COUNT(slot)                  \
+  do {                                        \
+    if (topk_clk_on()) g_topk_clk[slot] += 1; \
+  } while (0)
+KD_DEVICE void topk_clk_report() {
+  if (!topk_clk_on()) return;
+  g_topk_clk[15] += 1;
+  if (++g_topk_clk_launches % kTopkClkEvery != 0) return;
+  const double c = static_cast<double>(g_topk_clk[15]);
+  printf("topk_clk blocks=%d threads=%d launches=%.0f | table %.0f scan %.0f (compactions %.0f x%.1f) summary %.0f "
+         "| logp+select %.0f keep/reread %.0f sort+out %.0f | total %.0f cycles\n",
+         gridDim.x, blockDim.x, c, g_topk_clk[0] / c, g_topk_clk[1] / c, g_topk_clk[2] / c, g_topk_clk[3] / c, g_topk_clk[4] / c,
+         g_topk_clk[5] / c, g_topk_clk[6] / c, g_topk_clk[7] / c, g_topk_clk[8] / c);
+  for (int i = 0; i < kTopkClkSlots; ++i) g_topk_clk[i] = 0;
+}
+#else
+#define TOPK_CLK_BEGIN(var) ((void)0)
+#define TOPK_CLK_END(var, slot) ((void)0)
+#define TOPK_CLK_COUNT(slot) ((void)0)
+KD_DEVICE void topk_clk_report() {}
+#endif
 
 KD_DEVICE float logp_of(float x, double lse) { return static_cast<float>(static_cast<double>(x) - lse); }
 
@@ -136,29 +201,26 @@ KD_DEVICE float topk_pick(const float (&v)[kTopkPerThread], int k) {
   return (k & 8) ? c[1] : c[0];
 }
 
-template <bool Vec4, int Threads>
-__global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_logprobs_kernel(const TopkLogprobsParams p) {
-  static_assert(Threads >= kTopkMinThreads && Threads <= kTopkMaxThreads && Threads % kWarpSize == 0, "block size");
-  constexpr int kWarps = Threads / kWarpSize;
-  constexpr int kChunk = kTopkPerThread * Threads;  // logits per step
-  __shared__ TopkShared<Threads> s;
-  KD_DYNAMIC_SMEM(uint32_t, buf);
-  const int K = p.k, V = p.vocab;
-  const int capacity = topk_capacity(K);
-  uint32_t* keys = buf;             // ordered bits of the logit (from step 2: of its logp)
-  uint32_t* rids = buf + capacity;  // ~token id: (key, rid) descending puts lower ids first
-  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
-  const float* x = p.logits + static_cast<int64_t>(blockIdx.x) * V;
+// 2^e for e <= 0 (0 below float64's range): rescales a sum to a higher power-of-two reference.
+KD_DEVICE double topk_pow2_nonpositive(int e) {
+  const int biased = e + 1023;
+  return biased > 0 ? __hiloint2double(biased << kExponentShift, 0) : 0.0;
+}
 
-  for (int i = tid; i < kExp2FineTableSize * kTopkTableCopies; i += Threads)
-    s.exp_table[i] = exp2_table_preshifted<kTopkExpBits>(i / kTopkTableCopies);
+// Step 1, the scan over the row's V logits at x: leaves s.count candidates in keys/rids and
+// returns the row's summary. slop: what the compactions may keep beyond K (TopkOptions).
+template <bool Vec4, int Threads>
+KD_DEVICE TopkSummary topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, const float* x, int V, int K, int slop) {
+  constexpr int kChunk = kTopkPerThread * Threads;  // logits per step
+  const int capacity = topk_capacity(K);
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
+  const double* table = s.exp_table;
+  const int lane_bytes = (lane % kTopkTableCopies) * static_cast<int>(sizeof(double));  // this lane's copy
   if (tid == 0) {
     s.count = 0;
     s.drop_key = 0;
   }
-  __syncthreads();
-  const double* table = s.exp_table;
-  const int lane_bytes = (lane % kTopkTableCopies) * static_cast<int>(sizeof(double));  // this lane's copy
+  __syncthreads();  // (and the table is written)
 
   // 1. the scan
   float m = -INFINITY;            // running max of this thread's logits
@@ -220,6 +282,7 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
     return left;
   };
 
+  TOPK_CLK_BEGIN(clk_scan);
   float next[kTopkPerThread];
   load(0, next);
   for (int step = 0; step < steps; ++step) {
@@ -236,9 +299,8 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
       fast = fabsf(m) < kTopkFastMaxAbs;
       if (fast) {
         const int mk_new = static_cast<int>(floor(static_cast<double>(m) * kTopkInvLn2));
-        if (had_fast) {  // 2^(mk - mk_new) <= 1 rescales the sums (0 below float64's range)
-          const int e = mk - mk_new + 1023;  // its biased exponent
-          const double f = e > 0 ? __hiloint2double(e << kExponentShift, 0) : 0.0;
+        if (had_fast) {  // 2^(mk - mk_new) <= 1 rescales the sums
+          const double f = topk_pow2_nonpositive(mk - mk_new);
 #pragma unroll
           for (int u = 0; u < kTopkVecs; ++u) sum[u] *= f;
         }
@@ -286,8 +348,11 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
       left = append(pass, step, v);
     }
     while (__syncthreads_or(left != 0)) {  // the buffer is full: keep the K largest
+      TOPK_CLK_BEGIN(clk_compact);
       const int n = capacity;  // every slot below capacity was written
-      const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select);
+      // kth: a bound with K..K+slop-1 values >= it (its key a float >= -inf, never a NaN)
+      const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select, slop,
+                                                    static_cast<uint64_t>(float_to_ordered(-INFINITY)) << 32);
       topk_keep_if<true>(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; });
       thr = ordered_to_float(static_cast<uint32_t>(kth >> 32));
       dropped = true;
@@ -300,34 +365,87 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
         }
       left = 0;
       if (__any_sync(kFullMask, pass != 0)) left = append(pass, step, v);
+      TOPK_CLK_END(clk_compact, 2);
+      TOPK_CLK_COUNT(3);
     }
   }
+  TOPK_CLK_END(clk_scan, 1);
 
-  // 2. lse, candidates' log-probabilities, the K-th by (logp, lower id first)
-  const float row_max = block_max(m, -INFINITY, s.fmax);
-  double mine = 0.0;  // this thread's sum of e^(x - row_max)
+  TOPK_CLK_BEGIN(clk_summary);
+  // the summary (after the loop's last barrier: s.count is final): sums at the block's largest
+  // power-of-two reference (exact rescales) and its max
+  TopkSummary pc;
+  pc.pmax = block_max(m, -INFINITY, s.fmax);
+  const float top_mk = block_max(had_fast ? static_cast<float>(mk) : -INFINITY, -INFINITY, s.fmax);  // |mk| < 2^13: exact
+  pc.has_fast = top_mk > -INFINITY;
+  pc.mk = pc.has_fast ? static_cast<int>(top_mk) : 0;
+  double fsum = 0.0;
   if (had_fast) {
-    // e^(mk ln2 - row_max): the difference formed exactly (mk ln2 <= m <= row_max, up to rounding of the floor)
-    const double delta = fma(static_cast<double>(mk), kTopkLn2Lo, fma(static_cast<double>(mk), kTopkLn2Hi, -static_cast<double>(row_max)));
-    double fsum = 0.0;
 #pragma unroll
     for (int u = 0; u < kTopkVecs; ++u) fsum += sum[u];
-    mine = fsum * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(delta, table, lane_bytes);
+    fsum *= topk_pow2_nonpositive(mk - pc.mk);
   }
+  pc.fsum = block_sum(fsum, s.dsum);
+  double slow_part = 0.0;
   if (slow_ref > -INFINITY)
-    mine += slow * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - row_max, table, lane_bytes);
-  const double lse = static_cast<double>(row_max) + log(block_sum(mine, s.dsum));
-  const int n = s.count;  // >= K: every logit passes until K are held; < capacity: no overflow is left
+    slow_part = slow * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - pc.pmax, table, lane_bytes);
+  pc.slow = block_sum(slow_part, s.dsum);
+  float drop_max = block_max(drop, -INFINITY, s.fmax);
+  if (s.drop_key != 0) drop_max = fmaxf(drop_max, ordered_to_float(s.drop_key));
+  pc.drop_max = drop_max;
+  pc.n = s.count;
+  pc.dropped = dropped;
+  TOPK_CLK_END(clk_summary, 4);
+  return pc;
+}
+
+// The row's lse from the scan's summary: e^(mk ln2 - max) times the fast sum, plus the slow
+// one (already relative to the max).
+KD_DEVICE double topk_lse(const TopkSummary& pc, const double* table, int lane_bytes) {
+  const float row_max = pc.pmax;
+  double total = 0.0;
+  if (pc.has_fast) {
+    // e^(mk ln2 - row_max): the difference formed exactly (mk ln2 <= row_max, up to rounding of the floor)
+    const double mkd = static_cast<double>(pc.mk);
+    const double delta = fma(mkd, kTopkLn2Lo, fma(mkd, kTopkLn2Hi, -static_cast<double>(row_max)));
+    total = pc.fsum * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(delta, table, lane_bytes);
+  }
+  total += pc.slow;
+  return static_cast<double>(row_max) + log(total);
+}
+
+// Steps 2-4 for row `row` (logits at x) once its n >= K candidates (ordered logits, ~ids) are
+// in keys/rids and its lse is known; drop_max / dropped: the largest logit left out of them and
+// whether any was. slop > 0 and many candidates: they are first cut to fewer than K + slop by
+// a bound (1-2 select rounds over all n), so the exact select's ~4-5 rounds pass over those only.
+template <int Threads>
+KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, uint32_t* buf, const float* x, int row, int n,
+                           double lse, float drop_max, bool dropped, int slop) {
+  constexpr int kWarps = Threads / kWarpSize;
+  const int K = p.k, V = p.vocab;
+  const int capacity = topk_capacity(K);
+  uint32_t* keys = buf;
+  uint32_t* rids = buf + capacity;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
+  // 2. the candidates' log-probabilities, the K-th by (logp, lower id first)
+  TOPK_CLK_BEGIN(clk_select);
   for (int i = tid; i < n; i += Threads) keys[i] = float_to_ordered(logp_of(ordered_to_float(keys[i]), lse));
   __syncthreads();
+  if (slop > 0 && n >= kTopkCutFactor * (K + slop)) {  // block-uniform
+    // those below the bound rank below the K-th by (logp, id): never winners; the re-read
+    // below keeps only logps above the K-th's and gathers the K-th's group from the row
+    const uint64_t bound = block_select_kth_largest(keys, rids, n, K, s.select, slop);
+    topk_keep_if(s, keys, rids, n, [bound](uint64_t val) { return val >= bound; });
+    n = s.count;
+  }
   const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select);
   const uint32_t kth_logp = static_cast<uint32_t>(kth >> 32);
 
   // 3. could a dropped logit share the K-th's logp? The largest one tells (dropped logits
   // are all <= thr, but after a late compaction thr can still be the row's K-th: bounding by
   // thr sent ~1% of random rows to the re-read)
-  float drop_max = block_max(drop, -INFINITY, s.fmax);
-  if (s.drop_key != 0) drop_max = fmaxf(drop_max, ordered_to_float(s.drop_key));
+  TOPK_CLK_END(clk_select, 5);
+  TOPK_CLK_BEGIN(clk_keep);
   const bool reread = dropped && float_to_ordered(logp_of(drop_max, lse)) >= kth_logp;
   if (!reread) {
     topk_keep_if(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; });
@@ -386,6 +504,8 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
     }
   }
 
+  TOPK_CLK_END(clk_keep, 6);
+  TOPK_CLK_BEGIN(clk_sort);
   // 4. sort the K winners (ascending ~(logp, rid) = the wanted order) at the buffer's start:
   // read them into registers first, as the sort keys overwrite them
   constexpr int kWinnersPerThread = ceil_div(kTreeMaxNodes, Threads);
@@ -405,14 +525,41 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   }
   __syncthreads();
   block_sort_ascending(order, sort_n);
-  const int64_t out0 = static_cast<int64_t>(blockIdx.x) * K;
+  const int64_t out0 = static_cast<int64_t>(row) * K;
   for (int i = tid; i < K; i += Threads) {
     const uint64_t v = ~order[i];
     p.logp[out0 + i] = ordered_to_float(static_cast<uint32_t>(v >> 32));
     p.tok[out0 + i] = static_cast<int32_t>(~static_cast<uint32_t>(v));
     if (p.raw) p.raw[out0 + i] = x[~static_cast<uint32_t>(v)];
   }
-  if (p.lse && tid == 0) p.lse[blockIdx.x] = lse;
+  if (p.lse && tid == 0) p.lse[row] = lse;
+  TOPK_CLK_END(clk_sort, 7);
+}
+
+
+template <bool Vec4, int Threads>
+__global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_logprobs_kernel(const TopkLogprobsParams p,
+                                                                                             const TopkOptions opt) {
+  static_assert(Threads >= kTopkMinThreads && Threads <= kTopkMaxThreads && Threads % kWarpSize == 0, "block size");
+  __shared__ TopkShared<Threads> s;
+  KD_DYNAMIC_SMEM(uint32_t, buf);
+  const int K = p.k, V = p.vocab;
+  const int capacity = topk_capacity(K);
+  uint32_t* keys = buf;             // ordered bits of the logit (from step 2: of its logp)
+  uint32_t* rids = buf + capacity;  // ~token id: (key, rid) descending puts lower ids first
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
+
+  TOPK_CLK_BEGIN(clk_total);
+  for (int i = tid; i < kExp2FineTableSize * kTopkTableCopies; i += Threads)
+    s.exp_table[i] = exp2_table_preshifted<kTopkExpBits>(i / kTopkTableCopies);
+  TOPK_CLK_END(clk_total, 0);
+  const int row = static_cast<int>(blockIdx.x);
+  const float* x = p.logits + static_cast<int64_t>(row) * V;
+  const TopkSummary pc = topk_scan<Vec4, Threads>(s, keys, rids, x, V, K, opt.compact_slop);
+  const double lse = topk_lse(pc, s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(double)));
+  topk_finish<Threads>(p, s, buf, x, row, pc.n, lse, pc.drop_max, pc.dropped, opt.compact_slop);
+  TOPK_CLK_END(clk_total, 8);
+  topk_clk_report();
 }
 
 }  // namespace kdtree::kern

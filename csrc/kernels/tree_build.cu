@@ -49,7 +49,7 @@ KernelResult topk_logprobs(const TopkLogprobsParams& p, cudaStream_t stream) {
   TopkLogprobsPlan plan;
   TopkLogprobsKernel kernel = nullptr;
   if (KernelResult r = prepare_topk_logprobs(p, &plan, &kernel); !r.ok()) return r;
-  KD_LAUNCH(kernel, plan.blocks, plan.threads, plan.smem_bytes, stream, p);
+  KD_LAUNCH(kernel, plan.blocks, plan.threads, plan.smem_bytes, stream, p, plan.opt);
   return launch_status("topk_logprobs_kernel launch");
 }
 

@@ -58,6 +58,7 @@ struct TopkLogprobsParams {
   // A vocabulary-split lm_head's part (vocab_merge.cuh) also needs, or null:
   float* raw = nullptr;          // [R, K] out: each winner's logit
   double* lse = nullptr;         // [R] out: the row's log-sum-exp (float64, as logp is formed)
+  int force_exact_compaction = 0;  // tests and bench: 1 the scan's compactions keep exactly K
 };
 
 // Dynamic shared memory a tree_build launch with these sizes takes on the current device

@@ -30,6 +30,7 @@ struct TopkLogprobsPlan {
   int threads = 0;         // 128..512: fewer rows than fill the SMs get more threads each
   size_t smem_bytes = 0;   // the candidate buffer
   bool vec4 = false;       // 16-byte loads: V % 4 == 0 and 16-byte aligned logits
+  kern::TopkOptions opt;   // the kernel's options
 };
 
 // smem_optin: the largest dynamic shared memory one block may use on the device.
@@ -67,12 +68,13 @@ inline KernelResult make_topk_logprobs_plan(const TopkLogprobsParams& p, size_t 
     return KernelResult::over_limit("topk_logprobs: k " + std::to_string(p.k) + " needs " + std::to_string(pl.smem_bytes) +
                                     " bytes of shared memory per block, the device allows " + std::to_string(smem_optin));
   pl.vec4 = p.vocab % 4 == 0 && reinterpret_cast<uintptr_t>(p.logits) % 16 == 0;
+  pl.opt.compact_slop = p.force_exact_compaction ? 0 : kern::kTopkCompactSlop;
   *plan = pl;
   return KernelResult::success();
 }
 
 // The kernel instance a plan launches (the launcher and the emulator both take it from here).
-using TopkLogprobsKernel = void (*)(TopkLogprobsParams);
+using TopkLogprobsKernel = void (*)(TopkLogprobsParams, kern::TopkOptions);
 inline TopkLogprobsKernel topk_logprobs_kernel_for(const TopkLogprobsPlan& plan) {
   switch (plan.threads) {
     case 128: return plan.vec4 ? kern::topk_logprobs_kernel<true, 128> : kern::topk_logprobs_kernel<false, 128>;

@@ -13,9 +13,12 @@ using namespace kdtree::test;
 namespace {
 
 struct GpuTreeRunner {
+  int exact_compaction = 0;  // TopkLogprobsParams::force_exact_compaction
   KernelResult topk(TopkIO& t) {
     DeviceCopies dev;
-    const KernelResult r = topk_logprobs(topk_params(t, dev), nullptr);
+    TopkLogprobsParams p = topk_params(t, dev);
+    p.force_exact_compaction = exact_compaction;
+    const KernelResult r = topk_logprobs(p, nullptr);
     if (!r.ok()) return r;
     KD_CUDA_CHECK(cudaDeviceSynchronize());
     dev.download(t.logp);
@@ -78,6 +81,9 @@ KD_GPU_TEST(topk_random_rows) {
   run_random_topk_cases(runner, seed, !quick_mode());
   run_random_topk_case(runner, "normal", 600, 8192, 256, seed + 9);
   run_random_topk_case(runner, "ascending", 300, 4096, 1024, seed + 10);
+  GpuTreeRunner exact;  // the scan's compactions keeping exactly K (by default they keep a bound)
+  exact.exact_compaction = 1;
+  run_random_topk_cases(exact, seed, !quick_mode());
 }
 
 KD_GPU_TEST(fuzz_bundle_from_env) {

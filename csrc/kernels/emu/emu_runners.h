@@ -18,11 +18,13 @@ struct EmuTreeRunner {
   size_t smem_limit = 232448;  // per-block limit of the pretend device (H100/H200); the
                                // logp rows are staged in shared memory when they fit
   int sms = 132;               // SMs of the pretend device (H200): sets topk's block size
+  int exact_compaction = 0;    // TopkLogprobsParams::force_exact_compaction
   KernelResult topk(TopkIO& t) {
-    const TopkLogprobsParams p = topk_params(t, host_data);
+    TopkLogprobsParams p = topk_params(t, host_data);
+    p.force_exact_compaction = exact_compaction;
     TopkLogprobsPlan plan;
     if (KernelResult r = make_topk_logprobs_plan(p, smem_limit, sms, &plan); !r.ok()) return r;
-    ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, topk_logprobs_kernel_for(plan), p);
+    ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, topk_logprobs_kernel_for(plan), p, plan.opt);
     return KernelResult::success();
   }
 

@@ -63,6 +63,14 @@ KD_TEST(topk_random_rows) {
     runner.sms = sms;  // 132: <= 4 rows -> 512 threads; 1: 2 rows -> 256, 3-4 rows -> 128
     run_random_topk_cases(runner, seed, false);
   }
+  EmuTreeRunner exact;  // the scan's compactions keeping exactly K (by default they keep a bound)
+  exact.exact_compaction = 1;
+  run_random_topk_cases(exact, seed, false);
+  // the engine's vocabulary: ~2000 candidates are left at the row's end, so the final select
+  // cuts them by a bound first (shorter rows leave too few for that)
+  EmuTreeRunner runner;
+  run_random_topk_case(runner, "normal", 2, 163840, 256, seed + 20);
+  run_random_topk_case(runner, "ties", 2, 163840, 256, seed + 21);
 }
 
 // topk_logprobs' float64 exp against the C library's (correctly rounded on glibc): within
