@@ -41,6 +41,46 @@ def hf_model(model_dir, dtype=torch.float32):
     return model.eval()
 
 
+def router_tie_rows(model, ids: list[int], eps: float = 1e-5) -> set[int]:
+    """Positions of `ids` whose logits hang on an expert-routing tie in transformers' float32
+    forward: a token whose topk_group-th and next group, or top_k-th and next eligible
+    expert, score within eps. Either choice is right there, and two implementations (or two
+    orders of the same sums) may break the tie differently. A tie in an MoE layer before the
+    last reaches every later position too (through attention)."""
+    import torch.nn.functional as F
+
+    cfg, n = model.config, len(ids)
+    layers = [i for i, layer in enumerate(model.model.layers) if hasattr(layer.mlp, "gate")]
+    inputs: dict[int, torch.Tensor] = {}
+    hooks = [model.model.layers[i].mlp.gate.register_forward_hook(
+        lambda _m, inp, _out, i=i: inputs.__setitem__(i, inp[0].detach())) for i in layers]
+    try:
+        with torch.no_grad():
+            model(torch.tensor([ids]))
+    finally:
+        for h in hooks:
+            h.remove()
+    affected: set[int] = set()
+    for i in layers:
+        gate = model.model.layers[i].mlp.gate
+        x = inputs[i].reshape(n, -1).float()
+        scores = F.linear(x, gate.weight.float()).sigmoid() + gate.e_score_correction_bias.float()
+        groups, per = cfg.n_group, scores.shape[-1] // cfg.n_group
+        group = scores.view(n, groups, per).topk(2, dim=-1).values.sum(-1)
+        gs = group.sort(-1, descending=True).values
+        tie = torch.zeros(n, dtype=torch.bool)
+        if cfg.topk_group < groups:
+            tie |= (gs[:, cfg.topk_group - 1] - gs[:, cfg.topk_group]).abs() < eps
+        chosen = torch.zeros_like(group).scatter_(1, group.topk(cfg.topk_group, dim=-1).indices, 1.0).bool()
+        eligible = scores.masked_fill(~chosen.unsqueeze(-1).expand(n, groups, per).reshape(n, -1), float("-inf"))
+        es, k = eligible.sort(-1, descending=True).values, cfg.num_experts_per_tok
+        if k < es.shape[-1]:
+            tie |= (es[:, k - 1] - es[:, k]).abs() < eps  # -inf - -inf is nan: no tie
+        for p in tie.nonzero().flatten().tolist():
+            affected |= {p} if i == layers[-1] else set(range(p, n))
+    return affected
+
+
 def rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
     """max |ours - ref| / max |ref|: relative to the logits' scale, not per element."""
     return float((ours.double() - ref.double()).abs().max() / ref.double().abs().max())

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 import torch
-from hf_oracle import hf_model, rel_err
+from hf_oracle import hf_model, rel_err, router_tie_rows
 
 from python_engine.errors import KdtreeError
 from python_engine.testing.random_target import write_random_target
@@ -67,11 +67,17 @@ def test_logits_match_transformers_on_the_dequantized_model(dirs, seed):
     ids = prompt(seed, 30)
     with torch.no_grad():
         ref = hf(torch.tensor([ids])).logits[0]
-    assert rel_err(logits(ours, ids), ref) <= TOL
+    # positions behind an exact expert-routing tie may take either expert (seed 1382848382:
+    # two experts at 0.36114 for the third place, position 18, the last MoE layer)
+    ties = router_tie_rows(hf, ids)
+    keep = [p for p in range(len(ids)) if p not in ties]
+    print(f"routing ties at {sorted(ties)}" if ties else "no routing ties")
+    assert len(keep) >= len(ids) // 2, f"routing ties at {sorted(ties)}"
+    assert rel_err(logits(ours, ids)[keep], ref[keep]) <= TOL
     cache = ours.new_cache()  # a prefill, then one token at a time through the latent cache
     rows = [ours.forward(ids[:20], torch.arange(20), cache).logits]
     rows += [ours.forward([ids[i]], [i], cache).logits for i in range(20, 30)]
-    assert rel_err(torch.cat(rows), ref) <= TOL
+    assert rel_err(torch.cat(rows)[keep], ref[keep]) <= TOL
     assert ref.softmax(-1).max(-1).values.mean() < 0.95 and ref.std(-1).min() > 0.5  # not degenerate
     # INT4 moved the logits away from the bf16 source: the comparison above saw quantized experts
     assert rel_err(logits(load_target(dirs["bf16"]), ids), ref) > 100 * TOL
