@@ -8,7 +8,7 @@
 # and, named only: split (the simulated split on one GPU), multigpu (kdtree run --gpus 2 tests),
 # kernels (kdtree bench kernels, the full sweep), benchall (kdtree bench all: build, native tests
 # on fresh large cases, compute-sanitizer, the kernel bench; KDTREE_BENCH_BUDGET_S), int4 (the
-# INT4 DDTree == AR tests), gpus (1 vs KDTREE_GPUS=2 GPUs over NCCL), collectives (NCCL's cost per call at the engine's sizes)
+# INT4 DDTree == AR tests), bf16ties (the bf16 DDTree == AR tests at the seeds that diverged at stop 23), gpus (1 vs KDTREE_GPUS=2 GPUs over NCCL), collectives (NCCL's cost per call at the engine's sizes)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -49,6 +49,9 @@ for s in "${STEPS[@]}"; do
     benchall) step benchall 400 "$PY" -m kdtree_cli bench all --out "$OUT/all" --budget-s "${KDTREE_BENCH_BUDGET_S:-300}"
            for f in summary.md bench.md bench.json; do cp "$OUT/all/$f" "$OUT/all-$f" 2>/dev/null; done ;;
     int4) step int4 300 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_decode.py -k int4 ;;
+    bf16ties) for sd in 11 12 3654389095; do  # the seeds whose bf16 divergences stop 23 saw (router near-ties)
+             step bf16ties-$sd 200 env KDTREE_SEED=$sd "$PY" -m pytest -q -s -p no:cacheprovider \
+               tests/native/test_native_decode.py -k "int4_ddtree and bfloat16 or demo-bfloat16"; done ;;
     moe) step moe 300 "$PY" -m kdtree_cli bench moe --no-build --out-dir "$OUT" ;;
     bench|bench16) dt=float32; [ $s = bench16 ] && dt=bfloat16
            step $s 300 "$PY" -c "from pathlib import Path; from kdtree_cli.bench.engine import EngineBench, run_engine_bench; \

@@ -26,12 +26,15 @@ class MoeWeights:
     shared: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # gate, up, down
 
 
-def route(router: torch.Tensor, bias: torch.Tensor, cfg: TargetConfig, h: torch.Tensor):
+def route(router: torch.Tensor, bias: torch.Tensor, cfg: TargetConfig, h: torch.Tensor,
+          override: dict[int, list[int]] | None = None):
     """(weights [T, k] in the router's dtype, experts int64 [T, k]) for h [T, hidden].
 
     Experts are chosen by sigmoid score + correction bias, within the best `topk_group`
     groups (a group's score is the sum of its top two); the weights are the plain sigmoid
     scores of the chosen experts, normalised if norm_topk_prob, times routed_scaling_factor.
+    override: row -> the k experts that row takes instead of its own choice (a test hook:
+    replaying the other side of a router near-tie, python_engine/testing/router_ties.py).
     """
     T = h.shape[0]
     E, G = cfg.n_routed_experts, cfg.n_group
@@ -43,6 +46,8 @@ def route(router: torch.Tensor, bias: torch.Tensor, cfg: TargetConfig, h: torch.
     expert_mask = group_mask.unsqueeze(-1).expand(T, G, E // G).reshape(T, E).bool()
     choice = choice.masked_fill(~expert_mask, float("-inf"))
     experts = torch.topk(choice, k=cfg.num_experts_per_tok, dim=-1, sorted=False)[1]
+    for row, chosen in (override or {}).items():
+        experts[row] = torch.as_tensor(chosen, dtype=experts.dtype, device=experts.device)
     weights = scores.gather(1, experts)
     if cfg.norm_topk_prob:
         weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
@@ -55,8 +60,9 @@ def route(router: torch.Tensor, bias: torch.Tensor, cfg: TargetConfig, h: torch.
 GATHER_LIMIT = 1 << 22
 
 
-def moe_forward(w: MoeWeights, cfg: TargetConfig, h: torch.Tensor, taps: dict | None = None) -> torch.Tensor:
-    weights, experts = route(w.router, w.correction_bias, cfg, h)
+def moe_forward(w: MoeWeights, cfg: TargetConfig, h: torch.Tensor, taps: dict | None = None,
+                override: dict[int, list[int]] | None = None) -> torch.Tensor:
+    weights, experts = route(w.router, w.correction_bias, cfg, h, override)
     if taps is not None:
         taps["router_weights"], taps["router_experts"] = weights, experts
     T, k = experts.shape

@@ -82,6 +82,7 @@ class TargetModel:
         visibility: torch.Tensor | None = None,
         hidden_layers=(),
         taps: dict | None = None,
+        route_override: dict[int, dict[int, list[int]]] | None = None,
     ) -> TargetOutput:
         """Run T new tokens through the model, appending their latents to `cache`.
 
@@ -90,6 +91,8 @@ class TargetModel:
         hidden_layers: decoder layer ids whose output to return (see the module docstring).
         taps: if a dict, filled with per-layer intermediates for the reference bundles:
         "{i}.attn_out", "{i}.ffn_in", "{i}.ffn_out", "{i}.router_experts/weights" (MoE).
+        route_override: layer id -> {row of this forward: the experts it takes instead of its
+        router's choice}: a test hook (python_engine/testing/router_ties.py).
         """
         cfg = self.cfg
         tokens = torch.as_tensor(tokens, dtype=torch.long, device=self.device).reshape(-1)
@@ -121,7 +124,10 @@ class TargetModel:
             x = x + a
             hn = rms_norm(x, lw.post_attention_norm, cfg.rms_norm_eps)
             layer_taps = {} if taps is not None else None
-            f = moe_forward(lw.moe, cfg, hn, layer_taps) if lw.moe is not None else swiglu(hn, *lw.mlp)
+            if lw.moe is not None:
+                f = moe_forward(lw.moe, cfg, hn, layer_taps, (route_override or {}).get(i))
+            else:
+                f = swiglu(hn, *lw.mlp)
             x = x + f
             if taps is not None:
                 layer_taps.update(attn_out=a, ffn_in=hn, ffn_out=f)

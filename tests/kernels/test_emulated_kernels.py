@@ -12,6 +12,7 @@ it does not detect races (compute-sanitizer on the GPU does: `kdtree test --nati
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -111,25 +112,45 @@ def test_accept_compaction_chain_on_emulator(emulated):
     _run(emulated["emu_tree_accept_test"])
 
 
-def test_verify_attn_decode_shapes_on_emulator(emulated, tmp_path, seed):
-    """Decode shapes (T * H <= 32 query rows) through the launcher's own plan on a pretend
-    8-SM device: the decode kernel with prefixes split over every SM, an empty request in a
-    batch, a 32-token tree tail, prefixes not a multiple of the key tile; against the float64
-    reference, in float32 (exactness path) and bf16."""
+def _run_attn_cases(exe: Path, tmp_path: Path, seed: int, shapes) -> str:
+    """Write one case per (heads, n, prefixes) with the large-case generator (float64
+    reference) and run them through the launcher's own plan on the emulator's pretend device."""
     import numpy as np
     import torch
 
     from python_engine.kdtr import write_kdtr
     from python_engine.refgen.large_attn_cases import make_case
 
-    shapes = [(8, 1, [3000, 1500, 0]), (16, 1, [2500]), (1, 31, [700]), (4, 5, [1234, 64]), (2, 15, [999])]
     for i, (heads, n, prefixes) in enumerate(shapes):
         tensors = make_case(torch, np.random.default_rng(seed + i), torch.Generator().manual_seed(seed + i), heads, n,
                             prefixes, "cpu")
         write_kdtr(tmp_path / f"{i:02d}_h{heads}_n{n}.kdtr", tensors)
-    out = _run(emulated["emu_verify_attn_test"], "verify_attn_large_from_env", env={"KD_LARGE_ATTN_DIR": str(tmp_path)})
+    out = _run(exe, "verify_attn_large_from_env", env={"KD_LARGE_ATTN_DIR": str(tmp_path)})
     assert "1 passed" in out and out.count(" bf16 ") == len(shapes), out[-3000:]
+    return out
+
+
+def test_verify_attn_decode_shapes_on_emulator(emulated, tmp_path, seed):
+    """Decode shapes (T * H <= 32 query rows) through the launcher's own plan on a pretend
+    8-SM device: the decode kernel with prefixes split over every SM, an empty request in a
+    batch, a 32-token tree tail, prefixes not a multiple of the key tile; against the float64
+    reference, in float32 (exactness path) and bf16."""
+    shapes = [(8, 1, [3000, 1500, 0]), (16, 1, [2500]), (1, 31, [700]), (4, 5, [1234, 64]), (2, 15, [999])]
+    out = _run_attn_cases(emulated["emu_verify_attn_test"], tmp_path, seed, shapes)
     assert out.count("splits of") == 2 * len(shapes)
+
+
+def test_verify_attn_verify_shapes_on_emulator(emulated, tmp_path, seed):
+    """Verify shapes (T * H > 32 query rows) through the launcher's own plan on a pretend
+    8-SM H200: the tile the plan picks on compute capability 9.0 (the lean wgmma one), its
+    prefix split over several CTAs, full prefix tiles (the unmasked path) and a ragged last
+    one, per-request prefixes in a batch, an empty prefix; against the float64 reference."""
+    shapes = [(16, 8, [2048 + 37, 64, 0]), (8, 64, [1536]), (4, 15, [777, 1600])]
+    out = _run_attn_cases(emulated["emu_verify_attn_test"], tmp_path, seed, shapes)
+    configs = [int(c) for c in re.findall(r"config (\d+)", out)]
+    assert configs == [2, 8] * len(shapes), out[-3000:]  # float32, then bf16: kVerifyF32, kVerifyBf16WgmmaLean
+    splits = [int(c) for c in re.findall(r"(\d+) splits of", out)]
+    assert max(splits) > 1, out[-3000:]
 
 
 def test_verify_attn_on_emulator(emulated):

@@ -23,6 +23,7 @@ from python_engine.decode.ar import ar_generate
 from python_engine.demo.code_prompts import code_prompts
 from python_engine.testing.random_drafter import write_random_drafter
 from python_engine.testing.random_target import tiny_config, write_random_target
+from python_engine.testing.router_ties import explain_divergence
 from python_engine.model.target_loader import load_target
 from python_engine.native.engine import NativeEngine, NativeOptions
 from python_engine.native.library import NativeError
@@ -90,13 +91,16 @@ def _torch_choice(tdir, device: str, dtype: torch.dtype, seq: list[int]) -> int:
 
 def bf16_near_tie(eng: NativeEngine, prompt: list[int], a: list[int], b: list[int], tdir=None,
                   device: str = "cpu") -> bool:
-    """bf16: where two outputs part, either a third forward (the engine's own prefill of the
-    shared prefix) finds the two tokens' logits within a bf16 near-tie, or the choice itself
-    is bf16-sensitive in the torch reference: its float32 and bf16 runs pick the two tokens.
-    The second is a router near-tie: one token's expert scores within bf16 rounding send it
-    to another expert in one path, an O(1) logit jump (seed 945184182 on the H200, INT4
-    demo: the 8th/9th expert 0.47% apart in one layer, and torch picks 505 in float32, 1033
-    in bf16, each by ~0.9, as native AR and native DDTree did)."""
+    """bf16: where two outputs part, one of three: a third forward (the engine's own prefill of
+    the shared prefix) finds the two tokens' logits within a bf16 near-tie; or the choice is
+    bf16-sensitive in the torch reference (its float32 and bf16 runs pick the two tokens); or
+    a router near-tie explains it (router_ties.explain_divergence: the float32 reference picks
+    one token, and replaying the other side of one routing boundary within bf16 reach picks
+    the other). The last two are router near-ties: one token's expert scores within bf16
+    rounding send it to another expert in one path, an O(1) logit jump (seed 945184182 on the
+    H200, INT4 demo: the 8th/9th expert 0.47% apart in one layer, and torch picks 505 in
+    float32, 1033 in bf16, each by ~0.9, as native AR and native DDTree did). Every divergence
+    is recorded (the GPU run's record) with the sequences and what explained it."""
     j = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
     if j is None:
         return len(a) == len(b)
@@ -104,15 +108,26 @@ def bf16_near_tie(eng: NativeEngine, prompt: list[int], a: list[int], b: list[in
     logits, _ = eng.prefill(0, prompt + a[:j])
     eng.slot_reset(0)
     gap = abs(float(logits[a[j]] - logits[b[j]]))
-    print(f"bf16 divergence at step {j}: {a[j]} vs {b[j]}, logit gap {gap:.3g}")
-    if gap <= BF16_NEAR_TIE * float(np.abs(logits).max()):
+    scale = float(np.abs(logits).max())
+    print(f"bf16 divergence at step {j}: {a[j]} vs {b[j]}, logit gap {gap:.3g} (max |logit| {scale:.3g})")
+    seen = dict(test="bf16_divergence", target=str(tdir), prompt=prompt, a=a, b=b, step=j, gap=gap, scale=scale)
+    if gap <= BF16_NEAR_TIE * scale:
+        record(**seen, why="logit near-tie")
         return True
     if tdir is None:
+        record(**seen, why=None)
         return False
     seq = prompt + a[:j]
     choices = {_torch_choice(tdir, device, dt, seq) for dt in (torch.float32, torch.bfloat16)}
     print(f"  torch float32 / bf16 choices there: {sorted(choices)}")
-    return choices == {a[j], b[j]}
+    if choices == {a[j], b[j]}:
+        record(**seen, why="torch float32 vs bf16")
+        return True
+    ex = explain_divergence(_torch_target(tdir, device, torch.float32), seq, a[j], b[j])
+    print(f"  router near-tie: {ex.boundary or 'none'} (reference picks {ex.reference_pick}; "
+          f"{ex.replayed} boundaries replayed, smallest margin {ex.smallest_margin:.3g})")
+    record(**seen, why=str(ex.boundary) if ex.explained else None, reference_pick=ex.reference_pick)
+    return ex.explained
 
 
 @pytest.mark.parametrize("pair,dtype", [("demo", "float32"), ("agree", "float32"), ("demo", "bfloat16")])
@@ -145,19 +160,22 @@ def test_ddtree_equals_native_ar_equals_torch_ar(pair, dtype, native_variant, to
     assert tau > TAU_MIN, f"mean acceptance {tau:.2f}: long accepted paths were not exercised"
 
 
-# The H200's INT4 bf16 divergence (seed 945184182, commit 5295f47): native AR took 505 and
-# native DDTree 1033 after this prefix, 0.95 apart in a third forward.
-H200_INT4_PREFIX = [278, 302, 1472, 64, 1586, 359, 64, 70, 722, 439, 619, 84, 915, 1536, 64, 1586, 359, 64, 70, 722,
-                    439, 619, 84, 13, 263, 302, 1742, 68, 414, 64, 711, 915, 1129, 80, 68, 414, 64, 711, 13, 200,
-                    62, 200, 200, 465, 812]
-
-
-def test_the_h200_int4_divergence_is_a_choice_torch_makes_both_ways():
-    """bf16_near_tie's second rule on the case that needed it: the torch reference alone (no
-    native engine) picks 505 in float32 and 1033 in bf16 there, so the two native paths split
-    on a bf16-sensitive choice, not on a W4A16 defect."""
-    picks = [_torch_choice(DEMO_TARGET_INT4, "cpu", dt, H200_INT4_PREFIX) for dt in (torch.float32, torch.bfloat16)]
-    assert picks == [505, 1033]
+def test_bf16_near_tie_accepts_a_router_near_tie_and_refuses_a_defect(native_variant, torch_device):
+    """The rule itself, through the engine: stop 23's seed-3654389095 divergence on the H200
+    (native AR 4, native DDTree 200 at step 6 of prompt 2; a router near-tie, see
+    test_router_ties.py) is accepted; the same prefix ending in a token no near-tie reaches
+    (the reference's 20th) is refused."""
+    target = _torch_target(DEMO_TARGET_INT4, torch_device, torch.float32)
+    prompt = code_prompts(32, 3654389095 + 3)[2]
+    prefix = ar_generate(target, prompt, 6).tokens
+    seq = prompt + prefix
+    ranked = target.forward(seq, torch.arange(len(seq)), target.new_cache(len(seq) + 1)).logits[-1].argsort(
+        descending=True).tolist()
+    assert ranked[:2] == [4, 200], ranked[:2]
+    opts = NativeOptions(dtype="bfloat16", max_slots=4, max_tokens=512, max_budget=64)
+    with NativeEngine(DEMO_TARGET_INT4, DEMO_DRAFTER, opts, variant=native_variant) as eng:
+        assert bf16_near_tie(eng, prompt, prefix + [4], prefix + [200], DEMO_TARGET_INT4, torch_device)
+        assert not bf16_near_tie(eng, prompt, prefix + [4], prefix + [ranked[19]], DEMO_TARGET_INT4, torch_device)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -61,7 +61,8 @@ KD_TEST(verify_attn_large_from_env) {
       io.dtype = d;
       check_attn(runner, io, f.get("v0.out").as<float>(), f.get("v0.lse").as<float>(),
                  path.stem().string() + (d == AttnDType::kF32 ? " f32" : " bf16"));
-      std::printf("      %d splits of %d keys\n", runner.last_plan.splits, runner.last_plan.split_len);
+      std::printf("      %d splits of %d keys, config %d\n", runner.last_plan.splits, runner.last_plan.split_len,
+                  runner.last_plan.config);
     }
   }
 }
