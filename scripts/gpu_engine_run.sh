@@ -8,7 +8,7 @@
 # and, named only: split (the simulated split on one GPU), multigpu (kdtree run --gpus 2 tests),
 # kernels (kdtree bench kernels, the full sweep), benchall (kdtree bench all: build, native tests
 # on fresh large cases, compute-sanitizer, the kernel bench; KDTREE_BENCH_BUDGET_S), int4 (the
-# INT4 DDTree == AR tests), bf16ties (the bf16 DDTree == AR tests at the seeds that diverged at stop 23), gpus (1 vs KDTREE_GPUS=2 GPUs over NCCL), collectives (NCCL's cost per call at the engine's sizes)
+# INT4 DDTree == AR tests), attnclk (the wgmma attention's phase clocks), bf16ties (the bf16 DDTree == AR tests at the seeds that diverged at stop 23), gpus (1 vs KDTREE_GPUS=2 GPUs over NCCL), collectives (NCCL's cost per call at the engine's sizes)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -48,6 +48,14 @@ for s in "${STEPS[@]}"; do
            cp "$OUT/kbench/bench.md" "$OUT/kernels.md" 2>/dev/null; cp "$OUT/kbench/bench.json" "$OUT/kernels.json" 2>/dev/null ;;
     benchall) step benchall 400 "$PY" -m kdtree_cli bench all --out "$OUT/all" --budget-s "${KDTREE_BENCH_BUDGET_S:-300}"
            for f in summary.md bench.md bench.json; do cp "$OUT/all/$f" "$OUT/all-$f" 2>/dev/null; done ;;
+    attnclk) # the wgmma attention's cycles per phase (block 0, per 64-key tile), one case per process
+           # since the counters add up over launches; a measuring build of its own (build-clk)
+           step attnclk-build 300 env NVCC_APPEND_FLAGS=-DKD_ATTN_PHASE_CLOCKS "$PY" -m kdtree_cli build \
+             --build-dir build-clk -j 16 bench_kernels
+           for c in "heads=64 n=64 prefix=32768 config=8" "heads=64 n=1 prefix=32768 config=8" \
+                    "heads=64 n=64 prefix=32768 config=7"; do
+             echo "verify_attn $c" > /tmp/attn_case.txt
+             step "attnclk-${c//[ =]/_}" 120 build-clk/release/bin/bench_kernels --cases /tmp/attn_case.txt; done ;;
     int4) step int4 300 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_decode.py -k int4 ;;
     bf16ties) for sd in 11 12 3654389095; do  # the seeds whose bf16 divergences stop 23 saw (router near-ties)
              step bf16ties-$sd 200 env KDTREE_SEED=$sd "$PY" -m pytest -q -s -p no:cacheprovider \
