@@ -29,7 +29,7 @@ from python_engine.model.target import TargetModel
 # first MoE layer and 9e-3 in its third. The H200's bf16 divergences needed 3.5e-4 to 3.5e-3
 # (tests/native/test_router_ties.py).
 DEFAULT_MAX_MARGIN = 1e-2
-# Replays at most this many boundaries, the smallest margins first (each is one forward).
+# Replays at most this many boundaries (each is one forward).
 DEFAULT_MAX_REPLAYS = 96
 
 
@@ -119,7 +119,11 @@ def explain_divergence(target: TargetModel, seq: list[int], a: int, b: int, max_
     if pick not in (a, b):
         return Explanation(pick, None, 0, smallest)
     wanted = b if pick == a else a
-    near = [x for x in bounds if x.margin <= max_margin][:max_replays]
+    # the last token's own boundaries first (they decide its logits directly; every H200 case
+    # so far was one), then the earlier positions' (through attention), smallest margin first
+    last = len(seq) - 1
+    near = sorted((x for x in bounds if x.margin <= max_margin), key=lambda x: (x.position != last, x.margin))
+    near = near[:max_replays]
     for i, bd in enumerate(near):
         if _pick(target, seq, {bd.layer: {bd.position: list(bd.other)}}) == wanted:
             return Explanation(pick, bd, i + 1, smallest)
