@@ -60,9 +60,13 @@ def _top(values: torch.Tensor, allowed: list[int], k: int) -> list[int]:
 def routing_boundaries(target: TargetModel, seq: list[int]) -> list[Boundary]:
     """Every group and expert boundary of `seq`'s reference forward whose other side routes
     the position differently, smallest margin first."""
-    cfg = target.cfg
     taps: dict = {}
     target.forward(seq, torch.arange(len(seq)), target.new_cache(len(seq) + 1), taps=taps)
+    return _boundaries(target, taps)
+
+
+def _boundaries(target: TargetModel, taps: dict) -> list[Boundary]:
+    cfg = target.cfg
     E, G, tg, k = cfg.n_routed_experts, cfg.n_group, cfg.topk_group, cfg.num_experts_per_tok
     per_group = E // G
     out = []
@@ -89,8 +93,10 @@ def routing_boundaries(target: TargetModel, seq: list[int]) -> list[Boundary]:
     return sorted(out, key=lambda b: b.margin)
 
 
-def _pick(target: TargetModel, seq: list[int], override=None) -> int:
-    out = target.forward(seq, torch.arange(len(seq)), target.new_cache(len(seq) + 1), route_override=override)
+def reference_pick(target: TargetModel, seq: list[int], override=None, taps: dict | None = None) -> int:
+    """The greedy token after `seq` (with `override` as TargetModel.forward's route_override)."""
+    out = target.forward(seq, torch.arange(len(seq)), target.new_cache(len(seq) + 1), taps=taps,
+                         route_override=override)
     return int(out.logits[-1].argmax())
 
 
@@ -113,8 +119,9 @@ def explain_divergence(target: TargetModel, seq: list[int], a: int, b: int, max_
     that boundary explains the divergence (`Explanation.boundary`); else it is None."""
     if target.cfg.n_routed_experts == 0:
         raise ValueError("explain_divergence: the target has no routed experts")
-    pick = _pick(target, seq)
-    bounds = routing_boundaries(target, seq)
+    taps: dict = {}
+    pick = reference_pick(target, seq, taps=taps)  # one forward gives the pick and the boundaries
+    bounds = _boundaries(target, taps)
     smallest = bounds[0].margin if bounds else float("inf")
     if pick not in (a, b):
         return Explanation(pick, None, 0, smallest)
@@ -125,6 +132,6 @@ def explain_divergence(target: TargetModel, seq: list[int], a: int, b: int, max_
     near = sorted((x for x in bounds if x.margin <= max_margin), key=lambda x: (x.position != last, x.margin))
     near = near[:max_replays]
     for i, bd in enumerate(near):
-        if _pick(target, seq, {bd.layer: {bd.position: list(bd.other)}}) == wanted:
+        if reference_pick(target, seq, {bd.layer: {bd.position: list(bd.other)}}) == wanted:
             return Explanation(pick, bd, i + 1, smallest)
     return Explanation(pick, None, len(near), smallest)

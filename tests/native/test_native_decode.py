@@ -23,7 +23,7 @@ from python_engine.decode.ar import ar_generate
 from python_engine.demo.code_prompts import code_prompts
 from python_engine.testing.random_drafter import write_random_drafter
 from python_engine.testing.random_target import tiny_config, write_random_target
-from python_engine.testing.router_ties import explain_divergence
+from python_engine.testing.router_ties import explain_divergence, reference_pick
 from python_engine.model.target_loader import load_target
 from python_engine.native.engine import NativeEngine, NativeOptions
 from python_engine.native.library import NativeError
@@ -85,8 +85,7 @@ def _torch_target(tdir, device: str, dtype: torch.dtype):
 
 
 def _torch_choice(tdir, device: str, dtype: torch.dtype, seq: list[int]) -> int:
-    target = _torch_target(tdir, device, dtype)
-    return int(target.forward(seq, torch.arange(len(seq)), target.new_cache(len(seq) + 1)).logits[-1].argmax())
+    return reference_pick(_torch_target(tdir, device, dtype), seq)
 
 
 def bf16_near_tie(eng: NativeEngine, prompt: list[int], a: list[int], b: list[int], tdir=None,

@@ -15,16 +15,12 @@ from native_cases import DEMO_TARGET, DEMO_TARGET_INT4
 from python_engine.decode.ar import ar_generate
 from python_engine.demo.code_prompts import code_prompts
 from python_engine.model.target_loader import load_target
-from python_engine.testing.router_ties import explain_divergence, routing_boundaries
+from python_engine.testing.router_ties import explain_divergence, reference_pick, routing_boundaries
 
 
 @functools.lru_cache(maxsize=4)
 def _target(tdir, dtype=torch.float32):
     return load_target(tdir, "cpu", dtype)
-
-
-def _pick(target, seq: list[int]) -> int:
-    return int(target.forward(seq, torch.arange(len(seq)), target.new_cache(len(seq) + 1)).logits[-1].argmax())
 
 
 # The H200's INT4 bf16 divergence (seed 945184182, commit 5295f47): native AR took 505 and
@@ -38,7 +34,7 @@ def test_the_h200_int4_divergence_is_a_choice_torch_makes_both_ways():
     """bf16_near_tie's second rule on the case that needed it: the torch reference alone (no
     native engine) picks 505 in float32 and 1033 in bf16 there, so the two native paths split
     on a bf16-sensitive choice, not on a W4A16 defect."""
-    picks = [_pick(_target(DEMO_TARGET_INT4, dt), H200_INT4_PREFIX) for dt in (torch.float32, torch.bfloat16)]
+    picks = [reference_pick(_target(DEMO_TARGET_INT4, dt), H200_INT4_PREFIX) for dt in (torch.float32, torch.bfloat16)]
     assert picks == [505, 1033]
 
 
