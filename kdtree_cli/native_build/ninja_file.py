@@ -28,7 +28,8 @@ from .toolchain import Toolchain
 
 CXX_STANDARD = "-std=c++17"
 # The emulated engine: the kernels' device code through the host compiler. C++20 for the
-# emulator's designated initialisers; _FORTIFY_SOURCE's longjmp check rejects fiber switches;
+# emulator's designated initialisers; _FORTIFY_SOURCE's longjmp check rejects ucontext fiber
+# switches (the emulator's fallback off x86-64);
 # -O1 is what the emulator's fibers were validated with (and compiles fast).
 EMU_FLAGS = ("-x", "c++", "-std=c++20", "-O1", "-U_FORTIFY_SOURCE", "-DKD_SIMT_EMULATION", "-fPIC", "-w")
 # The stand-in runtime (no fibers inside): optimised, it is the emulated engine's GEMM.

@@ -5,9 +5,10 @@
 // barriers, warp collectives and the tensor-core fragment layouts are all exercised against
 // the Python references before any GPU time is spent.
 //
-// How: every CUDA thread of a block is a fiber on one OS thread. A fiber runs until it
-// reaches a barrier (__syncthreads, a named barrier) or a warp collective (shuffle, ballot,
-// ldmatrix, mma), where it yields; the barrier releases when every live thread has arrived.
+// How: every CUDA thread of a block is a fiber on one OS thread (a "carrier": one stack per
+// thread index, reused by every block and launch). A fiber runs until it reaches a barrier
+// (__syncthreads, a named barrier) or a warp collective (shuffle, ballot, ldmatrix, mma),
+// where it yields; the barrier releases when every live thread has arrived.
 // Blocks run one after another, so `__shared__` (defined as `static`) is the block's shared
 // memory. Deterministic and single-threaded: a missing barrier is NOT detected here (run
 // compute-sanitizer racecheck on the GPU for that), but wrong indexing, a barrier not every
@@ -19,8 +20,9 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <setjmp.h>
+#if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
 
 #include <cmath>
 #include <cstdint>
@@ -38,12 +40,48 @@ constexpr int kWarpSize = 32;
 constexpr size_t kFiberStackBytes = 256 * 1024;  // kernels keep big register arrays on it
 constexpr int kNamedBarriers = 16;               // bar.sync ids 0..15, as on the GPU
 
+// ---- context switch ---------------------------------------------------------------------
+//
+// A thread of a block yields at every barrier and warp collective, so the switch is the
+// emulator's inner loop. On x86-64 it is a few instructions: push the callee-saved registers,
+// swap stack pointers, pop (setjmp/longjmp cost several times as much, mostly glibc's
+// unwinding checks). The SSE/x87 control words are not switched: no kernel changes them.
+// Elsewhere, ucontext's swapcontext.
+#if defined(__x86_64__)
+struct Context {
+  void* sp = nullptr;
+};
+// runtime/simt_support.cpp (optimised: this is the emulator's inner loop)
+extern "C" void kdemu_switch_context(void** save_sp, void* load_sp);
+inline void switch_context(Context* save, const Context* load) { kdemu_switch_context(&save->sp, load->sp); }
+// A context that starts `entry` on [stack, stack + bytes): the frame kdemu_switch_context
+// pops (six registers, return address = entry) under a null return address, so entry starts
+// with the stack aligned as after a call.
+inline void make_context(Context* c, char* stack, size_t bytes, void (*entry)()) {
+  auto top = reinterpret_cast<uintptr_t>(stack + bytes) & ~static_cast<uintptr_t>(15);
+  auto* slot = reinterpret_cast<uint64_t*>(top);
+  *--slot = 0;                                    // entry's return address: it never returns
+  *--slot = reinterpret_cast<uint64_t>(entry);    // popped by ret
+  for (int r = 0; r < 6; ++r) *--slot = 0;        // rbp rbx r12..r15
+  c->sp = slot;
+}
+#else
+struct Context {
+  ucontext_t uc;
+};
+inline void switch_context(Context* save, const Context* load) { swapcontext(&save->uc, &load->uc); }
+inline void make_context(Context* c, char* stack, size_t bytes, void (*entry)()) {
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack;
+  c->uc.uc_stack.ss_size = bytes;
+  c->uc.uc_link = nullptr;
+  makecontext(&c->uc, entry, 0);
+}
+#endif
+
 enum class State { kRunnable, kWaitBlock, kWaitNamed, kWaitWarp, kDone };
 
 struct Fiber {
-  ucontext_t start_ctx;
-  jmp_buf jb;
-  bool started = false;
   State state = State::kRunnable;
   uint3 tid{0, 0, 0};
   int linear = 0;  // linear thread index in the block
@@ -59,7 +97,14 @@ struct WarpState {
   // two banks of exchange slots: a lane may enter collective k+1 before a slow lane has
   // read the slots of collective k, but never collective k+2 (k+1 waits for everyone).
   uint64_t slots[2][kWarpSize][16];
+  // A tensor-core collective's operands, unpacked once per collective by its first lane to
+  // run after the exchange (every lane of a warp needs the same A and B; unpacking them per
+  // lane was most of the emulated engine's time). `decoded` is the warp_gen it holds.
+  int decoded = -1;
+  std::vector<float> scratch;
 };
+
+struct Carrier;  // a thread index's stack and context (below)
 
 struct Block {
   std::vector<Fiber> fibers;
@@ -70,7 +115,8 @@ struct Block {
   int named_expected[kNamedBarriers] = {};
   std::vector<uint8_t> dyn_smem;
   std::function<void()> body;
-  jmp_buf sched_jb;
+  Context sched;  // the scheduler (run_block), while a thread runs
+  Carrier* const* carriers = nullptr;  // this OS thread's, by thread index (run_block)
   int current = -1;
   bool flat = false;  // launched with launch_flat: threads run one after another, no fibers
   uint3 block_idx{0, 0, 0};
@@ -96,19 +142,45 @@ inline Fiber* current_fiber() { return &current_block()->fibers[current_block()-
 }
 
 // Back to the scheduler; returns when the scheduler resumes this fiber.
+inline void park(Carrier* c, Block* b);
+
 inline void yield() {
   Block* b = current_block();
-  Fiber* f = current_fiber();
-  if (_setjmp(f->jb) == 0) _longjmp(b->sched_jb, 1);
+  park(b->carriers[b->current], b);
 }
 
-inline void fiber_entry() {
-  Block* b = current_block();
-  b->body();
-  Fiber* f = current_fiber();
-  f->state = State::kDone;
-  --b->live;
-  _longjmp(b->sched_jb, 1);
+// A carrier runs thread index `i` of every block, on its own stack, for the life of the OS
+// thread: it starts once and then parks between blocks, so starting a block's threads costs
+// one switch each, like resuming them.
+struct Carrier {
+  std::unique_ptr<char[]> stack{new char[kFiberStackBytes]};
+  Context ctx;
+  bool started = false;
+};
+
+// This OS thread's carriers, at least `threads` of them (pointers stay valid as it grows).
+inline Carrier* const* carriers(int threads) {
+  thread_local std::vector<std::unique_ptr<Carrier>> owned;
+  thread_local std::vector<Carrier*> all;
+  while (static_cast<int>(all.size()) < threads) {
+    owned.emplace_back(new Carrier);
+    all.push_back(owned.back().get());
+  }
+  return all.data();
+}
+
+// Back to the scheduler; returns when the scheduler resumes this thread.
+inline void park(Carrier* c, Block* b) { switch_context(&c->ctx, &b->sched); }
+
+inline void carrier_main() {
+  Carrier* c = current_block()->carriers[current_block()->current];
+  for (;;) {
+    Block* b = current_block();
+    b->body();
+    current_fiber()->state = State::kDone;
+    --b->live;
+    park(c, b);  // resumed as the same thread index of a later block
+  }
 }
 
 // Release a block barrier whose arrivals now cover every live thread.
@@ -167,6 +239,14 @@ inline void named_barrier(int id, int count) {
   if (f->state != State::kRunnable) yield();
 }
 
+inline void check_warp_complete(Block* b, int warp) {
+  for (int l = 0; l < kWarpSize; ++l) {
+    const int idx = warp * kWarpSize + l;
+    if (idx >= static_cast<int>(b->fibers.size()) || b->fibers[idx].state == State::kDone)
+      fatal("warp collective while some lanes of the warp have exited or do not exist");
+  }
+}
+
 // Enter a warp collective: deposit `n` words, wait for all 32 lanes, return the slot bank
 // holding every lane's words.
 inline uint64_t (*warp_exchange(const uint64_t* mine, int n))[16] {
@@ -178,11 +258,9 @@ inline uint64_t (*warp_exchange(const uint64_t* mine, int n))[16] {
   ++f->warp_gen;
   for (int i = 0; i < n; ++i) w.slots[bank][f->lane][i] = mine[i];
   const int first = f->warp * kWarpSize;
-  for (int l = 0; l < kWarpSize; ++l) {
-    const int idx = first + l;
-    if (idx >= static_cast<int>(b->fibers.size()) || b->fibers[idx].state == State::kDone)
-      fatal("warp collective while some lanes of the warp have exited or do not exist");
-  }
+  // The first lane in checks that the whole warp is there; a lane that exits after that
+  // leaves the collective waiting, which run_block's deadlock report names.
+  if (w.arrived == 0) check_warp_complete(b, f->warp);
   ++w.arrived;
   f->state = State::kWaitWarp;
   if (w.arrived == kWarpSize) {
@@ -198,6 +276,7 @@ inline uint64_t (*warp_exchange(const uint64_t* mine, int n))[16] {
 inline void run_block(Block& b) {
   current_block() = &b;
   const int n = static_cast<int>(b.fibers.size());
+  b.carriers = carriers(n);
   while (b.live > 0) {
     bool ran = false;
     for (int i = 0; i < n; ++i) {
@@ -205,19 +284,21 @@ inline void run_block(Block& b) {
       if (f.state != State::kRunnable) continue;
       ran = true;
       b.current = i;
-      if (_setjmp(b.sched_jb) == 0) {
-        if (!f.started) {
-          f.started = true;
-          ucontext_t here;
-          swapcontext(&here, &f.start_ctx);  // never returns here: the fiber longjmps back
-        } else {
-          _longjmp(f.jb, 1);
-        }
+      Carrier* c = b.carriers[i];
+      if (!c->started) {
+        c->started = true;
+        make_context(&c->ctx, c->stack.get(), kFiberStackBytes, carrier_main);
       }
+      switch_context(&b.sched, &c->ctx);
       b.current = -1;
-      maybe_release_block(&b);  // a thread that exited may complete a block barrier
+      if (f.state == State::kDone) maybe_release_block(&b);  // an exit may complete a block barrier
     }
     if (!ran) {
+      for (int i = 0; i < n; ++i)
+        if (b.fibers[i].state == State::kWaitWarp) {
+          b.current = i;
+          check_warp_complete(&b, b.fibers[i].warp);
+        }
       b.current = 0;
       for (int i = 0; i < n; ++i)
         if (b.fibers[i].state != State::kDone) {
@@ -236,15 +317,6 @@ inline const uint3& block_idx() { return current_block()->block_idx; }
 inline const dim3& block_dim() { return current_block()->block; }
 inline const dim3& grid_dim() { return current_block()->grid; }
 inline void* dynamic_smem() { return current_block()->dyn_smem.data(); }
-
-// Fiber stacks, kept for the life of the thread: a launch of N threads per block reuses the
-// stacks of earlier launches instead of allocating N * kFiberStackBytes again (the engine
-// launches thousands of kernels per forward).
-inline std::vector<std::unique_ptr<char[]>>& fiber_stacks(int threads) {
-  thread_local std::vector<std::unique_ptr<char[]>> stacks;
-  while (static_cast<int>(stacks.size()) < threads) stacks.emplace_back(new char[kFiberStackBytes]);
-  return stacks;
-}
 
 inline void init_block(Block& b, dim3 grid, dim3 block, uint3 idx, size_t dyn_smem_bytes, int threads) {
   b.grid = grid;
@@ -274,21 +346,12 @@ inline int block_threads(dim3 block) {
 template <class... KArgs, class... Args>
 void launch(dim3 grid, dim3 block, size_t dyn_smem_bytes, void (*kernel)(KArgs...), Args&&... args) {
   const int threads = block_threads(block);
-  auto& stacks = fiber_stacks(threads);
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
       for (unsigned bx = 0; bx < grid.x; ++bx) {
         Block b;
         init_block(b, grid, block, make_uint3(bx, by, bz), dyn_smem_bytes, threads);
         b.body = [&]() { kernel(args...); };
-        for (int t = 0; t < threads; ++t) {
-          Fiber& f = b.fibers[t];
-          getcontext(&f.start_ctx);
-          f.start_ctx.uc_stack.ss_sp = stacks[t].get();
-          f.start_ctx.uc_stack.ss_size = kFiberStackBytes;
-          f.start_ctx.uc_link = nullptr;
-          makecontext(&f.start_ctx, fiber_entry, 0);
-        }
         run_block(b);
       }
 }
@@ -420,42 +483,61 @@ inline void ldmatrix(uint32_t* regs, int count, const void* row_addr, bool trans
   }
 }
 
-// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: D = A(16x16) * B(16x8) + C.
+// runtime/simt_support.cpp, built optimised: the emulated attention's inner loop.
+void tensor_core_product(const float* at, int rows, const float* b, int n, int k_dim, float* p);
+
+// The warp's state for the collective just exchanged, and whether its operands still need
+// unpacking (true for the first of its lanes to get here).
+inline bool first_to_decode(WarpState*& w, size_t scratch) {
+  Fiber* f = current_fiber();
+  w = &current_block()->warps[f->warp];
+  if (w->decoded == f->warp_gen) return false;
+  w->decoded = f->warp_gen;
+  if (w->scratch.size() < scratch) w->scratch.resize(scratch);
+  return true;
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: D = A(16x16) * B(16x8) + C. The warp's
+// product A B is formed once (in float, as the tensor cores do); each lane adds its C.
 inline void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b, const float* c) {
-  uint64_t mine[10];
+  constexpr int kM = 16, kN = 8, kK = 16;
+  uint64_t mine[6];
   for (int i = 0; i < 4; ++i) mine[i] = a[i];
   for (int i = 0; i < 2; ++i) mine[4 + i] = b[i];
-  for (int i = 0; i < 4; ++i) mine[6 + i] = to_word(c[i]);
-  auto slots = warp_exchange(mine, 10);
-  float A[16][16], B[16][8];
-  for (int l = 0; l < kWarpSize; ++l) {
-    const int g = l / 4, q = l % 4;
-    auto lo = [&](int i) { return bf16_bits_to_float(static_cast<uint16_t>(slots[l][i] & 0xffff)); };
-    auto hi = [&](int i) { return bf16_bits_to_float(static_cast<uint16_t>((slots[l][i] >> 16) & 0xffff)); };
-    A[g][2 * q] = lo(0);
-    A[g][2 * q + 1] = hi(0);
-    A[g + 8][2 * q] = lo(1);
-    A[g + 8][2 * q + 1] = hi(1);
-    A[g][2 * q + 8] = lo(2);
-    A[g][2 * q + 9] = hi(2);
-    A[g + 8][2 * q + 8] = lo(3);
-    A[g + 8][2 * q + 9] = hi(3);
-    B[2 * q][g] = lo(4);
-    B[2 * q + 1][g] = hi(4);
-    B[2 * q + 8][g] = lo(5);
-    B[2 * q + 9][g] = hi(5);
+  auto slots = warp_exchange(mine, 6);
+  WarpState* w;
+  if (first_to_decode(w, kM * kN)) {
+    float A[kM][kK], B[kK][kN];
+    for (int l = 0; l < kWarpSize; ++l) {
+      const int g = l / 4, q = l % 4;
+      auto lo = [&](int i) { return bf16_bits_to_float(static_cast<uint16_t>(slots[l][i] & 0xffff)); };
+      auto hi = [&](int i) { return bf16_bits_to_float(static_cast<uint16_t>((slots[l][i] >> 16) & 0xffff)); };
+      A[g][2 * q] = lo(0);
+      A[g][2 * q + 1] = hi(0);
+      A[g + 8][2 * q] = lo(1);
+      A[g + 8][2 * q + 1] = hi(1);
+      A[g][2 * q + 8] = lo(2);
+      A[g][2 * q + 9] = hi(2);
+      A[g + 8][2 * q + 8] = lo(3);
+      A[g + 8][2 * q + 9] = hi(3);
+      B[2 * q][g] = lo(4);
+      B[2 * q + 1][g] = hi(4);
+      B[2 * q + 8][g] = lo(5);
+      B[2 * q + 9][g] = hi(5);
+    }
+    float At[kK][kM];
+    float Bt[kN][kK];
+    for (int k = 0; k < kK; ++k) {
+      for (int r = 0; r < kM; ++r) At[k][r] = A[r][k];
+      for (int col = 0; col < kN; ++col) Bt[col][k] = B[k][col];
+    }
+    tensor_core_product(&At[0][0], kM, &Bt[0][0], kN, kK, w->scratch.data());
   }
   const int t = current_fiber()->lane;
   const int g = t / 4, q = t % 4;
   const int rows[4] = {g, g, g + 8, g + 8};
   const int cols[4] = {2 * q, 2 * q + 1, 2 * q, 2 * q + 1};
-  const float cin[4] = {from_word<float>(slots[t][6]), from_word<float>(slots[t][7]),
-                        from_word<float>(slots[t][8]), from_word<float>(slots[t][9])};
-  for (int i = 0; i < 4; ++i) {
-    double acc = cin[i];
-    for (int k = 0; k < 16; ++k) acc += static_cast<double>(A[rows[i]][k]) * B[k][cols[i]];
-    d[i] = static_cast<float>(acc);
-  }
+  for (int i = 0; i < 4; ++i) d[i] = c[i] + w->scratch[rows[i] * kN + cols[i]];
 }
 
 // ---- Hopper warpgroup MMA (wgmma.mma_async, sm_90a) --------------------------------------
@@ -523,6 +605,51 @@ inline float wgmma_operand(const WgmmaDesc& d, int mn, int k, bool mn_major) {
   return bf16_bits_to_float(bits);
 }
 
+// The 16 k values of operand row mn. K-major: two 16-byte chunks (k 0..7, 8..15), each
+// contiguous under the swizzle (it permutes whole chunks), so two copies; MN-major: per element.
+inline void wgmma_operand_row(const WgmmaDesc& d, int mn, float* out, bool mn_major) {
+  constexpr int kChunk = 8;  // bf16 per 16-byte chunk
+  if (mn_major) {
+    for (int k = 0; k < 2 * kChunk; ++k) out[k] = wgmma_operand(d, mn, k, true);
+    return;
+  }
+  const int S = d.swizzle_bytes;
+  if (2 * kChunk > S / 2) fatal("wgmma K-major operand: k beyond one swizzle row");
+  Block* b = current_block();
+  const uint32_t mask = static_cast<uint32_t>(S / 16 - 1);
+  for (int half = 0; half < 2; ++half) {
+    uint32_t addr = d.start + static_cast<uint32_t>(mn / 8) * d.sbo + static_cast<uint32_t>(mn % 8) * S + 2u * kChunk * half;
+    addr ^= ((addr >> 7) & mask) << 4;
+    if (addr + 2 * kChunk > b->dyn_smem.size()) fatal("wgmma operand beyond the dynamic shared memory");
+    uint16_t bits[kChunk];
+    std::memcpy(bits, b->dyn_smem.data() + addr, sizeof bits);
+    for (int i = 0; i < kChunk; ++i) out[kChunk * half + i] = bf16_bits_to_float(bits[i]);
+  }
+}
+
+// Rows 0..n-1 of an operand (n a multiple of 8), 16 k values each. MN-major: for each k,
+// every 8 consecutive rows share one 16-byte chunk, so a copy per chunk.
+inline void wgmma_operand_rows(const WgmmaDesc& d, int n, float (*out)[16], bool mn_major) {
+  constexpr int kChunk = 8, kK = 16;
+  if (!mn_major) {
+    for (int mn = 0; mn < n; ++mn) wgmma_operand_row(d, mn, out[mn], false);
+    return;
+  }
+  const int S = d.swizzle_bytes, per_row = S / 2;
+  const uint32_t mask = static_cast<uint32_t>(S / 16 - 1);
+  Block* b = current_block();
+  for (int k = 0; k < kK; ++k)
+    for (int mn = 0; mn < n; mn += kChunk) {
+      uint32_t addr = d.start + static_cast<uint32_t>(mn / per_row) * d.lbo + 2u * (mn % per_row) +
+                      static_cast<uint32_t>(k % 8) * S + static_cast<uint32_t>(k / 8) * d.sbo;
+      addr ^= ((addr >> 7) & mask) << 4;
+      if (addr + 2 * kChunk > b->dyn_smem.size()) fatal("wgmma operand beyond the dynamic shared memory");
+      uint16_t bits[kChunk];
+      std::memcpy(bits, b->dyn_smem.data() + addr, sizeof bits);
+      for (int i = 0; i < kChunk; ++i) out[mn + i][k] = bf16_bits_to_float(bits[i]);
+    }
+}
+
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16: D(64 x N) = A(64 x 16) B(16 x N)
 // (+ D when accumulate). A from registers (a_regs: the m16n8k16 A fragment of the warp's 16
 // rows, warp w % 4 of the warpgroup owning rows 16 (w % 4) ..) or a descriptor; B from a
@@ -530,43 +657,52 @@ inline float wgmma_operand(const WgmmaDesc& d, int mn, int k, bool mn_major) {
 // lane / 4 (+ 8) and columns 8 j + 2 (lane % 4) (+ 1): d[4 j + {0, 1, 2, 3}].
 inline void wgmma(float* d, int n, const uint32_t* a_regs, uint64_t a_desc, uint64_t b_desc, bool trans_a,
                   bool trans_b, bool accumulate) {
-  if (n % 8 != 0 || n < 8 || n > 256) fatal("wgmma: N must be a multiple of 8 in 8..256");
+  constexpr int kRows = 16, kK = 16;  // a warp's share of the 64 x 16 A tile
+  constexpr int kMaxN = 256;          // the PTX instruction's largest N
+  if (n % 8 != 0 || n < 8 || n > kMaxN) fatal("wgmma: N must be a multiple of 8 in 8..256");
   // every lane passes the same descriptors (and its own A registers)
   uint64_t mine[6] = {a_desc, b_desc, 0, 0, 0, 0};
   for (int i = 0; i < 4; ++i) mine[2 + i] = a_regs ? a_regs[i] : 0;
   auto slots = warp_exchange(mine, 6);
-  for (int l = 0; l < kWarpSize; ++l)
-    if (slots[l][1] != b_desc || (!a_regs && slots[l][0] != a_desc)) fatal("wgmma: lanes of a warp disagree on a descriptor");
   Fiber* f = current_fiber();
-  const int wq = f->warp % 4, g = f->lane / 4, q = f->lane % 4;
-  const int rows[2] = {16 * wq + g, 16 * wq + g + 8};
-  float A[2][16];
-  if (a_regs) {
-    for (int h = 0; h < 2; ++h)
-      for (int k = 0; k < 16; ++k) {
-        // register r of lane 4 g + k % 8 / 2: r = h + 2 (k / 8), low half for even k
-        const int lane = 4 * g + (k % 8) / 2, reg = h + 2 * (k / 8);
-        const uint32_t w = static_cast<uint32_t>(slots[lane][2 + reg]);
-        A[h][k] = bf16_bits_to_float(static_cast<uint16_t>(k % 2 ? w >> 16 : w & 0xffff));
-      }
-  } else {
-    const WgmmaDesc da = decode_wgmma_desc(a_desc);
-    for (int h = 0; h < 2; ++h)
-      for (int k = 0; k < 16; ++k) A[h][k] = wgmma_operand(da, rows[h], k, trans_a);
+  const int wq = f->warp % 4;
+  WarpState* w;
+  // The warp's product P = A B (16 x n), formed once per collective by its first lane.
+  if (first_to_decode(w, static_cast<size_t>(kRows) * n)) {
+    for (int l = 0; l < kWarpSize; ++l)
+      if (slots[l][1] != b_desc || (!a_regs && slots[l][0] != a_desc)) fatal("wgmma: lanes of a warp disagree on a descriptor");
+    float A[kRows][kK];
+    if (a_regs) {
+      for (int r = 0; r < kRows; ++r)
+        for (int k = 0; k < kK; ++k) {
+          // row r = g + 8 h sits in register h + 2 (k / 8) of lane 4 g + k % 8 / 2, low half for even k
+          const int g = r % 8, h = r / 8;
+          const int lane = 4 * g + (k % 8) / 2, reg = h + 2 * (k / 8);
+          const uint32_t word = static_cast<uint32_t>(slots[lane][2 + reg]);
+          A[r][k] = bf16_bits_to_float(static_cast<uint16_t>(k % 2 ? word >> 16 : word & 0xffff));
+        }
+    } else {
+      const WgmmaDesc da = decode_wgmma_desc(a_desc);
+      for (int r = 0; r < kRows; ++r) wgmma_operand_row(da, 16 * wq + r, A[r], trans_a);
+    }
+    // k-major, so the sum over k (in order) runs for all 16 rows at once
+    float At[kK][kRows];
+    for (int r = 0; r < kRows; ++r)
+      for (int k = 0; k < kK; ++k) At[k][r] = A[r][k];
+    const WgmmaDesc db = decode_wgmma_desc(b_desc);
+    float Bt[kMaxN][kK];
+    wgmma_operand_rows(db, n, Bt, trans_b);
+    tensor_core_product(&At[0][0], kRows, &Bt[0][0], n, kK, w->scratch.data());
   }
-  const WgmmaDesc db = decode_wgmma_desc(b_desc);
+  // D: thread (w, lane) holds rows lane / 4 (+ 8) of its warp's 16 and columns 8 j + 2 (lane % 4) (+ 1)
+  const int g = f->lane / 4, q = f->lane % 4;
   for (int j = 0; j < n / 8; ++j)
-    for (int c = 0; c < 2; ++c) {
-      const int col = 8 * j + 2 * q + c;
-      float B[16];
-      for (int k = 0; k < 16; ++k) B[k] = wgmma_operand(db, col, k, trans_b);
+    for (int c = 0; c < 2; ++c)
       for (int h = 0; h < 2; ++h) {
         float& out = d[4 * j + 2 * h + c];
-        double acc = accumulate ? out : 0.0;
-        for (int k = 0; k < 16; ++k) acc += static_cast<double>(A[h][k]) * B[k];
-        out = static_cast<float>(acc);
+        const float p = w->scratch[static_cast<size_t>(g + 8 * h) * n + 8 * j + 2 * q + c];
+        out = accumulate ? out + p : p;
       }
-    }
 }
 
 }  // namespace kdemu
