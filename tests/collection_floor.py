@@ -7,8 +7,9 @@ test runs when
 - a tests/**/test_*.py file under the paths given to pytest contributed no test (a file
   skipped as a whole at collection, e.g. by importorskip, counts as collected).
 When more than N were collected, a line says so, to raise the floor in the same change.
-Not checked under pytest-xdist (its workers collect; CI runs without -n). tests/conftest.py
-imports the two hooks below; elsewhere `-p collection_floor` loads them.
+Under pytest-xdist (CI runs `-n auto`) the workers collect, and the check runs on the first
+worker's list of test ids. tests/conftest.py imports the two hooks below; elsewhere
+`-p collection_floor` loads them.
 """
 
 from __future__ import annotations
@@ -50,19 +51,36 @@ class CollectionFloor:
             self.skipped.add(Path(report.fspath).resolve())
 
     def pytest_collection_finish(self, session) -> None:
-        config = session.config
+        self.check(session.config, len(session.items), {Path(item.path).resolve() for item in session.items})
+
+    def check(self, config, count: int, collected: set[Path]) -> None:
         roots = [Path(a.split("::")[0]) for a in config.args] or [Path(p) for p in config.getini("testpaths")]
         roots = [p if p.is_absolute() else Path(config.invocation_params.dir) / p for p in roots]
-        collected = {Path(item.path).resolve() for item in session.items}
-        problems = collection_problems(len(session.items), self.floor, test_files_under(roots),
-                                       collected, self.skipped)
+        problems = collection_problems(count, self.floor, test_files_under(roots), collected, self.skipped)
         if problems:
             pytest.exit("collection check failed:\n  " + "\n  ".join(problems),
                         returncode=pytest.ExitCode.USAGE_ERROR)
-        if len(session.items) > self.floor:
+        if count > self.floor:
             config.get_terminal_writer().line(
-                f"collection check: {len(session.items)} tests (floor {self.floor}); raise "
-                f".ci/collected-floor to {len(session.items)} with this change")
+                f"collection check: {count} tests (floor {self.floor}); raise "
+                f".ci/collected-floor to {count} with this change")
+
+
+class XdistCollectionFloor(CollectionFloor):
+    """The controller of an xdist run: it collects nothing itself; each worker reports its
+    test ids (all the same list), and skipped files arrive as the workers' collect reports."""
+
+    def __init__(self, floor: int, config):
+        super().__init__(floor)
+        self.config = config
+        self.checked = False
+
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        if self.checked:
+            return
+        self.checked = True
+        root = Path(self.config.rootpath)
+        self.check(self.config, len(ids), {(root / i.split("::")[0]).resolve() for i in ids})
 
 
 def pytest_addoption(parser):
@@ -73,5 +91,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     floor = config.getoption("--min-collected")
-    if floor is not None and not hasattr(config, "workerinput"):
-        config.pluginmanager.register(CollectionFloor(floor), "kdtree-collection-floor")
+    if floor is None or hasattr(config, "workerinput"):
+        return
+    distributed = config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None)
+    plugin = XdistCollectionFloor(floor, config) if distributed else CollectionFloor(floor)
+    config.pluginmanager.register(plugin, "kdtree-collection-floor")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +14,26 @@ from python_engine.errors import KdtreeError
 from python_engine.project import PROJECT_ROOT
 
 
-def run_pytest(args: list[str]) -> int:
+MAX_DEFAULT_JOBS = 8  # past this, the suite's longest tests bound the time, not the cores
+
+
+def default_jobs() -> int:
+    """The cores this process may use (CI's box: 2), at most MAX_DEFAULT_JOBS."""
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_DEFAULT_JOBS))
+
+
+def pytest_command(args: list[str], jobs: int) -> list[str]:
+    """pytest with the given arguments, spread over `jobs` processes by pytest-xdist unless
+    jobs is 1 or the arguments already choose (-n, --numprocesses, -p no:xdist)."""
+    chosen = any(a in ("-n", "--numprocesses", "no:xdist") or a.startswith(("-n", "--numprocesses="))
+                 for a in args)
+    spread = [] if jobs == 1 or chosen else ["-n", str(jobs)]
+    return [sys.executable, "-m", "pytest", *spread, *args]
+
+
+def run_pytest(args: list[str], jobs: int = 1) -> int:
     """Run pytest from the project root with the given extra arguments; returns its status."""
-    return subprocess.call([sys.executable, "-m", "pytest", *args], cwd=PROJECT_ROOT)
+    return subprocess.call(pytest_command(args, jobs), cwd=PROJECT_ROOT)
 
 
 def test(
@@ -64,6 +82,11 @@ def test(
         Optional[str], typer.Option("--host", help="Run them on this host from kdtree.toml (its "
                                     "deployed release), streaming the output back.", show_default=False),
     ] = None,
+    jobs: Annotated[
+        Optional[int], typer.Option("--jobs", "-j", min=1, show_default=False,
+                                    help="Pytest processes (pytest-xdist) \\[default: the cores this process "
+                                         "may use, at most 8]. 1 runs plain pytest (for -s or --pdb).")
+    ] = None,
 ) -> None:
     """Run the tests (pytest; extra arguments go to pytest), or the native ones (--native)."""
     if (sanitize or large or log_dir) and not native:
@@ -73,7 +96,8 @@ def test(
 
         options = [("--all", everything), ("--native", native), ("--arch", arch), ("--cuda-home", cuda_home),
                    ("--profile", profile if profile != "release" else None), ("--sanitize", sanitize),
-                   ("--large", large), ("--seed", None if seed is None else str(seed))]
+                   ("--large", large), ("--seed", None if seed is None else str(seed)),
+                   ("--jobs", None if jobs is None else str(jobs))]
         args = ["test"] + [a for name, value in options if value
                            for a in ((name,) if value is True else (name, value))]
         status = run_kdtree(host, args + (["--", *pytest_args] if pytest_args else []))
@@ -88,7 +112,7 @@ def test(
                 f"or drop --native", param_hint="PYTEST_ARGS")
         run_native(arch, profile, cuda_home, sanitize, large, seed, log_dir)
         return
-    status = run_pytest(pytest_args or [])
+    status = run_pytest(pytest_args or [], jobs or default_jobs())
     if status != 0:
         raise typer.Exit(status)
     if everything:

@@ -74,3 +74,24 @@ def test_native_tests_refuse_pytest_arguments_instead_of_dropping_them(monkeypat
     assert result.exit_code != 0 and ran == []
     assert "-k tree" in result.output and "--all" in result.output
     assert runner.invoke(app, ["test", "--native"]).exit_code == 0 and len(ran) == 1
+
+
+def test_pytest_runs_spread_over_the_cores_unless_told_otherwise(monkeypatch):
+    """`kdtree test` (CI's command) runs pytest-xdist on the cores it may use; -j 1, or -n
+    given to pytest, leaves the choice to the user."""
+    import kdtree_cli.commands.test as test_command
+
+    calls = []
+    monkeypatch.setattr(test_command.subprocess, "call", lambda cmd, cwd: calls.append(cmd) or 0)
+    monkeypatch.setattr(test_command.os, "sched_getaffinity", lambda pid: set(range(3)))
+    assert runner.invoke(app, ["test", "--", "-k", "tree"]).exit_code == 0
+    assert calls[-1][3:] == ["-n", "3", "-k", "tree"]
+    monkeypatch.setattr(test_command.os, "sched_getaffinity", lambda pid: set(range(64)))
+    assert runner.invoke(app, ["test"]).exit_code == 0
+    assert calls[-1][3:] == ["-n", str(test_command.MAX_DEFAULT_JOBS)]
+    assert runner.invoke(app, ["test", "-j", "1", "--", "-x"]).exit_code == 0
+    assert calls[-1][3:] == ["-x"]
+    for own in (["-n", "4"], ["-n4"], ["--numprocesses=4"], ["-p", "no:xdist"]):
+        assert runner.invoke(app, ["test", "--", *own]).exit_code == 0
+        assert calls[-1][3:] == own
+    assert runner.invoke(app, ["test", "-j", "0"]).exit_code != 0

@@ -49,3 +49,25 @@ def test_at_the_floor_runs_and_above_says_to_raise_it(tmp_path):
 
 def test_the_floor_file_holds_a_number():
     assert int((PROJECT_ROOT / ".ci" / "collected-floor").read_text().split()[0]) > 0
+
+
+def test_under_xdist_the_controller_checks_the_workers_collection(tmp_path):
+    """CI runs `-n auto`: the workers collect, so the check reads their test ids."""
+    for folder in ("ok", "build"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / f"test_{folder}.py").write_text("def test_it():\n    assert 1 + 1 == 2\n")
+    missing = pytest_run(".", "-n", "2", "--min-collected", "1", cwd=tmp_path, plugin=True)
+    assert missing.returncode == 4, missing.stdout + missing.stderr
+    assert str(tmp_path / "build" / "test_build.py") in missing.stdout + missing.stderr
+    (tmp_path / "build" / "test_build.py").unlink()
+    low = pytest_run(".", "-n", "2", "--min-collected", "5", cwd=tmp_path, plugin=True)
+    assert low.returncode == 4 and "collected 1 tests, fewer than the floor of 5" in low.stdout + low.stderr
+    ok = pytest_run(".", "-n", "2", "--min-collected", "1", cwd=tmp_path, plugin=True)
+    assert ok.returncode == 0 and "1 passed" in ok.stdout, ok.stdout + ok.stderr
+
+
+def test_under_xdist_a_file_skipped_whole_counts_as_collected(tmp_path):
+    (tmp_path / "test_a.py").write_text("def test_a():\n    pass\n")
+    (tmp_path / "test_skipped.py").write_text("import pytest\npytest.importorskip('no_such_module_kdtree')\n")
+    proc = pytest_run(".", "-n", "2", "--min-collected", "1", cwd=tmp_path, plugin=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
