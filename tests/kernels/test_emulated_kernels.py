@@ -23,7 +23,8 @@ from python_engine.project import PROJECT_ROOT
 
 ROOT = PROJECT_ROOT
 CSRC = ROOT / "csrc"
-PROGRAMS = ["emu_tree_build_test", "emu_tree_accept_test", "emu_verify_attn_test", "emu_tree_build_profile"]
+PROGRAMS = ["emu_tree_build_test", "emu_tree_accept_test", "emu_verify_attn_test", "emu_tree_build_profile",
+            "emu_simt_test"]
 SUMMARY = "passed, "
 
 pytestmark = pytest.mark.slow  # ~1 minute to compile, ~1 minute to run on 2 cores
@@ -151,6 +152,21 @@ def test_verify_attn_verify_shapes_on_emulator(emulated, tmp_path, seed):
     assert configs == [2, 8] * len(shapes), out[-3000:]  # float32, then bf16: kVerifyF32, kVerifyBf16WgmmaLean
     splits = [int(c) for c in re.findall(r"(\d+) splits of", out)]
     assert max(splits) > 1, out[-3000:]
+
+
+def test_emulator_schedules_collectives_and_barriers(emulated, seed):
+    out = _run(emulated["emu_simt_test"], env={"KDTREE_TEST_SEED": str(seed)})
+    assert "3 passed" in out
+
+
+@pytest.mark.parametrize("case,report", [
+    ("exited", "warp collective while some lanes of the warp have exited"),
+    ("deadlock", "deadlock: threads wait at a barrier that the others never reach"),
+])
+def test_emulator_reports_a_broken_kernel_instead_of_running_it(emulated, case, report):
+    proc = subprocess.run([str(emulated["emu_simt_test"]), "--abort", case], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode != 0 and report in proc.stderr, proc.stdout + proc.stderr
 
 
 def test_verify_attn_on_emulator(emulated):

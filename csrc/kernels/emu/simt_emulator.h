@@ -142,11 +142,12 @@ inline Fiber* current_fiber() { return &current_block()->fibers[current_block()-
 }
 
 // Back to the scheduler; returns when the scheduler resumes this fiber.
-inline void park(Carrier* c, Block* b);
+inline void pass_on(Carrier* c, Block* b);
 
+// The calling thread waits (its state says for what): the next runnable thread runs.
 inline void yield() {
   Block* b = current_block();
-  park(b->carriers[b->current], b);
+  pass_on(b->carriers[b->current], b);
 }
 
 // A carrier runs thread index `i` of every block, on its own stack, for the life of the OS
@@ -169,8 +170,36 @@ inline Carrier* const* carriers(int threads) {
   return all.data();
 }
 
-// Back to the scheduler; returns when the scheduler resumes this thread.
-inline void park(Carrier* c, Block* b) { switch_context(&c->ctx, &b->sched); }
+inline void carrier_main();
+
+// Switch from `from` (the carrier running now, or the scheduler) to thread `next` of b.
+inline void switch_to(Context* from, Block* b, int next) {
+  Carrier* to = b->carriers[next];
+  if (!to->started) {
+    to->started = true;
+    make_context(&to->ctx, to->stack.get(), kFiberStackBytes, carrier_main);
+  }
+  b->current = next;
+  switch_context(from, &to->ctx);
+}
+
+// Hand the OS thread from carrier c straight to the next runnable thread after it, in index
+// order (one switch, not two through the scheduler), or back to the scheduler when none is
+// (the block finished or is deadlocked). Returns when something switches back to c.
+inline void pass_on(Carrier* c, Block* b) {
+  const int n = static_cast<int>(b->fibers.size());
+  for (int k = 1; k <= n; ++k) {
+    const int i = (b->current + k) % n;
+    if (b->fibers[i].state == State::kRunnable) {
+      switch_to(&c->ctx, b, i);
+      return;
+    }
+  }
+  b->current = -1;
+  switch_context(&c->ctx, &b->sched);
+}
+
+inline void maybe_release_block(Block* b);
 
 inline void carrier_main() {
   Carrier* c = current_block()->carriers[current_block()->current];
@@ -179,7 +208,8 @@ inline void carrier_main() {
     b->body();
     current_fiber()->state = State::kDone;
     --b->live;
-    park(c, b);  // resumed as the same thread index of a later block
+    maybe_release_block(b);  // an exit may complete a block barrier
+    pass_on(c, b);           // resumed as the same thread index of a later block
   }
 }
 
@@ -277,36 +307,22 @@ inline void run_block(Block& b) {
   current_block() = &b;
   const int n = static_cast<int>(b.fibers.size());
   b.carriers = carriers(n);
-  while (b.live > 0) {
-    bool ran = false;
-    for (int i = 0; i < n; ++i) {
-      Fiber& f = b.fibers[i];
-      if (f.state != State::kRunnable) continue;
-      ran = true;
-      b.current = i;
-      Carrier* c = b.carriers[i];
-      if (!c->started) {
-        c->started = true;
-        make_context(&c->ctx, c->stack.get(), kFiberStackBytes, carrier_main);
+  // Thread 0 starts; the threads pass the OS thread on among themselves (pass_on) until
+  // none is runnable. Then every thread is done, or the rest wait for ever.
+  switch_to(&b.sched, &b, 0);
+  if (b.live > 0) {
+    for (int i = 0; i < n; ++i)
+      if (b.fibers[i].state == State::kWaitWarp) {
+        b.current = i;
+        check_warp_complete(&b, b.fibers[i].warp);
       }
-      switch_context(&b.sched, &c->ctx);
-      b.current = -1;
-      if (f.state == State::kDone) maybe_release_block(&b);  // an exit may complete a block barrier
-    }
-    if (!ran) {
-      for (int i = 0; i < n; ++i)
-        if (b.fibers[i].state == State::kWaitWarp) {
-          b.current = i;
-          check_warp_complete(&b, b.fibers[i].warp);
-        }
-      b.current = 0;
-      for (int i = 0; i < n; ++i)
-        if (b.fibers[i].state != State::kDone) {
-          b.current = i;
-          break;
-        }
-      fatal("deadlock: threads wait at a barrier that the others never reach");
-    }
+    b.current = 0;
+    for (int i = 0; i < n; ++i)
+      if (b.fibers[i].state != State::kDone) {
+        b.current = i;
+        break;
+      }
+    fatal("deadlock: threads wait at a barrier that the others never reach");
   }
   current_block() = nullptr;
 }
