@@ -141,8 +141,7 @@ inline Fiber* current_fiber() { return &current_block()->fibers[current_block()-
   std::abort();
 }
 
-// Back to the scheduler; returns when the scheduler resumes this fiber.
-inline void pass_on(Carrier* c, Block* b);
+inline void pass_on(Carrier* c, Block* b);  // below
 
 // The calling thread waits (its state says for what): the next runnable thread runs.
 inline void yield() {
