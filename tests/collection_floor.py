@@ -7,9 +7,9 @@ test runs when
 - a tests/**/test_*.py file under the paths given to pytest contributed no test (a file
   skipped as a whole at collection, e.g. by importorskip, counts as collected).
 When more than N were collected, a line says so, to raise the floor in the same change.
-Under pytest-xdist (CI runs `-n auto`) the workers collect, and the check runs on the first
-worker's list of test ids. tests/conftest.py imports the two hooks below; elsewhere
-`-p collection_floor` loads them.
+Under pytest-xdist (`kdtree test`, and so CI, runs `-n <cores>`) the workers collect, and
+the check runs on the first worker's list of test ids. tests/conftest.py imports the two
+hooks below; elsewhere `-p collection_floor` loads them.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ struct Block {
   std::vector<uint8_t> dyn_smem;
   std::function<void()> body;
   Context sched;  // the scheduler (run_block), while a thread runs
-  Carrier* const* carriers = nullptr;  // this OS thread's, by thread index (run_block)
+  const std::unique_ptr<Carrier>* carriers = nullptr;  // this OS thread's, by thread index (run_block)
   int current = -1;
   bool flat = false;  // launched with launch_flat: threads run one after another, no fibers
   uint3 block_idx{0, 0, 0};
@@ -146,7 +146,7 @@ inline void pass_on(Carrier* c, Block* b);  // below
 // The calling thread waits (its state says for what): the next runnable thread runs.
 inline void yield() {
   Block* b = current_block();
-  pass_on(b->carriers[b->current], b);
+  pass_on(b->carriers[b->current].get(), b);
 }
 
 // A carrier runs thread index `i` of every block, on its own stack, for the life of the OS
@@ -158,14 +158,10 @@ struct Carrier {
   bool started = false;
 };
 
-// This OS thread's carriers, at least `threads` of them (pointers stay valid as it grows).
-inline Carrier* const* carriers(int threads) {
-  thread_local std::vector<std::unique_ptr<Carrier>> owned;
-  thread_local std::vector<Carrier*> all;
-  while (static_cast<int>(all.size()) < threads) {
-    owned.emplace_back(new Carrier);
-    all.push_back(owned.back().get());
-  }
+// This OS thread's carriers, at least `threads` of them (each stays put as the list grows).
+inline const std::unique_ptr<Carrier>* carriers(int threads) {
+  thread_local std::vector<std::unique_ptr<Carrier>> all;
+  while (static_cast<int>(all.size()) < threads) all.emplace_back(new Carrier);
   return all.data();
 }
 
@@ -173,7 +169,7 @@ inline void carrier_main();
 
 // Switch from `from` (the carrier running now, or the scheduler) to thread `next` of b.
 inline void switch_to(Context* from, Block* b, int next) {
-  Carrier* to = b->carriers[next];
+  Carrier* to = b->carriers[next].get();
   if (!to->started) {
     to->started = true;
     make_context(&to->ctx, to->stack.get(), kFiberStackBytes, carrier_main);
@@ -201,7 +197,7 @@ inline void pass_on(Carrier* c, Block* b) {
 inline void maybe_release_block(Block* b);
 
 inline void carrier_main() {
-  Carrier* c = current_block()->carriers[current_block()->current];
+  Carrier* c = current_block()->carriers[current_block()->current].get();
   for (;;) {
     Block* b = current_block();
     b->body();
@@ -522,29 +518,24 @@ inline void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b, const
   auto slots = warp_exchange(mine, 6);
   WarpState* w;
   if (first_to_decode(w, kM * kN)) {
-    float A[kM][kK], B[kK][kN];
+    float At[kK][kM];  // A(r, k) at At[k][r]: the layout tensor_core_product takes
+    float Bt[kN][kK];  // B(k, col) at Bt[col][k]
     for (int l = 0; l < kWarpSize; ++l) {
       const int g = l / 4, q = l % 4;
       auto lo = [&](int i) { return bf16_bits_to_float(static_cast<uint16_t>(slots[l][i] & 0xffff)); };
       auto hi = [&](int i) { return bf16_bits_to_float(static_cast<uint16_t>((slots[l][i] >> 16) & 0xffff)); };
-      A[g][2 * q] = lo(0);
-      A[g][2 * q + 1] = hi(0);
-      A[g + 8][2 * q] = lo(1);
-      A[g + 8][2 * q + 1] = hi(1);
-      A[g][2 * q + 8] = lo(2);
-      A[g][2 * q + 9] = hi(2);
-      A[g + 8][2 * q + 8] = lo(3);
-      A[g + 8][2 * q + 9] = hi(3);
-      B[2 * q][g] = lo(4);
-      B[2 * q + 1][g] = hi(4);
-      B[2 * q + 8][g] = lo(5);
-      B[2 * q + 9][g] = hi(5);
-    }
-    float At[kK][kM];
-    float Bt[kN][kK];
-    for (int k = 0; k < kK; ++k) {
-      for (int r = 0; r < kM; ++r) At[k][r] = A[r][k];
-      for (int col = 0; col < kN; ++col) Bt[col][k] = B[k][col];
+      At[2 * q][g] = lo(0);
+      At[2 * q + 1][g] = hi(0);
+      At[2 * q][g + 8] = lo(1);
+      At[2 * q + 1][g + 8] = hi(1);
+      At[2 * q + 8][g] = lo(2);
+      At[2 * q + 9][g] = hi(2);
+      At[2 * q + 8][g + 8] = lo(3);
+      At[2 * q + 9][g + 8] = hi(3);
+      Bt[g][2 * q] = lo(4);
+      Bt[g][2 * q + 1] = hi(4);
+      Bt[g][2 * q + 8] = lo(5);
+      Bt[g][2 * q + 9] = hi(5);
     }
     tensor_core_product(&At[0][0], kM, &Bt[0][0], kN, kK, w->scratch.data());
   }
@@ -601,7 +592,7 @@ inline WgmmaDesc decode_wgmma_desc(uint64_t d) {
 // mn at (mn / 8) * SBO + (mn % 8) * S bytes, k contiguous within the swizzle row; MN-major
 // ((T,S/16,m),(8,k)):((1,T,LBO),(S/2,SBO)), i.e. mn contiguous within S-byte rows, blocks of
 // S/2 elements LBO apart, k rows S bytes apart in groups of 8 that are SBO apart.
-inline float wgmma_operand(const WgmmaDesc& d, int mn, int k, bool mn_major) {
+inline uint32_t wgmma_operand_address(const WgmmaDesc& d, int mn, int k, bool mn_major) {
   const int S = d.swizzle_bytes, per_row = S / 2;
   uint32_t addr;
   if (!mn_major) {
@@ -612,57 +603,33 @@ inline float wgmma_operand(const WgmmaDesc& d, int mn, int k, bool mn_major) {
            static_cast<uint32_t>(k % 8) * S + static_cast<uint32_t>(k / 8) * d.sbo;
   }
   const uint32_t mask = static_cast<uint32_t>(S / 16 - 1);
-  addr ^= ((addr >> 7) & mask) << 4;
-  Block* b = current_block();
-  if (addr + 2 > b->dyn_smem.size()) fatal("wgmma operand beyond the dynamic shared memory");
-  uint16_t bits;
-  std::memcpy(&bits, b->dyn_smem.data() + addr, 2);
-  return bf16_bits_to_float(bits);
+  return addr ^ (((addr >> 7) & mask) << 4);
 }
 
-// The 16 k values of operand row mn. K-major: two 16-byte chunks (k 0..7, 8..15), each
-// contiguous under the swizzle (it permutes whole chunks), so two copies; MN-major: per element.
-inline void wgmma_operand_row(const WgmmaDesc& d, int mn, float* out, bool mn_major) {
-  constexpr int kChunk = 8;  // bf16 per 16-byte chunk
-  if (mn_major) {
-    for (int k = 0; k < 2 * kChunk; ++k) out[k] = wgmma_operand(d, mn, k, true);
-    return;
-  }
-  const int S = d.swizzle_bytes;
-  if (2 * kChunk > S / 2) fatal("wgmma K-major operand: k beyond one swizzle row");
+// `count` consecutive bf16 at a shared address, as floats. The swizzle permutes whole 16-byte
+// chunks, so up to 8 elements from a chunk-aligned address are contiguous.
+inline void read_bf16(uint32_t addr, int count, float* out, int stride = 1) {
   Block* b = current_block();
-  const uint32_t mask = static_cast<uint32_t>(S / 16 - 1);
-  for (int half = 0; half < 2; ++half) {
-    uint32_t addr = d.start + static_cast<uint32_t>(mn / 8) * d.sbo + static_cast<uint32_t>(mn % 8) * S + 2u * kChunk * half;
-    addr ^= ((addr >> 7) & mask) << 4;
-    if (addr + 2 * kChunk > b->dyn_smem.size()) fatal("wgmma operand beyond the dynamic shared memory");
-    uint16_t bits[kChunk];
-    std::memcpy(bits, b->dyn_smem.data() + addr, sizeof bits);
-    for (int i = 0; i < kChunk; ++i) out[kChunk * half + i] = bf16_bits_to_float(bits[i]);
+  if (addr + 2u * count > b->dyn_smem.size()) fatal("wgmma operand beyond the dynamic shared memory");
+  for (int i = 0; i < count; ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, b->dyn_smem.data() + addr + 2 * i, 2);
+    out[i * stride] = bf16_bits_to_float(bits);
   }
 }
 
-// Rows 0..n-1 of an operand (n a multiple of 8), 16 k values each. MN-major: for each k,
-// every 8 consecutive rows share one 16-byte chunk, so a copy per chunk.
-inline void wgmma_operand_rows(const WgmmaDesc& d, int n, float (*out)[16], bool mn_major) {
-  constexpr int kChunk = 8, kK = 16;
+// Rows 0..n-1 of an operand (n a multiple of 8), 16 k values each, a 16-byte chunk per read:
+// K-major, k 0..7 and 8..15 of a row; MN-major, 8 consecutive rows at one k.
+inline void wgmma_operand_rows(const WgmmaDesc& d, int mn0, int n, float (*out)[16], bool mn_major) {
+  constexpr int kChunk = 8, kK = 16;  // bf16 per 16-byte chunk; k per instruction
   if (!mn_major) {
-    for (int mn = 0; mn < n; ++mn) wgmma_operand_row(d, mn, out[mn], false);
+    for (int mn = 0; mn < n; ++mn)
+      for (int k = 0; k < kK; k += kChunk) read_bf16(wgmma_operand_address(d, mn0 + mn, k, false), kChunk, &out[mn][k]);
     return;
   }
-  const int S = d.swizzle_bytes, per_row = S / 2;
-  const uint32_t mask = static_cast<uint32_t>(S / 16 - 1);
-  Block* b = current_block();
   for (int k = 0; k < kK; ++k)
-    for (int mn = 0; mn < n; mn += kChunk) {
-      uint32_t addr = d.start + static_cast<uint32_t>(mn / per_row) * d.lbo + 2u * (mn % per_row) +
-                      static_cast<uint32_t>(k % 8) * S + static_cast<uint32_t>(k / 8) * d.sbo;
-      addr ^= ((addr >> 7) & mask) << 4;
-      if (addr + 2 * kChunk > b->dyn_smem.size()) fatal("wgmma operand beyond the dynamic shared memory");
-      uint16_t bits[kChunk];
-      std::memcpy(bits, b->dyn_smem.data() + addr, sizeof bits);
-      for (int i = 0; i < kChunk; ++i) out[mn + i][k] = bf16_bits_to_float(bits[i]);
-    }
+    for (int mn = 0; mn < n; mn += kChunk)
+      read_bf16(wgmma_operand_address(d, mn0 + mn, k, true), kChunk, &out[mn][k], kK);
 }
 
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16: D(64 x N) = A(64 x 16) B(16 x N)
@@ -697,8 +664,7 @@ inline void wgmma(float* d, int n, const uint32_t* a_regs, uint64_t a_desc, uint
           A[r][k] = bf16_bits_to_float(static_cast<uint16_t>(k % 2 ? word >> 16 : word & 0xffff));
         }
     } else {
-      const WgmmaDesc da = decode_wgmma_desc(a_desc);
-      for (int r = 0; r < kRows; ++r) wgmma_operand_row(da, 16 * wq + r, A[r], trans_a);
+      wgmma_operand_rows(decode_wgmma_desc(a_desc), 16 * wq, kRows, A, trans_a);
     }
     // k-major, so the sum over k (in order) runs for all 16 rows at once
     float At[kK][kRows];
@@ -706,7 +672,7 @@ inline void wgmma(float* d, int n, const uint32_t* a_regs, uint64_t a_desc, uint
       for (int k = 0; k < kK; ++k) At[k][r] = A[r][k];
     const WgmmaDesc db = decode_wgmma_desc(b_desc);
     float Bt[kMaxN][kK];
-    wgmma_operand_rows(db, n, Bt, trans_b);
+    wgmma_operand_rows(db, 0, n, Bt, trans_b);
     tensor_core_product(&At[0][0], kRows, &Bt[0][0], n, kK, w->scratch.data());
   }
   // D: thread (w, lane) holds rows lane / 4 (+ 8) of its warp's 16 and columns 8 j + 2 (lane % 4) (+ 1)
