@@ -5,7 +5,8 @@
 # under $OUT; a short table comes last. Usage (repository root, on the GPU machine):
 #   OUT=/tmp/o scripts/gpu_engine_run.sh [steps...]     steps default to all, in order:
 #   build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe
-# and, named only: split (the simulated split on one GPU), multigpu (kdtree run --gpus 2 tests),
+# and, named only: large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
+# tree build: scripts/clk_cases.txt), ncu (source-level Nsight Compute: scripts/ncu_cases.txt), split (the simulated split on one GPU), multigpu (kdtree run --gpus 2 tests),
 # kernels (kdtree bench kernels, the full sweep), benchall (kdtree bench all: build, native tests
 # on fresh large cases, compute-sanitizer, the kernel bench; KDTREE_BENCH_BUDGET_S), int4 (the
 # INT4 DDTree == AR tests), attnclk (the wgmma attention's phase clocks), bf16ties (the bf16 DDTree == AR tests at the seeds that diverged at stop 23), gpus (1 vs KDTREE_GPUS=2 GPUs over NCCL), collectives (NCCL's cost per call at the engine's sizes)
@@ -56,6 +57,21 @@ for s in "${STEPS[@]}"; do
                     "heads=64 n=64 prefix=32768 config=7"; do
              echo "verify_attn $c" > /tmp/attn_case.txt
              step "attnclk-${c//[ =]/_}" 120 build-clk/release/bin/bench_kernels --cases /tmp/attn_case.txt; done ;;
+    large) step large 300 "$PY" -m kdtree_cli test --native --large ;;
+    clk) # one measuring build with every kernel's phase clocks (they print only for their own kernel)
+           step clk-build 300 env NVCC_APPEND_FLAGS="-DKD_ATTN_PHASE_CLOCKS -DKD_TOPK_PHASE_CLOCKS -DKD_TREE_PHASE_CLOCKS" \
+             "$PY" -m kdtree_cli build --build-dir build-clk -j 16 bench_kernels
+           while read -r -u 3 c; do [ -z "$c" ] && continue; echo "$c" > /tmp/clk_case.txt
+             step "clk-$(echo "$c" | tr -c 'a-zA-Z0-9\n' _ | cut -c1-60)" 120 build-clk/release/bin/bench_kernels --cases /tmp/clk_case.txt
+           done 3< "${KDTREE_CLK_CASES:-scripts/clk_cases.txt}" ;;
+    ncu) # Nsight Compute, source level (SASS with stall samples) for the cases of scripts/ncu_cases.txt
+           # (`name@kernel regex@launches@command`); the report's pages as text
+           while IFS='@' read -r -u 3 name rx count cmd; do [ -z "$name" ] && continue
+             step "ncu-$name" 200 ncu --clock-control none --set full --import-source yes -k "regex:$rx" --launch-count "$count" \
+               -f -o "$OUT/ncu-$name" bash -c "$cmd"
+             ncu -i "$OUT/ncu-$name.ncu-rep" --page details > "$OUT/ncu-$name-details.txt" 2>&1
+             ncu -i "$OUT/ncu-$name.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu-$name-sass.csv" 2>&1
+           done 3< "${KDTREE_NCU_CASES:-scripts/ncu_cases.txt}" ;;
     int4) step int4 300 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_decode.py -k int4 ;;
     bf16ties) for sd in 11 12 3654389095; do  # the seeds whose bf16 divergences stop 23 saw (router near-ties)
              step bf16ties-$sd 200 env KDTREE_SEED=$sd "$PY" -m pytest -q -s -p no:cacheprovider \
@@ -82,7 +98,7 @@ for s in "${STEPS[@]}"; do
   esac
 done
 # everything in one archive; beside it only the few files read first (the device tool returns 8)
-cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz ./* 2>/dev/null
+cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude='*.ncu-rep' ./* 2>/dev/null
 find . -type f ! -name logs.tgz ! -name env.txt ! -name native-results.jsonl ! -name native-run.jsonl \
   ! -name load.json ! -name engine.json ! -name moe.json ! -name gpus.json ! -name gpus.md ! -name moe.md \
   ! -name kernels.md ! -name kernels.json ! -name all-summary.md ! -name all-bench.md ! -name all-bench.json ! -name collectives.json ! -name collectives.md -delete
