@@ -120,9 +120,10 @@ Timing time_runs(const std::function<void(int)>& fn, int warm, int reps) {
 // One routing set on the device, grouped by expert as moe_group groups it.
 struct DeviceRouting {
   int rows = 0, distinct = 0, most = 0;
-  Dev<int32_t> offsets, row_token;
+  Dev<int32_t> offsets, row_token, active;  // active: the experts that own rows, then -1 (moe_group's list)
   DeviceRouting(const KdtrTensor& ids, int experts, int topk)
-      : offsets(static_cast<size_t>(experts) + 1, "offsets"), row_token(static_cast<size_t>(ids.numel()), "row_token") {
+      : offsets(static_cast<size_t>(experts) + 1, "offsets"), row_token(static_cast<size_t>(ids.numel()), "row_token"),
+        active(static_cast<size_t>(experts), "active") {
     const int32_t* id = ids.as<int32_t>();
     const int tokens = static_cast<int>(ids.numel() / topk);
     std::vector<std::vector<int32_t>> rows_of(experts);
@@ -132,14 +133,17 @@ struct DeviceRouting {
         if (e < 0 || e >= experts) throw KdtrError(ids.file + ": " + ids.name + " holds expert " + std::to_string(e));
         rows_of[e].push_back(t);
       }
-    std::vector<int32_t> off(1, 0), tok;
+    std::vector<int32_t> off(1, 0), tok, act;
     for (const auto& r : rows_of) {
+      if (!r.empty()) act.push_back(static_cast<int32_t>(off.size() - 1));
       tok.insert(tok.end(), r.begin(), r.end());
       off.push_back(static_cast<int32_t>(tok.size()));
       distinct += !r.empty();
       most = std::max(most, static_cast<int>(r.size()));
     }
+    act.resize(static_cast<size_t>(experts), -1);
     rows = static_cast<int>(tok.size());
+    KD_CUDA_CHECK(cudaMemcpy(active.p, act.data(), act.size() * 4, cudaMemcpyHostToDevice));
     KD_CUDA_CHECK(cudaMemcpy(offsets.p, off.data(), off.size() * 4, cudaMemcpyHostToDevice));
     KD_CUDA_CHECK(cudaMemcpy(row_token.p, tok.data(), tok.size() * 4, cudaMemcpyHostToDevice));
   }
@@ -265,6 +269,7 @@ int main(int argc, char** argv) {
         p.k_slices = slices;
         p.x_source = x_source;
         p.overlap_previous = overlap && !gate_up;  // as the engine launches the down GEMM
+        p.active_experts = r.active.p;  // as the engine passes moe_group's list
         p.w = gate_up ? q_gate.p : q_down.p;
         p.w_up = gate_up ? q_up.p : nullptr;
         p.w_expert_stride = gate_up ? gate_words : down_words;
@@ -296,6 +301,7 @@ int main(int argc, char** argv) {
         bool overlap;
         W4XSource x_gate_up, x_down;
         int cta_warps = 0;
+        bool scan_offsets = false;  // each CTA finds its expert in offsets, not in the active list
       };
       constexpr W4RowTile kAutoTile = W4RowTile::kAuto;
       constexpr W4XSource kAutoX = W4XSource::kAuto, kShared = W4XSource::kShared, kGlobal = W4XSource::kGlobal;
@@ -312,12 +318,14 @@ int main(int argc, char** argv) {
           {"int4_xglobal", kAutoTile, 0, 0, true, kGlobal, kGlobal},
           {"int4_xshared", kAutoTile, 0, 0, true, kShared, kShared},
           {"int4_down_xshared", kAutoTile, 0, 0, true, kAutoX, kShared},
-          {"int4_cta8", kAutoTile, 0, 0, true, kAutoX, kAutoX, 8}};
+          {"int4_cta8", kAutoTile, 0, 0, true, kAutoX, kAutoX, 8},
+          {"int4_scan", kAutoTile, 0, 0, true, kAutoX, kAutoX, 0, true}};
       for (const Int4Variant& v : variants) {
         auto launch = [&, v](bool gate_up) {
           MoeW4a16Params p = int4_params(*cur, gate_up, v.tile, gate_up ? v.slices_gate_up : v.slices_down, v.overlap,
                                          gate_up ? v.x_gate_up : v.x_down);
           p.cta_warps = v.cta_warps;
+          if (v.scan_offsets) p.active_experts = nullptr;
           check(moe_gemm_w4a16(p, nullptr));
         };
         cases.push_back({v.name, [launch] { launch(true); }, [launch] { launch(false); }});

@@ -154,6 +154,7 @@ void TargetModel::declare(Workspace* ws) {
     ws->declare(&topk_ids_, pairs * sizeof(int32_t));
     ws->declare(&topk_weights_, pairs * sizeof(float));
     ws->declare(&expert_offsets_, (t.experts + 1) * sizeof(int32_t));
+    ws->declare(&active_experts_, t.local_experts() * sizeof(int32_t));  // this rank's, for the W4A16 GEMMs
     ws->declare(&row_token_, pairs * sizeof(int32_t));
     ws->declare(&pair_row_, pairs * sizeof(int32_t));
     ws->declare(&expert_act_, pairs * t.moe_inter * el);
@@ -463,11 +464,16 @@ void TargetModel::moe_ffn(const Layer& w, int rows, const void* hn, void* out_ro
   g.offsets = expert_offsets_;
   g.row_token = row_token_;
   g.pair_row = pair_row_;
-  check_kernel(moe_group(g, stream));
-  const int pairs = rows * t.topk;
   // this rank's experts own the grouped rows offsets[e0] .. offsets[e0 + El]: the GEMMs see
   // only them (their weights are stacked from the rank's first expert)
   const int El = t.local_experts();
+  if (int4_packed()) {  // the W4A16 GEMMs' slot -> expert list, relative to e0
+    g.active_experts = active_experts_;
+    g.active_begin = t.expert_begin();
+    g.active_end = t.expert_begin() + El;
+  }
+  check_kernel(moe_group(g, stream));
+  const int pairs = rows * t.topk;
   const int32_t* local_offsets = expert_offsets_ + t.expert_begin();
   if (int4_packed()) {  // W4A16: the experts stay packed, dequantized in registers
     MoeW4a16Params up;
@@ -480,6 +486,7 @@ void TargetModel::moe_ffn(const Layer& w, int rows, const void* hn, void* out_ro
     up.x_stride = H;
     up.x_row = row_token_;
     up.offsets = local_offsets;
+    up.active_experts = active_experts_;
     up.w = static_cast<const uint32_t*>(w.experts_gate);
     up.w_up = static_cast<const uint32_t*>(w.experts_up);
     up.w_expert_stride = moe_w4a16_expert_words(t.moe_inter, t.hidden);

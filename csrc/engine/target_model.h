@@ -100,7 +100,7 @@ class TargetModel {
   void *q_lat_ = nullptr, *q_pe_ = nullptr, *o_lat_ = nullptr, *o_ = nullptr, *attn_out_ = nullptr;
   void *gate_up_ = nullptr, *act_ = nullptr, *ffn_out_ = nullptr, *shared_out_ = nullptr;
   float *h32_ = nullptr, *router_logits_ = nullptr, *topk_weights_ = nullptr, *inv_freq_dev_ = nullptr;
-  int32_t *topk_ids_ = nullptr, *expert_offsets_ = nullptr, *row_token_ = nullptr,
+  int32_t *topk_ids_ = nullptr, *expert_offsets_ = nullptr, *active_experts_ = nullptr, *row_token_ = nullptr,
           *pair_row_ = nullptr;
   void *expert_act_ = nullptr, *expert_out_ = nullptr;
   float* logits_ = nullptr;

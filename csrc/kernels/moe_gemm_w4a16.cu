@@ -53,6 +53,10 @@ constexpr int w4_min_blocks(int warps, int frags) { return (frags == 1 ? 32 : 16
 // were the fastest or within a few percent at n = 1 .. 128 for each GEMM.
 constexpr int kW4MinChunksPerSlice = 28;
 
+// 16-byte x pieces a thread loads before storing any when it stages x (kXShared): a decode
+// gate/up row (k = 7168) is 3.5 pieces per thread of a 256-thread CTA, so one batch
+constexpr int kW4XStageBatch = 4;
+
 constexpr int kW4MaxExpertWords = kMoeMaxExperts / kWarpSize;
 constexpr size_t kW4StaticSmemBytes = kW4MaxExpertWords * sizeof(unsigned);  // the kernel's owns_rows
 constexpr size_t kW4StaticSmemLimit = 48 * 1024;  // above this a launch must opt in
@@ -157,29 +161,33 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
   grid_dependents_launch();
   const int tid = static_cast<int>(threadIdx.x), warp = tid / kWarpSize, lane = tid % kWarpSize;
 
-  // which expert: the blockIdx.y-th one that owns rows (one pass over offsets, all warps)
-  const int expert_words = ceil_div(p.experts, kWarpSize);
-  for (int i = warp; i < expert_words; i += kWarps) {
-    const int e = i * kWarpSize + lane;
-    const bool has = e < p.experts && p.offsets[e + 1] > p.offsets[e];
-    const unsigned bits = __ballot_sync(kFullMask, has);
-    if (lane == 0) owns_rows[i] = bits;
-  }
-  __syncthreads();
+  // which expert: the blockIdx.y-th one that owns rows, from moe_group's list when given (one
+  // load), else from one pass over offsets (all warps, a barrier and a scan)
   int e = -1;
-  for (int i = 0, slot = static_cast<int>(blockIdx.y); i < expert_words; ++i) {
-    unsigned bits = owns_rows[i];
-    const int count = __popc(bits);
-    if (slot < count) {
-      for (int j = 0; j < slot; ++j) bits &= bits - 1;  // drop the lowest `slot` experts
-      e = i * kWarpSize + __ffs(static_cast<int>(bits)) - 1;
-      break;
+  if (p.active_experts) {
+    e = p.active_experts[blockIdx.y];
+  } else {
+    const int expert_words = ceil_div(p.experts, kWarpSize);
+    for (int i = warp; i < expert_words; i += kWarps) {
+      const int ex = i * kWarpSize + lane;
+      const bool has = ex < p.experts && p.offsets[ex + 1] > p.offsets[ex];
+      const unsigned bits = __ballot_sync(kFullMask, has);
+      if (lane == 0) owns_rows[i] = bits;
     }
-    slot -= count;
+    __syncthreads();
+    for (int i = 0, slot = static_cast<int>(blockIdx.y); i < expert_words; ++i) {
+      unsigned bits = owns_rows[i];
+      const int count = __popc(bits);
+      if (slot < count) {
+        for (int j = 0; j < slot; ++j) bits &= bits - 1;  // drop the lowest `slot` experts
+        e = i * kWarpSize + __ffs(static_cast<int>(bits)) - 1;
+        break;
+      }
+      slot -= count;
+    }
   }
   if (e < 0) return;  // fewer experts own rows than there are slots (uniform over the CTA)
 
-  const int row_begin = p.offsets[e], row_end = p.offsets[e + 1];
   const int wn = warp % kWarpsN, wk = warp / kWarpsN;
   const int g = lane / 4, quad = lane % 4;
   const int tiles = ceil_div(p.n, kW4TileRows), chunks = ceil_div(p.k, kW4TileCols);
@@ -222,15 +230,22 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
   // rows per pass: the tile's, or as many as the staged x has room for (sized by the launch from
   // max_rows_per_expert; an expert with more rows takes more passes, so results never depend on it)
   const int pass_step = kXShared ? x_stage_rows : Tile::kPassRows;
-  for (int r0 = row_begin; r0 < row_end; r0 += pass_step) {
-    const int pass_rows = min(pass_step, row_end - r0);
-    const int frags = ceil_div(pass_rows, 8);
-    // the weights first: their addresses depend on nothing loaded (the x_row lookups below do)
+  // a pass starts with its ring's fill: the weights' addresses depend on the expert alone, so
+  // the first pass's fill goes out before the expert's rows are even read (an expert in the
+  // list owns rows, so there is a first pass)
+  auto fill_ring = [&] {
 #pragma unroll
     for (int j = 0; j < kStages - 1; ++j) {
       issue(src, j, j, j < my_chunks);
       cp_async_commit();  // one group per block: the wait below counts groups
     }
+  };
+  fill_ring();
+  const int row_begin = p.offsets[e], row_end = p.offsets[e + 1];
+  for (int r0 = row_begin; r0 < row_end; r0 += pass_step) {
+    const int pass_rows = min(pass_step, row_end - r0);
+    const int frags = ceil_div(pass_rows, 8);
+    if (r0 != row_begin) fill_ring();
     // B operand rows: lane (g, quad) reads grouped row r0 + 8f + g (the last row stands in
     // past the end: its results are not stored), columns 16 quad .. 16 quad + 15 of a chunk;
     // the pointers advance by one chunk of this warp's slice per step
@@ -248,18 +263,28 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
     // this launch overlaps (p.overlap_previous)
     if (r0 == row_begin) grid_dependency_wait();
     if constexpr (kXShared) {
-      // the pass's rows in 16-byte pieces (k % 32 == 0), zeros past k up to the whole chunk (a
-      // zero-filled copy: src-size 0, nothing read), in one batch with the ring's fill; waiting
-      // for all of it here costs one fill latency, which block 0 would cost anyway
-      const int pieces = chunks * (kW4TileCols / 8), inside = p.k / 8;
-      for (int i = tid; i < pass_rows * pieces; i += kThreads) {
-        const int rr = i / pieces, c = i - rr * pieces;
-        const int row = p.x_row ? p.x_row[r0 + rr] : r0 + rr;
-        const __nv_bfloat16* from = x + row * p.x_stride + 8 * min(c, inside - 1);
-        cp_async_16(x_staged + rr * x_staged_stride + 8 * c, from, c < inside);
+      // the pass's rows in 16-byte pieces (k % 32 == 0), zeros past k up to the whole chunk,
+      // through registers rather than as a cp.async group: a group committed after the ring's
+      // fill could only be waited for together with every block of that fill, and the first
+      // step needs just block 0 (H200, ncu at n = 1: that wait was 6-8% of the warps' time)
+      const int pieces = chunks * (kW4TileCols / 8), inside = p.k / 8, total = pass_rows * pieces;
+      for (int i0 = tid; i0 < total; i0 += kW4XStageBatch * kThreads) {
+        uint4 v[kW4XStageBatch];
+#pragma unroll
+        for (int u = 0; u < kW4XStageBatch; ++u) {  // the batch's loads in flight together
+          const int i = i0 + u * kThreads, rr = i / pieces, c = i - rr * pieces;
+          v[u] = make_uint4(0, 0, 0, 0);
+          if (i < total && c < inside) {
+            const int row = p.x_row ? p.x_row[r0 + rr] : r0 + rr;
+            v[u] = *reinterpret_cast<const uint4*>(x + row * p.x_stride + 8 * c);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kW4XStageBatch; ++u) {
+          const int i = i0 + u * kThreads, rr = i / pieces, c = i - rr * pieces;
+          if (i < total) *reinterpret_cast<uint4*>(x_staged + rr * x_staged_stride + 8 * c) = v[u];
+        }
       }
-      cp_async_commit();
-      cp_async_wait<0>();
       __syncthreads();
     }
     // block j sits in slot j % kStages: the loop runs kStages blocks per trip, unrolled;

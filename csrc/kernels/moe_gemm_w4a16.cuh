@@ -97,6 +97,10 @@ struct MoeW4a16Params {
   int64_t x_stride = 0;            // elements, a multiple of 8 (16-byte row loads); x 16-byte aligned
   const int32_t* x_row = nullptr;  // [rows] or null
   const int32_t* offsets = nullptr;  // [experts + 1] expert e owns rows offsets[e] .. offsets[e+1]-1
+  // Optional: [min(experts, rows)] the experts that own rows, in increasing order, then -1
+  // (moe_group's active_experts). Each CTA then finds its expert with one load instead of a
+  // pass over offsets, a barrier and a scan; results do not depend on it.
+  const int32_t* active_experts = nullptr;
   const uint32_t* w = nullptr;     // repacked, expert e at w + e * w_expert_stride (16-byte aligned)
   const uint32_t* w_up = nullptr;  // as w, or null; non-null selects the SwiGLU form
   int64_t w_expert_stride = 0;     // words between experts: >= moe_w4a16_expert_words(n, k), a multiple of 4

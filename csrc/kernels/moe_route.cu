@@ -101,6 +101,7 @@ constexpr int kGroupThreads = 1024;
 __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const MoeGroupParams p) {
   __shared__ int count[kMoeMaxExperts];
   __shared__ int offset[kMoeMaxExperts + 1];
+  __shared__ int listed;  // experts in the active list
   const int tid = static_cast<int>(threadIdx.x);
   const int pairs = p.tokens * p.topk;
   for (int e = tid; e < p.experts; e += kGroupThreads) count[e] = 0;
@@ -117,6 +118,22 @@ __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(const MoeGroup
     offset[p.experts] = run;
   }
   __syncthreads();
+  if (p.active_experts) {  // warp 0 ranks the experts that own rows by ballots, 32 at a time
+    const int begin = p.active_begin, end = p.active_end > 0 ? p.active_end : p.experts;
+    if (tid < kWarpSize) {
+      int n = 0;
+      for (int e0 = begin; e0 < end; e0 += kWarpSize) {
+        const int e = e0 + tid;
+        const bool has = e < end && offset[e + 1] > offset[e];
+        const unsigned bits = __ballot_sync(kFullMask, has);
+        if (has) p.active_experts[n + __popc(bits & ((1u << tid) - 1u))] = e - begin;
+        n += __popc(bits);
+      }
+      if (tid == 0) listed = n;
+    }
+    __syncthreads();
+    for (int i = listed + tid; i < end - begin; i += kGroupThreads) p.active_experts[i] = -1;
+  }
   for (int e = tid; e <= p.experts; e += kGroupThreads) p.offsets[e] = offset[e];
   for (int i = tid; i < pairs; i += kGroupThreads) {
     const int e = p.topk_ids[i];
@@ -158,6 +175,9 @@ KernelResult moe_group(const MoeGroupParams& p, cudaStream_t stream) {
                                  " and topk >= 1 required");
   if (!p.topk_ids || !p.offsets || !p.row_token || !p.pair_row)
     return KernelResult::invalid("moe_group: topk_ids, offsets, row_token and pair_row must be non-null");
+  if (p.active_experts && (p.active_begin < 0 || p.active_end > p.experts || (p.active_end > 0 && p.active_end <= p.active_begin)))
+    return KernelResult::invalid("moe_group: active experts range [" + std::to_string(p.active_begin) + ", " +
+                                 std::to_string(p.active_end) + ") outside the " + std::to_string(p.experts) + " experts");
   KD_LAUNCH(kern::moe_group_kernel, 1, kern::kGroupThreads, 0, stream, p);
   return launch_status("moe_group_kernel launch");
 }

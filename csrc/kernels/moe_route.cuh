@@ -40,6 +40,11 @@ struct MoeGroupParams {
   int32_t* offsets = nullptr;         // [experts + 1] out: expert e's rows are offsets[e] .. offsets[e+1]-1
   int32_t* row_token = nullptr;       // [tokens * topk] out: the token of each grouped row
   int32_t* pair_row = nullptr;        // [tokens * topk] out: the grouped row of pair (t, j)
+  // Optional out: [active_end - active_begin] the experts of [active_begin, active_end) that
+  // own rows, in increasing order and relative to active_begin, then -1 (the grouped GEMMs'
+  // slot -> expert list: MoeW4a16Params::active_experts). active_end 0: all experts.
+  int32_t* active_experts = nullptr;
+  int active_begin = 0, active_end = 0;
 };
 
 struct MoeCombineParams {

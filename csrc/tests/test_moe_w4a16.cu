@@ -20,6 +20,7 @@
 #include "device_buffer.h"
 #include "kernel_test_util.h"
 #include "kernels/moe_gemm_w4a16.cuh"
+#include "kernels/moe_route.cuh"
 
 using namespace kdtree;
 using namespace kdtree::test;
@@ -152,14 +153,24 @@ struct Problem {
   int k_slices = 0;  // 0 = automatic
   W4XSource x_source = W4XSource::kAuto;
   int cta_warps = 0;
+  bool active_list = false;  // pass the experts that own rows (as moe_group lists them)
 };
+
+// The experts that own rows, then -1 up to `experts` (moe_group's active_experts).
+std::vector<int32_t> active_list_of(const std::vector<int32_t>& offsets) {
+  std::vector<int32_t> list;
+  for (size_t e = 0; e + 1 < offsets.size(); ++e)
+    if (offsets[e + 1] > offsets[e]) list.push_back(static_cast<int32_t>(e));
+  list.resize(offsets.size() - 1, -1);
+  return list;
+}
 
 // Runs the kernel; the output rows [rows, out_stride] as bf16 bits.
 std::vector<uint16_t> run_gpu(const Problem& pb) {
   const Int4Experts& w = *pb.w;
   const Routing& rt = *pb.routing;
   DeviceBuffer<uint16_t> x(*pb.x);
-  DeviceBuffer<int32_t> x_row(rt.x_row), offsets(rt.offsets);
+  DeviceBuffer<int32_t> x_row(rt.x_row), offsets(rt.offsets), active(active_list_of(rt.offsets));
   DeviceBuffer<uint32_t> dw(w.repacked);
   DeviceBuffer<uint32_t> du(pb.u ? pb.u->repacked : std::vector<uint32_t>{});
   std::vector<uint16_t> host_out(static_cast<size_t>(rt.rows()) * pb.out_stride, kPoisonBf16);
@@ -178,6 +189,7 @@ std::vector<uint16_t> run_gpu(const Problem& pb) {
   p.x_stride = pb.x_stride;
   p.x_row = x_row.get();
   p.offsets = offsets.get();
+  p.active_experts = pb.active_list ? active.get() : nullptr;
   p.w = dw.get();
   p.w_up = pb.u ? du.get() : nullptr;
   p.w_expert_stride = w.words;
@@ -314,6 +326,9 @@ KD_GPU_TEST(row_tiles_and_neighbours_do_not_change_a_row) {
   for (W4RowTile t : {W4RowTile::k8, W4RowTile::k16, W4RowTile::k32}) {
     pb.row_tile = t;
     KD_EXPECT(run_gpu(pb) == base);
+    pb.active_list = true;  // each CTA's expert from the list instead of offsets: the same work
+    KD_EXPECT(run_gpu(pb) == base);
+    pb.active_list = false;
   }
   // the same rows, one expert at a time, each alone in its launch
   pb.row_tile = W4RowTile::kAuto;
@@ -376,13 +391,67 @@ KD_GPU_TEST(kimi_k26_shapes) {
     const Int4Experts gate = random_experts(experts, inter, hidden, rng), up = random_experts(experts, inter, hidden, rng);
     const std::vector<uint16_t> x = random_x(tokens, hidden, rng);
     Problem pb{&gate, &up, &x, hidden, &rt, inter, tokens};
+    pb.active_list = true;  // as the engine launches it
     expect_matches_reference("gate_up 2048x7168", pb, run_gpu(pb));
   }
   {
     const Int4Experts down = random_experts(experts, hidden, inter, rng);
     const std::vector<uint16_t> act = random_x(tokens, inter, rng);
     Problem pb{&down, nullptr, &act, inter, &rt, hidden, tokens};
+    pb.active_list = true;
     expect_matches_reference("down 7168x2048", pb, run_gpu(pb));
+  }
+}
+
+// moe_group's outputs against the host's grouping of fresh random top-k ids: offsets, and the
+// active list over all experts and over a rank's range (expert parallelism)
+KD_GPU_TEST(moe_group_lists_the_experts_that_own_rows) {
+  const uint64_t seed = test_seed();
+  std::mt19937_64 rng(seed);
+  for (int tokens : {1, 3, 17}) {
+    const int experts = 72, topk = 8;
+    std::vector<int32_t> ids;
+    std::vector<int> perm(experts);
+    for (int t = 0; t < tokens; ++t) {
+      for (int e = 0; e < experts; ++e) perm[e] = e;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      ids.insert(ids.end(), perm.begin(), perm.begin() + topk);
+    }
+    std::vector<int32_t> want_off(experts + 1, 0);
+    for (int id : ids) ++want_off[id + 1];
+    for (int e = 0; e < experts; ++e) want_off[e + 1] += want_off[e];
+    for (auto [begin, end] : {std::pair{0, 0}, std::pair{24, 56}}) {
+      const int listed = (end > 0 ? end : experts) - begin;
+      DeviceBuffer<int32_t> d_ids(ids), off(std::vector<int32_t>(experts + 1, -7)),
+          row_token(std::vector<int32_t>(ids.size(), -7)), pair_row(std::vector<int32_t>(ids.size(), -7)),
+          active(std::vector<int32_t>(listed, -7));
+      MoeGroupParams g;
+      g.tokens = tokens;
+      g.experts = experts;
+      g.topk = topk;
+      g.topk_ids = d_ids.get();
+      g.offsets = off.get();
+      g.row_token = row_token.get();
+      g.pair_row = pair_row.get();
+      g.active_experts = active.get();
+      g.active_begin = begin;
+      g.active_end = end;
+      const KernelResult r = moe_group(g, nullptr);
+      if (!r.ok()) throw std::runtime_error(r.message);
+      KD_CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<int32_t> got_off(experts + 1), got_active(listed);
+      off.download(got_off);
+      active.download(got_active);
+      KD_EXPECT(got_off == want_off);
+      std::vector<int32_t> want_active;
+      for (int e = begin; e < begin + listed; ++e)
+        if (want_off[e + 1] > want_off[e]) want_active.push_back(e - begin);
+      want_active.resize(listed, -1);
+      if (got_active != want_active)
+        report_failure(nullptr, 0, "seed " + std::to_string(seed) + ", " + std::to_string(tokens) + " tokens, range [" +
+                                       std::to_string(begin) + ", " + std::to_string(end) + "): active list differs");
+      KD_EXPECT(got_active == want_active);
+    }
   }
 }
 

@@ -87,7 +87,7 @@ class W4Lib:
         lib.kd_w4a16_expert_words.argtypes = [i32, i32]
         lib.kd_w4a16_expert_words.restype = i64
         lib.kd_w4a16_repack.argtypes = [p, p, i32, i32, p, ctypes.c_char_p, i32]
-        lib.kd_w4a16_gemm.argtypes = [i32] * 9 + [p, i64, p, p, p, p, i64, p, i64, ctypes.c_char_p, i32]
+        lib.kd_w4a16_gemm.argtypes = [i32] * 9 + [p, i64, p, p, p, p, p, i64, p, i64, ctypes.c_char_p, i32]
         self.lib = lib
 
     def expert_words(self, n: int, k: int) -> int:
@@ -108,8 +108,10 @@ class W4Lib:
     def gemm(self, *, x: torch.Tensor, x_row: np.ndarray | None, offsets: np.ndarray, w: np.ndarray,
              w_up: np.ndarray | None, n: int, k: int, out_stride: int | None = None, row_tile: int = 0,
              k_slices: int = 0, max_rows_per_expert: int = 0, x_ptr_offset: int = 0,
-             x_source: int = 0, cta_warps: int = 0) -> tuple[int, str, torch.Tensor]:
-        """(status, message, out bf16 [rows, out_stride]) of one launch; x is [tokens, x_stride] bf16."""
+             x_source: int = 0, cta_warps: int = 0, active: bool = False) -> tuple[int, str, torch.Tensor]:
+        """(status, message, out bf16 [rows, out_stride]) of one launch; x is [tokens, x_stride] bf16.
+        active: pass the list of experts that own rows (as moe_group makes it) instead of letting
+        each CTA find its expert in offsets."""
         rows = int(offsets[-1])
         out_stride = out_stride or n
         out = np.full((max(rows, 1), out_stride), POISON, dtype=np.uint16)
@@ -119,12 +121,18 @@ class W4Lib:
         if x_row is not None:
             x_row = np.ascontiguousarray(x_row, dtype=np.int32)
             rows_ptr = x_row.ctypes.data
+        active_list = None
+        if active:
+            owners = np.flatnonzero(np.diff(offsets) > 0).astype(np.int32)
+            active_list = np.full(w.shape[0], -1, dtype=np.int32)
+            active_list[: len(owners)] = owners
         err = ctypes.create_string_buffer(512)
         status = self.lib.kd_w4a16_gemm(
             w.shape[0], rows, n, k, max_rows_per_expert, row_tile, k_slices, x_source, cta_warps,
             xn.ctypes.data + x_ptr_offset,
             x.shape[1],
-            rows_ptr, offsets.ctypes.data, w.ctypes.data, None if w_up is None else w_up.ctypes.data, w.shape[1],
+            rows_ptr, offsets.ctypes.data, None if active_list is None else active_list.ctypes.data,
+            w.ctypes.data, None if w_up is None else w_up.ctypes.data, w.shape[1],
             out.ctypes.data, out_stride, err, 512)
         return status, err.value.decode(), torch.from_numpy(out[:rows].view(np.int16)).view(torch.bfloat16)
 
@@ -226,10 +234,16 @@ def test_decode_routing_top8_over_many_experts(w4, seed):
     x_row = (order // topk).astype(np.int32)
     offsets = np.concatenate([[0], np.cumsum(np.bincount(ids.reshape(-1), minlength=experts))]).astype(np.int32)
     x = torch.randn(tokens, k, generator=gen).to(torch.bfloat16)
-    status, message, out = w4.gemm(x=x, x_row=x_row, offsets=offsets, w=w4.repack(gate.packed, gate.scale, k),
-                                   w_up=w4.repack(up.packed, up.scale, k), n=n, k=k, max_rows_per_expert=tokens)
+    wg, wu = w4.repack(gate.packed, gate.scale, k), w4.repack(up.packed, up.scale, k)
+    status, message, out = w4.gemm(x=x, x_row=x_row, offsets=offsets, w=wg, w_up=wu, n=n, k=k,
+                                   max_rows_per_expert=tokens)
     assert status == 0, message
     check_against_reference(out, x, x_row, offsets, gate, up, n)
+    # the engine's way: each CTA takes its expert from moe_group's list (the same experts, the same bits)
+    status, message, listed = w4.gemm(x=x, x_row=x_row, offsets=offsets, w=wg, w_up=wu, n=n, k=k,
+                                      max_rows_per_expert=tokens, active=True)
+    assert status == 0, message
+    assert torch.equal(listed.view(torch.int16), out.view(torch.int16))
 
 
 def test_row_tiles_and_gather_do_not_change_results(w4, seed):
@@ -283,7 +297,7 @@ def test_x_staged_in_shared_memory_does_not_change_results(w4, seed, form, bound
         for name, source in X_SOURCES.items():
             status, message, outs[name] = w4.gemm(x=x, x_row=x_row, offsets=offsets, w=wg, w_up=wu, n=n, k=k,
                                                   k_slices=slices, max_rows_per_expert=bound,
-                                                  x_source=source, cta_warps=cta_warps)
+                                                  x_source=source, cta_warps=cta_warps, active=source == 2)
             assert status == 0, message
         for name in X_SOURCES:
             assert torch.equal(outs[name].view(torch.int16), outs["global"].view(torch.int16)), (name, slices)
@@ -378,7 +392,7 @@ def test_native_test_program_on_emulator(built):
                           env={**os.environ, "KDTREE_SANITIZE_QUICK": "1"})
     out = proc.stdout + proc.stderr
     last = [line for line in out.splitlines() if line.strip()][-1]
-    assert proc.returncode == 0 and last.startswith("5 passed, 0 failed"), out[-4000:]
+    assert proc.returncode == 0 and last.startswith("6 passed, 0 failed"), out[-4000:]
 
 
 def test_bench_program_on_emulator(built, tmp_path, seed):
@@ -402,7 +416,7 @@ def test_bench_program_on_emulator(built, tmp_path, seed):
     assert {(r["tokens"], r["impl"]) for r in moe_recs} == {
         (n, impl) for n in tokens for impl in ("int4", "int4_tile8", "int4_tile16", "int4_tile32", "int4_slices1",
                                               "int4_slices2", "int4_slices4", "int4_gate_up_slices2", "int4_serial",
-                                              "int4_xglobal", "int4_xshared", "int4_down_xshared", "int4_cta8",
+                                              "int4_xglobal", "int4_xshared", "int4_down_xshared", "int4_cta8", "int4_scan",
                                               "bf16")}
     for r in moe_recs:
         ids = [routing[f"n{r['tokens']}.s{s}.topk_ids"] for s in range(sets)]

@@ -26,11 +26,12 @@ int kd_w4a16_repack(const int32_t* weight_packed, const uint16_t* weight_scale, 
 }
 
 // Arguments as the fields of MoeW4a16Params (row_tile: 0 auto, 8, 16, 32; k_slices: 0 auto, 1,
-// 2, 4; x_source: 0 auto, 1 global, 2 shared; cta_warps: 0 auto, 4, 8); returns the
-// KernelStatus (0 = ok), the message in err.
+// 2, 4; x_source: 0 auto, 1 global, 2 shared; cta_warps: 0 auto, 4, 8; active_experts may be
+// null); returns the KernelStatus (0 = ok), the message in err.
 int kd_w4a16_gemm(int experts, int rows, int n, int k, int max_rows_per_expert, int row_tile, int k_slices, int x_source,
                   int cta_warps, const void* x,
-                  int64_t x_stride, const int32_t* x_row, const int32_t* offsets, const uint32_t* w,
+                  int64_t x_stride, const int32_t* x_row, const int32_t* offsets, const int32_t* active_experts,
+                  const uint32_t* w,
                   const uint32_t* w_up, int64_t w_expert_stride, void* out, int64_t out_stride, char* err,
                   int err_len) {
   kdtree::MoeW4a16Params p;
@@ -47,6 +48,7 @@ int kd_w4a16_gemm(int experts, int rows, int n, int k, int max_rows_per_expert, 
   p.x_stride = x_stride;
   p.x_row = x_row;
   p.offsets = offsets;
+  p.active_experts = active_experts;
   p.w = w;
   p.w_up = w_up;
   p.w_expert_stride = w_expert_stride;
