@@ -5,7 +5,7 @@
 # under $OUT; a short table comes last. Usage (repository root, on the GPU machine):
 #   OUT=/tmp/o scripts/gpu_engine_run.sh [steps...]     steps default to all, in order:
 #   build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe
-# and, named only: large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
+# and, named only: moeab (bench_moe A/B against .ab/base), kab (bench_kernels A/B: scripts/kab_cases.txt), large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
 # tree build: scripts/clk_cases.txt), ncu (source-level Nsight Compute: scripts/ncu_cases.txt), split (the simulated split on one GPU), multigpu (kdtree run --gpus 2 tests),
 # kernels (kdtree bench kernels, the full sweep), benchall (kdtree bench all: build, native tests
 # on fresh large cases, compute-sanitizer, the kernel bench; KDTREE_BENCH_BUDGET_S), int4 (the
@@ -72,6 +72,14 @@ for s in "${STEPS[@]}"; do
              ncu -i "$OUT/ncu-$name.ncu-rep" --page details > "$OUT/ncu-$name-details.txt" 2>&1
              ncu -i "$OUT/ncu-$name.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu-$name-sass.csv" 2>&1
            done 3< "${KDTREE_NCU_CASES:-scripts/ncu_cases.txt}" ;;
+    moeab) # bench_moe of the tree in .ab/base (carried: an earlier commit's sources) against this one's
+           step moeab-build 300 bash -c "cd .ab/base && $PY -m kdtree_cli build -j 16 bench_moe"
+           step moeab 400 "$PY" scripts/moe_ab.py base=.ab/base/build/release/bin/bench_moe new=build/release/bin/bench_moe \
+             --tokens 1 8 64 --rounds 2 --impl ${KDTREE_MOEAB_IMPL:-int4 int4_scan int4_nopf int4_pf14 int4_pf21 int4_serial} \
+             --json "$OUT/moeab.json" ;;
+    kab) # bench_kernels A/B lines (scripts/kab_cases.txt), twice, in one process each
+           for r in 1 2; do step "kab$r" 300 build/release/bin/bench_kernels --cases "${KDTREE_KAB_CASES:-scripts/kab_cases.txt}" \
+             --json "$OUT/kab$r.json"; done ;;
     int4) step int4 300 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_decode.py -k int4 ;;
     bf16ties) for sd in 11 12 3654389095; do  # the seeds whose bf16 divergences stop 23 saw (router near-ties)
              step bf16ties-$sd 200 env KDTREE_SEED=$sd "$PY" -m pytest -q -s -p no:cacheprovider \
@@ -101,5 +109,5 @@ done
 cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude='*.ncu-rep' ./* 2>/dev/null
 find . -type f ! -name logs.tgz ! -name env.txt ! -name native-results.jsonl ! -name native-run.jsonl \
   ! -name load.json ! -name engine.json ! -name moe.json ! -name gpus.json ! -name gpus.md ! -name moe.md \
-  ! -name kernels.md ! -name kernels.json ! -name all-summary.md ! -name all-bench.md ! -name all-bench.json ! -name collectives.json ! -name collectives.md -delete
+  ! -name kernels.md ! -name kernels.json ! -name all-summary.md ! -name all-bench.md ! -name all-bench.json ! -name collectives.json ! -name collectives.md ! -name moeab.json ! -name kab1.json -delete
 printf '%s\n' "${rows[@]}"
