@@ -71,6 +71,8 @@ constexpr int kTopkCompactSlop = 64;
 // ~400 at 32768, where the extra pass and barriers would not pay).
 constexpr int kTopkCutFactor = 4;
 
+constexpr int kTopkDefaultVariant = kTopkScanLean;  // TopkScanVariant when TopkLogprobsParams::variant is -1
+
 // Launch options the plan sets (kernel argument).
 struct TopkOptions {
   int compact_slop = 0;  // the scan's compactions keep up to K + this - 1, and the final select
@@ -345,6 +347,7 @@ KD_DEVICE TopkSummary topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t
             if (index(step, k) >= V) pass &= ~(1u << k);
         }
       }
+      KD_EVENT("topk_pass", step, __popc(pass));
       left = append(pass, step, v);
     }
     while (__syncthreads_or(left != 0)) {  // the buffer is full: keep the K largest
@@ -356,6 +359,7 @@ KD_DEVICE TopkSummary topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t
       topk_keep_if<true>(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; });
       thr = ordered_to_float(static_cast<uint32_t>(kth >> 32));
       dropped = true;
+      KD_EVENT("topk_compact", step, 0);
       unsigned pass = 0;
 #pragma unroll
       for (int k = 0; k < kTopkPerThread; ++k)
@@ -391,6 +395,236 @@ KD_DEVICE TopkSummary topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t
     slow_part = slow * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - pc.pmax, table, lane_bytes);
   pc.slow = block_sum(slow_part, s.dsum);
   float drop_max = block_max(drop, -INFINITY, s.fmax);
+  if (s.drop_key != 0) drop_max = fmaxf(drop_max, ordered_to_float(s.drop_key));
+  pc.drop_max = drop_max;
+  pc.n = s.count;
+  pc.dropped = dropped;
+  TOPK_CLK_END(clk_summary, 4);
+  return pc;
+}
+
+// The lean scan (kTopkLean; same summary, bit for bit, as topk_scan's): the same two steps per
+// 16 logits with fewer instructions per step (ncu at ff9b4e0: ~750 per warp and 2048-logit step,
+// ~300 of them the exps; the 4-row SMs issue ~70% of their cycles, so they count):
+//   - loads without bounds checks in full steps (one pointer, four 16-byte loads);
+//   - the sums' power-of-two reference moves only when the thread's max passes the last
+//     reference's by kTopkRefHeadroom (terms up to e^65 of 2^mk: no overflow), not at every
+//     new max (61% of warp-steps took that branch): the running max is one fmaxf, and the
+//     summary rescales to the reference topk_scan would have reached (exact: powers of two);
+//   - the 2^-mk of every term folded into the exp's rounding constant (one integer op fewer);
+//   - candidates: a threshold test only, no largest-dropped-logit upkeep (two ops per logit):
+//     after a compaction to the bound b the test takes logits above b - delta, delta ~2^-16 of
+//     the logp scale (128 float32 ulps of it), so every logit a test drops has a log-probability
+//     below the K-th's and the largest threshold bounds them all for the re-read decision; when
+//     the bound did not rise (exact ties at the cut) delta is 0 and a tie re-reads as before;
+//   - appends: one shared atomic per lane with candidates (no warp scan), set bits walked
+//     with one index base per step.
+constexpr float kTopkRefHeadroom = 64.0f;
+constexpr float kTopkFastMaxBelow = 0x1.fffffep+11f;  // the largest float below kTopkFastMaxAbs
+static_assert(kTopkFastMaxBelow < kTopkFastMaxAbs, "a max of kTopkFastMaxAbs leaves the fast range");
+// delta = (thread max - bound + kTopkLseAbove) * kTopkMarginScale: lse - bound is at most the row's
+// max - bound plus ln V (<= ln 2^30 < 21), and a float32 ulp is 2^-23 of its value.
+constexpr float kTopkLseAbove = 24.0f;
+constexpr float kTopkMarginScale = 0x1p-16f;
+
+template <bool Vec4, int Threads>
+KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, const float* x, int V, int K,
+                                     int slop) {
+  constexpr int kChunk = kTopkPerThread * Threads;
+  const int capacity = topk_capacity(K);
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
+  const double* table = s.exp_table;
+  const int lane_bytes = (lane % kTopkTableCopies) * static_cast<int>(sizeof(double));
+  if (tid == 0) {
+    s.count = 0;
+    s.drop_key = 0;
+  }
+  __syncthreads();
+
+  float m = -INFINITY;         // running max of this thread's logits
+  float rise_at = -INFINITY;   // a step max above it moves the sums' reference (rare)
+  double sum[kTopkVecs] = {};  // sums of e^x 2^-mk (fast range)
+  int mk = 0;
+  double round = exp_prescale_round<kTopkExpBits>(0);  // folds the 2^-mk into the exp
+  bool fast = false, had_fast = false;
+  float m_fast = -INFINITY;    // the running max when the fast range was left (topk_scan's last mk)
+  float lo = -INFINITY;
+  double slow = 0.0;
+  float slow_ref = -INFINITY;
+  float thr = NAN;             // the test: a logit above it is a candidate (NaN: every logit)
+  float thr_drop = -INFINITY;  // every logit a test left out is <= it
+  float bound_prev = -INFINITY;
+  bool dropped = false;
+  const int steps = ceil_div(V, kChunk);
+  // element k of this thread's 16 in a step is at step * kChunk + ibase + k_offset(k)
+  const int ibase = Vec4 ? tid * 4 : tid;
+  auto k_offset = [](unsigned k) { return static_cast<int>(Vec4 ? (k / 4) * (4 * Threads) + k % 4 : k * Threads); };
+  auto load_full = [&](int step, float (&v)[kTopkPerThread]) {
+    if constexpr (Vec4) {
+      const float4* p = reinterpret_cast<const float4*>(x + static_cast<int64_t>(step) * kChunk) + tid;
+#pragma unroll
+      for (int u = 0; u < kTopkVecs; ++u) {
+        const float4 f = load_streaming(p + u * Threads);
+        v[4 * u] = f.x;
+        v[4 * u + 1] = f.y;
+        v[4 * u + 2] = f.z;
+        v[4 * u + 3] = f.w;
+      }
+    } else {
+      const float* p = x + static_cast<int64_t>(step) * kChunk + ibase;
+#pragma unroll
+      for (int k = 0; k < kTopkPerThread; ++k) v[k] = p[k_offset(k)];
+    }
+  };
+  auto load_tail = [&](int step, float (&v)[kTopkPerThread]) {  // the row's last, partial step
+#pragma unroll
+    for (int k = 0; k < kTopkPerThread; ++k) {
+      const int i = step * kChunk + ibase + k_offset(k);
+      v[k] = i < V ? x[i] : -INFINITY;  // Vec4: V % 4 == 0, a float4 is all in or all out
+    }
+  };
+  // Append this thread's logits flagged in `pass`; returns those that did not fit.
+  auto append = [&](unsigned pass, int step, const float (&v)[kTopkPerThread]) {
+    unsigned left = 0;
+    if (pass != 0) {
+      int slot = atomicAdd(&s.count, __popc(pass));
+      const uint32_t nbase = ~static_cast<uint32_t>(step * kChunk + ibase);  // ~index = nbase - offset
+      for (unsigned bits = pass; bits != 0;) {  // from the highest set bit: one FLO per bit
+        const unsigned k = 31u - static_cast<unsigned>(__clz(static_cast<int>(bits)));
+        bits ^= 1u << k;
+        if (slot < capacity) {
+          keys[slot] = float_to_ordered(topk_pick(v, static_cast<int>(k)));
+          rids[slot] = nbase - static_cast<uint32_t>(k_offset(k));
+        } else {
+          left |= 1u << k;
+        }
+        ++slot;
+      }
+    }
+    return left;
+  };
+
+  // One step: the 16 logits in v (the next step's loads go to nx); returns the candidates that
+  // did not fit in the buffer.
+  auto step_fn = [&](int step, float (&v)[kTopkPerThread], float (&nx)[kTopkPerThread]) {
+    if ((step + 2) * kChunk <= V) load_full(step + 1, nx);  // in flight while this step computes
+    else if (step + 1 < steps) load_tail(step + 1, nx);
+
+    float vmax = v[0];
+#pragma unroll
+    for (int k = 1; k < kTopkPerThread; ++k) vmax = fmaxf(vmax, v[k]);
+    if (vmax > rise_at) {  // rare after the first step; then vmax > m
+      if (fabsf(vmax) < kTopkFastMaxAbs) {
+        const int mk_new = static_cast<int>(floor(static_cast<double>(vmax) * kTopkInvLn2));
+        if (had_fast) {
+          const double f = topk_pow2_nonpositive(mk - mk_new);
+#pragma unroll
+          for (int u = 0; u < kTopkVecs; ++u) sum[u] *= f;
+        }
+        mk = mk_new;
+        round = exp_prescale_round<kTopkExpBits>(mk);
+        had_fast = true;
+        fast = true;
+        lo = vmax - kTopkClampBelowMax;
+        rise_at = fminf(vmax + kTopkRefHeadroom, kTopkFastMaxBelow);
+      } else {
+        if (fast) m_fast = m;  // leaving the fast range: its last max sets topk_scan's mk
+        fast = false;
+        slow *= exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - vmax, table, lane_bytes);
+        slow_ref = vmax;
+        rise_at = vmax;  // the slow sum is relative to the max itself
+      }
+    }
+    m = fmaxf(m, vmax);
+    if (fast) {
+#pragma unroll
+      for (int k = 0; k < kTopkPerThread; ++k)
+        sum[k / 4] += exp_prescaled_in_range<kTopkExpBits, kTopkTableShift>(static_cast<double>(fmaxf(v[k], lo)), table,
+                                                                            lane_bytes, round);
+    } else if (m > -INFINITY) {
+      const double md = m;
+#pragma unroll
+      for (int k = 0; k < kTopkPerThread; ++k)
+        slow += exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(v[k]) - md, table, lane_bytes);
+    }
+
+    // candidates: one test per 16 logits decides whether any of them passes
+    unsigned left = 0;
+    if (__any_sync(kFullMask, !(vmax <= thr))) {
+      unsigned pass = 0;
+#pragma unroll
+      for (int k = 0; k < kTopkPerThread; ++k) pass |= static_cast<unsigned>(!(v[k] <= thr)) << k;
+      if ((step + 1) * kChunk > V) {  // logits past the row (-inf) pass only while thr is NaN
+#pragma unroll
+        for (int k = 0; k < kTopkPerThread; ++k)
+          if (step * kChunk + ibase + k_offset(k) >= V) pass &= ~(1u << k);
+      }
+      KD_EVENT("topk_pass", step, __popc(pass));
+      left = append(pass, step, v);
+    }
+    return left;
+  };
+  // After a compaction: those of `left` above the new threshold, appended again.
+  auto retest = [&](int step, const float (&v)[kTopkPerThread], unsigned left) {
+    unsigned pass = 0;
+#pragma unroll
+    for (int k = 0; k < kTopkPerThread; ++k)
+      if (((left >> k) & 1u) && v[k] > thr) pass |= 1u << k;
+    return __any_sync(kFullMask, pass != 0) ? append(pass, step, v) : 0u;
+  };
+
+  TOPK_CLK_BEGIN(clk_scan);
+  // two register sets take turns (this step's logits, the next step's loads): the step is
+  // written out for each, so no copies between steps
+  float va[kTopkPerThread], vb[kTopkPerThread];
+  if (kChunk <= V) load_full(0, va);
+  else load_tail(0, va);
+  for (int step = 0; step < steps; ++step) {
+    const bool odd = step % 2 != 0;
+    unsigned left = odd ? step_fn(step, vb, va) : step_fn(step, va, vb);
+    while (__syncthreads_or(left != 0)) {  // the buffer is full: keep the K largest
+      TOPK_CLK_BEGIN(clk_compact);
+      const uint64_t kth = block_select_kth_largest(keys, rids, capacity, K, s.select, slop,
+                                                    static_cast<uint64_t>(float_to_ordered(-INFINITY)) << 32);
+      topk_keep_if<true>(s, keys, rids, capacity, [kth](uint64_t val) { return val >= kth; });
+      // the new test: below the bound by the margin when the bound rose (block-uniform), never
+      // below the last test (both are <= the K-th of the logits so far)
+      const float bound = ordered_to_float(static_cast<uint32_t>(kth >> 32));
+      float t = bound;
+      if (bound > bound_prev) t = bound - (fmaxf(m - bound, 0.0f) + kTopkLseAbove) * kTopkMarginScale;
+      bound_prev = fmaxf(bound_prev, bound);
+      thr = thr >= t ? thr : t;  // NaN (no test yet) takes t
+      thr_drop = fmaxf(thr_drop, thr);
+      dropped = true;
+      KD_EVENT("topk_compact", step, 0);
+      left = odd ? retest(step, vb, left) : retest(step, va, left);
+      TOPK_CLK_END(clk_compact, 2);
+      TOPK_CLK_COUNT(3);
+    }
+  }
+  TOPK_CLK_END(clk_scan, 1);
+
+  TOPK_CLK_BEGIN(clk_summary);
+  // the summary, as topk_scan forms it: its threads' mk is floor(max / ln2) of their last max in
+  // the fast range; these sums are at mk <= that, so one power of two takes them to the block's
+  TopkSummary pc;
+  pc.pmax = block_max(m, -INFINITY, s.fmax);
+  const int mk_scan = had_fast ? static_cast<int>(floor(static_cast<double>(fast ? m : m_fast) * kTopkInvLn2)) : 0;
+  const float top_mk = block_max(had_fast ? static_cast<float>(mk_scan) : -INFINITY, -INFINITY, s.fmax);
+  pc.has_fast = top_mk > -INFINITY;
+  pc.mk = pc.has_fast ? static_cast<int>(top_mk) : 0;
+  double fsum = 0.0;
+  if (had_fast) {
+#pragma unroll
+    for (int u = 0; u < kTopkVecs; ++u) fsum += sum[u];
+    fsum *= topk_pow2_nonpositive(mk - pc.mk);
+  }
+  pc.fsum = block_sum(fsum, s.dsum);
+  double slow_part = 0.0;
+  if (slow_ref > -INFINITY)
+    slow_part = slow * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - pc.pmax, table, lane_bytes);
+  pc.slow = block_sum(slow_part, s.dsum);
+  float drop_max = block_max(dropped ? thr_drop : -INFINITY, -INFINITY, s.fmax);
   if (s.drop_key != 0) drop_max = fmaxf(drop_max, ordered_to_float(s.drop_key));
   pc.drop_max = drop_max;
   pc.n = s.count;
@@ -447,6 +681,7 @@ KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, 
   TOPK_CLK_END(clk_select, 5);
   TOPK_CLK_BEGIN(clk_keep);
   const bool reread = dropped && float_to_ordered(logp_of(drop_max, lse)) >= kth_logp;
+  KD_EVENT("topk_reread", reread, n);
   if (!reread) {
     topk_keep_if(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; });
   } else {
@@ -537,7 +772,8 @@ KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, 
 }
 
 
-template <bool Vec4, int Threads>
+// Lean: the scan topk_scan_lean (fewer instructions per step), else topk_scan (TopkVariant).
+template <bool Vec4, int Threads, bool Lean>
 __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_logprobs_kernel(const TopkLogprobsParams p,
                                                                                              const TopkOptions opt) {
   static_assert(Threads >= kTopkMinThreads && Threads <= kTopkMaxThreads && Threads % kWarpSize == 0, "block size");
@@ -555,7 +791,9 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   TOPK_CLK_END(clk_total, 0);
   const int row = static_cast<int>(blockIdx.x);
   const float* x = p.logits + static_cast<int64_t>(row) * V;
-  const TopkSummary pc = topk_scan<Vec4, Threads>(s, keys, rids, x, V, K, opt.compact_slop);
+  TopkSummary pc;
+  if constexpr (Lean) pc = topk_scan_lean<Vec4, Threads>(s, keys, rids, x, V, K, opt.compact_slop);
+  else pc = topk_scan<Vec4, Threads>(s, keys, rids, x, V, K, opt.compact_slop);
   const double lse = topk_lse(pc, s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(double)));
   topk_finish<Threads>(p, s, buf, x, row, pc.n, lse, pc.drop_max, pc.dropped, opt.compact_slop);
   TOPK_CLK_END(clk_total, 8);
