@@ -177,8 +177,35 @@ KD_HOST_DEVICE constexpr double exp_prescale_round(int mk) {
 // rounded value's low word is then q - N mk, whose low TableBits bits are q's (N mk = 0 mod N)
 // and which, shifted into the pre-shifted entry's exponent field, adds (q >> TableBits) - mk
 // there in one integer multiply-add (the other form needs two). Bit for bit the same result.
+// A shared-memory table read at lane + (j << shift): one AND-free shift-and-add (LEA) and the
+// load. `lane` is shared_table_lane's: the table's shared-memory address plus the caller's lane
+// bytes (on the emulator, a plain pointer). nvcc forms (j << shift) & mask and a three-input
+// add with the base and the lane bytes kept apart (three integer ops) unless the address is
+// formed in PTX.
+using SharedTableLane = uintptr_t;
+KD_DEVICE SharedTableLane shared_table_lane(const double* table, int lane_bytes) {
+#if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
+  return static_cast<uint32_t>(__cvta_generic_to_shared(table)) + static_cast<uint32_t>(lane_bytes);
+#else
+  return reinterpret_cast<uintptr_t>(table) + static_cast<uintptr_t>(lane_bytes);
+#endif
+}
+template <int Shift>
+KD_DEVICE double shared_table_read(SharedTableLane lane, uint32_t j_masked) {
+#if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
+  uint32_t addr;
+  asm("{ .reg .b32 t; shl.b32 t, %1, %2; add.u32 %0, t, %3; }" : "=r"(addr) : "r"(j_masked), "n"(Shift), "r"(static_cast<uint32_t>(lane)));
+  double e;
+  asm("ld.shared.f64 %0, [%1];" : "=d"(e) : "r"(addr));
+  return e;
+#else
+  return *reinterpret_cast<const double*>(lane + (static_cast<uintptr_t>(j_masked) << Shift));
+#endif
+}
+
+// table_lane: shared_table_lane(table, lane_bytes) of a table in shared memory.
 template <int TableBits, int TableShift>
-KD_DEVICE double exp_prescaled_in_range(double d, const double* table, int lane_bytes, double round) {
+KD_DEVICE double exp_prescaled_in_range(double d, SharedTableLane table_lane, double round) {
   static_assert(TableBits >= 8, "the degree-4 polynomial of the 256-entry table");
   constexpr int kSize = 1 << TableBits;
   constexpr double kInvLn2xN = 0x1.71547652b82fep+0 * kSize;
@@ -193,8 +220,7 @@ KD_DEVICE double exp_prescaled_in_range(double d, const double* table, int lane_
   p = fma(p, r, 0.5);
   p = fma(p, r, 1.0);
   const double em1 = p * r;
-  const int offset = static_cast<int>((qs << TableShift) & ((kSize - 1u) << TableShift)) | lane_bytes;
-  const double entry = *reinterpret_cast<const double*>(reinterpret_cast<const char*>(table) + offset);
+  const double entry = shared_table_read<TableShift>(table_lane, qs & (kSize - 1u));
   const double t = __hiloint2double(static_cast<int>(static_cast<uint32_t>(__double2hiint(entry)) + (qs << (kExponentShift - TableBits))),
                                     __double2loint(entry));
   return fma(t, em1, t);

@@ -91,6 +91,13 @@ struct TopkSummary {
   int dropped;     // a compaction dropped candidates
 };
 
+// One warp's part of the lean scan's summary (TopkSummary's fields before the block sums).
+struct TopkWarpSummary {
+  double fsum;  // the warp's fast sums at 2^-mk
+  float pmax, mk, drop_max;  // maxima (mk as a float: -inf where no thread had fast terms)
+  int has_slow;
+};
+
 // The final sort reuses the buffer: its keys (8 bytes each, a power of two < 2K) must fit.
 static_assert(2 * kTreeMaxNodes <= kTopkSlack, "the sort keys of K winners fit in the candidate buffer");
 static_assert(kTreeMaxNodes <= kTopkMinThreads * 8, "the K winners fit in 8 registers per thread before the sort");
@@ -104,6 +111,8 @@ struct TopkShared {
   int count;                        // candidates in the buffer (may pass capacity while appending)
   uint32_t drop_key;                // largest ordered key a scan compaction removed (0: none)
   uint64_t eq_warp[Threads / kWarpSize];  // re-read: tied logits per warp in this chunk (4 packed counts)
+  SelectLeanScratch select_lean;    // the lean scan's selects (zeroed at the start: they keep it so)
+  TopkWarpSummary warp_summary[Threads / kWarpSize];  // the lean scan's summary, per warp
 };
 
 // Per-phase cycle counts on the GPU (a measuring build only: -DKD_TOPK_PHASE_CLOCKS through
@@ -151,9 +160,11 @@ KD_DEVICE float logp_of(float x, double lse) { return static_cast<float>(static_
 constexpr int kTopkKeepPerThread = 4;
 constexpr int kTopkRereadPer = 4;  // re-read: logits per thread per chunk (four 16-bit counts fit 64 bits)
 static_assert(kTopkRereadPer * 16 <= 64 && kTopkMaxThreads < (1 << 16), "packed per-j tie counts");
-// TrackDropped: also raise s.drop_key to the largest key not kept.
+// TrackDropped: also raise s.drop_key to the largest key not kept. kept_max >= 0: at most that
+// many are kept (the caller knows), so they land in the chunks below it and the chunks from
+// there on need no barrier of their own (every thread read those below before writing).
 template <bool TrackDropped = false, int Threads, class Keep>
-KD_DEVICE void topk_keep_if(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, int n, Keep keep) {
+KD_DEVICE void topk_keep_if(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, int n, Keep keep, int kept_max = -1) {
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
   uint32_t dropped_max = 0;
   if (tid == 0) s.count = 0;
@@ -168,7 +179,7 @@ KD_DEVICE void topk_keep_if(TopkShared<Threads>& s, uint32_t* keys, uint32_t* ri
       w[j] = i < n && keep((static_cast<uint64_t>(k[j]) << 32) | r[j]);
       if (TrackDropped && i < n && !w[j]) dropped_max = k[j] > dropped_max ? k[j] : dropped_max;
     }
-    __syncthreads();  // the chunk is read (and, the first time, the count reset)
+    if (kept_max < 0 || base < kept_max) __syncthreads();  // the chunk is read (and, the first time, the count reset)
 #pragma unroll
     for (int j = 0; j < kTopkKeepPerThread; ++j) {
       const unsigned ballot = __ballot_sync(kFullMask, w[j]);
@@ -285,6 +296,7 @@ KD_DEVICE TopkSummary topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t
   };
 
   TOPK_CLK_BEGIN(clk_scan);
+  KD_PHASE("topk scan");
   float next[kTopkPerThread];
   load(0, next);
   for (int step = 0; step < steps; ++step) {
@@ -352,6 +364,7 @@ KD_DEVICE TopkSummary topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t
     }
     while (__syncthreads_or(left != 0)) {  // the buffer is full: keep the K largest
       TOPK_CLK_BEGIN(clk_compact);
+      KD_PHASE("topk compact");
       const int n = capacity;  // every slot below capacity was written
       // kth: a bound with K..K+slop-1 values >= it (its key a float >= -inf, never a NaN)
       const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select, slop,
@@ -369,6 +382,7 @@ KD_DEVICE TopkSummary topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t
         }
       left = 0;
       if (__any_sync(kFullMask, pass != 0)) left = append(pass, step, v);
+      KD_PHASE("topk scan");
       TOPK_CLK_END(clk_compact, 2);
       TOPK_CLK_COUNT(3);
     }
@@ -376,6 +390,7 @@ KD_DEVICE TopkSummary topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t
   TOPK_CLK_END(clk_scan, 1);
 
   TOPK_CLK_BEGIN(clk_summary);
+  KD_PHASE("topk summary");
   // the summary (after the loop's last barrier: s.count is final): sums at the block's largest
   // power-of-two reference (exact rescales) and its max
   TopkSummary pc;
@@ -435,6 +450,7 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads>& s, uint32_t* keys, uin
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
   const double* table = s.exp_table;
   const int lane_bytes = (lane % kTopkTableCopies) * static_cast<int>(sizeof(double));
+  const SharedTableLane table_lane = shared_table_lane(table, lane_bytes);  // this lane's copy
   if (tid == 0) {
     s.count = 0;
     s.drop_key = 0;
@@ -539,8 +555,8 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads>& s, uint32_t* keys, uin
     if (fast) {
 #pragma unroll
       for (int k = 0; k < kTopkPerThread; ++k)
-        sum[k / 4] += exp_prescaled_in_range<kTopkExpBits, kTopkTableShift>(static_cast<double>(fmaxf(v[k], lo)), table,
-                                                                            lane_bytes, round);
+        sum[k / 4] += exp_prescaled_in_range<kTopkExpBits, kTopkTableShift>(static_cast<double>(fmaxf(v[k], lo)), table_lane,
+                                                                            round);
     } else if (m > -INFINITY) {
       const double md = m;
 #pragma unroll
@@ -574,6 +590,7 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads>& s, uint32_t* keys, uin
   };
 
   TOPK_CLK_BEGIN(clk_scan);
+  KD_PHASE("topk scan");
   // two register sets take turns (this step's logits, the next step's loads): the step is
   // written out for each, so no copies between steps
   float va[kTopkPerThread], vb[kTopkPerThread];
@@ -584,9 +601,13 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads>& s, uint32_t* keys, uin
     unsigned left = odd ? step_fn(step, vb, va) : step_fn(step, va, vb);
     while (__syncthreads_or(left != 0)) {  // the buffer is full: keep the K largest
       TOPK_CLK_BEGIN(clk_compact);
-      const uint64_t kth = block_select_kth_largest(keys, rids, capacity, K, s.select, slop,
-                                                    static_cast<uint64_t>(float_to_ordered(-INFINITY)) << 32);
-      topk_keep_if<true>(s, keys, rids, capacity, [kth](uint64_t val) { return val >= kth; });
+      KD_PHASE("topk compact");
+      // a bound with K..K+slop-1 values >= it (its key a float >= -inf, never a NaN): 2 barriers a
+      // round (exact compactions, slop 0: the adaptive select)
+      const uint64_t floor = static_cast<uint64_t>(float_to_ordered(-INFINITY)) << 32;
+      const uint64_t kth = slop > 0 ? block_select_bound_lean(keys, rids, capacity, K, s.select_lean, slop, floor)
+                                    : block_select_kth_largest(keys, rids, capacity, K, s.select, slop, floor);
+      topk_keep_if<true>(s, keys, rids, capacity, [kth](uint64_t val) { return val >= kth; }, K + (slop > 0 ? slop : 1) - 1);
       // the new test: below the bound by the margin when the bound rose (block-uniform), never
       // below the last test (both are <= the K-th of the logits so far)
       const float bound = ordered_to_float(static_cast<uint32_t>(kth >> 32));
@@ -598,6 +619,7 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads>& s, uint32_t* keys, uin
       dropped = true;
       KD_EVENT("topk_compact", step, 0);
       left = odd ? retest(step, vb, left) : retest(step, va, left);
+      KD_PHASE("topk scan");
       TOPK_CLK_END(clk_compact, 2);
       TOPK_CLK_COUNT(3);
     }
@@ -605,26 +627,54 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads>& s, uint32_t* keys, uin
   TOPK_CLK_END(clk_scan, 1);
 
   TOPK_CLK_BEGIN(clk_summary);
-  // the summary, as topk_scan forms it: its threads' mk is floor(max / ln2) of their last max in
-  // the fast range; these sums are at mk <= that, so one power of two takes them to the block's
-  TopkSummary pc;
-  pc.pmax = block_max(m, -INFINITY, s.fmax);
-  const int mk_scan = had_fast ? static_cast<int>(floor(static_cast<double>(fast ? m : m_fast) * kTopkInvLn2)) : 0;
-  const float top_mk = block_max(had_fast ? static_cast<float>(mk_scan) : -INFINITY, -INFINITY, s.fmax);
-  pc.has_fast = top_mk > -INFINITY;
-  pc.mk = pc.has_fast ? static_cast<int>(top_mk) : 0;
+  KD_PHASE("topk summary");
+  // the summary, as topk_scan forms it (same bits): its threads' mk is floor(max / ln2) of their
+  // last max in the fast range, and these sums are at mk <= that, so powers of two take them to
+  // the block's. One barrier: each warp reduces its part, then every warp combines all parts in
+  // the order block_sum adds them (its warp 0's butterfly over one value per warp).
+  constexpr int kWarps = Threads / kWarpSize;
+  const int warp = tid / kWarpSize;
+  const float mk_scan = had_fast ? static_cast<float>(floor(static_cast<double>(fast ? m : m_fast) * kTopkInvLn2)) : -INFINITY;
+  const float warp_mk = warp_max(mk_scan);  // |mk| < 2^13: exact as a float
   double fsum = 0.0;
   if (had_fast) {
 #pragma unroll
     for (int u = 0; u < kTopkVecs; ++u) fsum += sum[u];
-    fsum *= topk_pow2_nonpositive(mk - pc.mk);
+    fsum *= topk_pow2_nonpositive(mk - static_cast<int>(warp_mk));
   }
-  pc.fsum = block_sum(fsum, s.dsum);
-  double slow_part = 0.0;
-  if (slow_ref > -INFINITY)
-    slow_part = slow * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - pc.pmax, table, lane_bytes);
-  pc.slow = block_sum(slow_part, s.dsum);
-  float drop_max = block_max(dropped ? thr_drop : -INFINITY, -INFINITY, s.fmax);
+  fsum = warp_sum(fsum);
+  const float warp_pmax = warp_max(m);
+  const float warp_drop = warp_max(dropped ? thr_drop : -INFINITY);
+  const bool warp_slow = __any_sync(kFullMask, slow_ref > -INFINITY);
+  if (lane == 0) s.warp_summary[warp] = TopkWarpSummary{fsum, warp_pmax, warp_mk, warp_drop, warp_slow};
+  __syncthreads();
+  TopkSummary pc;
+  pc.pmax = -INFINITY;
+  float top_mk = -INFINITY, drop_max = -INFINITY;
+  bool any_slow = false;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const TopkWarpSummary& ws = s.warp_summary[w];
+    pc.pmax = fmaxf(pc.pmax, ws.pmax);
+    top_mk = fmaxf(top_mk, ws.mk);
+    drop_max = fmaxf(drop_max, ws.drop_max);
+    any_slow = any_slow || ws.has_slow;
+  }
+  pc.has_fast = top_mk > -INFINITY;
+  pc.mk = pc.has_fast ? static_cast<int>(top_mk) : 0;
+  double part = 0.0;
+  if (lane < kWarps) {
+    const TopkWarpSummary& ws = s.warp_summary[lane];
+    if (ws.mk > -INFINITY) part = ws.fsum * topk_pow2_nonpositive(static_cast<int>(ws.mk) - pc.mk);
+  }
+  pc.fsum = warp_sum(part);
+  pc.slow = 0.0;
+  if (any_slow) {  // block-uniform; rows with a logit of magnitude >= kTopkFastMaxAbs
+    double slow_part = 0.0;
+    if (slow_ref > -INFINITY)
+      slow_part = slow * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - pc.pmax, table, lane_bytes);
+    pc.slow = block_sum(slow_part, s.dsum);
+  }
   if (s.drop_key != 0) drop_max = fmaxf(drop_max, ordered_to_float(s.drop_key));
   pc.drop_max = drop_max;
   pc.n = s.count;
@@ -652,7 +702,8 @@ KD_DEVICE double topk_lse(const TopkSummary& pc, const double* table, int lane_b
 // in keys/rids and its lse is known; drop_max / dropped: the largest logit left out of them and
 // whether any was. slop > 0 and many candidates: they are first cut to fewer than K + slop by
 // a bound (1-2 select rounds over all n), so the exact select's ~4-5 rounds pass over those only.
-template <int Threads>
+// Lean: the lean selects (2 barriers a round) and keeps that know how many they keep.
+template <int Threads, bool Lean>
 KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, uint32_t* buf, const float* x, int row, int n,
                            double lse, float drop_max, bool dropped, int slop) {
   constexpr int kWarps = Threads / kWarpSize;
@@ -663,16 +714,19 @@ KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, 
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
   // 2. the candidates' log-probabilities, the K-th by (logp, lower id first)
   TOPK_CLK_BEGIN(clk_select);
+  KD_PHASE("topk finish");
   for (int i = tid; i < n; i += Threads) keys[i] = float_to_ordered(logp_of(ordered_to_float(keys[i]), lse));
   __syncthreads();
   if (slop > 0 && n >= kTopkCutFactor * (K + slop)) {  // block-uniform
     // those below the bound rank below the K-th by (logp, id): never winners; the re-read
     // below keeps only logps above the K-th's and gathers the K-th's group from the row
-    const uint64_t bound = block_select_kth_largest(keys, rids, n, K, s.select, slop);
-    topk_keep_if(s, keys, rids, n, [bound](uint64_t val) { return val >= bound; });
+    const uint64_t bound = Lean ? block_select_bound_lean(keys, rids, n, K, s.select_lean, slop)
+                                : block_select_kth_largest(keys, rids, n, K, s.select, slop);
+    topk_keep_if(s, keys, rids, n, [bound](uint64_t val) { return val >= bound; }, Lean ? K + slop - 1 : -1);
     n = s.count;
   }
-  const uint64_t kth = block_select_kth_largest(keys, rids, n, K, s.select);
+  const uint64_t kth = Lean ? block_select_kth_largest_lean(keys, rids, n, K, s.select_lean)
+                            : block_select_kth_largest(keys, rids, n, K, s.select);
   const uint32_t kth_logp = static_cast<uint32_t>(kth >> 32);
 
   // 3. could a dropped logit share the K-th's logp? The largest one tells (dropped logits
@@ -683,10 +737,11 @@ KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, 
   const bool reread = dropped && float_to_ordered(logp_of(drop_max, lse)) >= kth_logp;
   KD_EVENT("topk_reread", reread, n);
   if (!reread) {
-    topk_keep_if(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; });
+    topk_keep_if(s, keys, rids, n, [kth](uint64_t val) { return val >= kth; }, Lean ? K : -1);
   } else {
     // keep everything above the K-th's logp, then take its group's lowest ids from the row
-    topk_keep_if(s, keys, rids, n, [kth_logp](uint64_t val) { return static_cast<uint32_t>(val >> 32) > kth_logp; });
+    topk_keep_if(s, keys, rids, n, [kth_logp](uint64_t val) { return static_cast<uint32_t>(val >> 32) > kth_logp; },
+                 Lean ? K : -1);
     const int above = s.count;
     const int need = K - above;
     // The row in chunks of kTopkRereadPer x Threads logits, element j of a thread at
@@ -741,6 +796,7 @@ KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, 
 
   TOPK_CLK_END(clk_keep, 6);
   TOPK_CLK_BEGIN(clk_sort);
+  KD_PHASE("topk sort");
   // 4. sort the K winners (ascending ~(logp, rid) = the wanted order) at the buffer's start:
   // read them into registers first, as the sort keys overwrite them
   constexpr int kWinnersPerThread = ceil_div(kTreeMaxNodes, Threads);
@@ -788,6 +844,10 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   TOPK_CLK_BEGIN(clk_total);
   for (int i = tid; i < kExp2FineTableSize * kTopkTableCopies; i += Threads)
     s.exp_table[i] = exp2_table_preshifted<kTopkExpBits>(i / kTopkTableCopies);
+  if constexpr (Lean) {  // the lean selects' invariant (published by the scan's first barrier)
+    for (int i = tid; i < 2 * kSelectBins; i += Threads) s.select_lean.hist[i / kSelectBins][i % kSelectBins] = 0;
+    if (tid == 0) s.select_lean.found = ~uint64_t{0};
+  }
   TOPK_CLK_END(clk_total, 0);
   const int row = static_cast<int>(blockIdx.x);
   const float* x = p.logits + static_cast<int64_t>(row) * V;
@@ -795,7 +855,7 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   if constexpr (Lean) pc = topk_scan_lean<Vec4, Threads>(s, keys, rids, x, V, K, opt.compact_slop);
   else pc = topk_scan<Vec4, Threads>(s, keys, rids, x, V, K, opt.compact_slop);
   const double lse = topk_lse(pc, s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(double)));
-  topk_finish<Threads>(p, s, buf, x, row, pc.n, lse, pc.drop_max, pc.dropped, opt.compact_slop);
+  topk_finish<Threads, Lean>(p, s, buf, x, row, pc.n, lse, pc.drop_max, pc.dropped, opt.compact_slop);
   TOPK_CLK_END(clk_total, 8);
   topk_clk_report();
 }

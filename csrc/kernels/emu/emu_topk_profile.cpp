@@ -17,6 +17,13 @@ namespace profile {
 // (block, step, warp) -> (lanes with candidates, largest per-lane count); per block: events
 inline std::map<std::tuple<unsigned, long, unsigned>, std::pair<int, int>> warp_steps;
 inline std::map<unsigned, std::map<std::string, long>> per_row;
+inline const char* phase = "start";
+inline void mark(const char* name, unsigned tid) {
+  if (tid == 0) phase = name;
+}
+inline void barrier(unsigned block, unsigned tid) {
+  if (tid == 0) ++per_row[block][std::string("barriers ") + phase];
+}
 inline void event(const char* name, unsigned block, unsigned tid, long a, long b) {
   const std::string n = name;
   if (n == "topk_pass") {
@@ -37,7 +44,10 @@ inline void event(const char* name, unsigned block, unsigned tid, long a, long b
 }  // namespace profile
 
 #define KD_EVENT(name, a, b) ::profile::event(name, blockIdx.x, threadIdx.x, (a), (b))
+#define KD_PHASE(name) ::profile::mark(name, threadIdx.x)
 #include "kernels/device_compat.cuh"
+#define __syncthreads() (::profile::barrier(blockIdx.x, threadIdx.x), ::kdemu::syncthreads())
+#define __syncthreads_or(p) (::profile::barrier(blockIdx.x, threadIdx.x), ::kdemu::syncthreads_or(p))
 #include "emu_runners.h"
 
 using namespace kdtree;
@@ -74,17 +84,25 @@ int main(int argc, char** argv) {
     }
     const long warps_steps = static_cast<long>(rows) * 4 * ((vocab + 2047) / 2048);
     steps = warps_steps;
-    double compact = 0, reread = 0, cand = 0, fin = 0;
+    double compact = 0, reread = 0, cand = 0, fin = 0, bar_scan = 0, bar_compact = 0, bar_finish = 0, bar_sum = 0, bar_sort = 0;
     for (auto& [b, m] : profile::per_row) {
       compact += m["topk_compact"];
       reread += m["reread"];
       cand += m["candidates"];
       fin += m["final_candidates"];
+      bar_scan += m["barriers topk scan"];
+      bar_compact += m["barriers topk compact"];
+      bar_finish += m["barriers topk finish"];
+      bar_sum += m["barriers topk summary"];
+      bar_sort += m["barriers topk sort"];
     }
     std::printf("variant %d rows=%d V=%d K=%d: per row %.2f compactions, %.3f re-reads, %.0f candidates appended, %.0f left at the end;"
                 " per warp-step: candidate path %.3f, set-bit walks %.3f\n",
                 variant, rows, vocab, k, compact / rows, reread / rows, cand / rows, fin / rows,
                 static_cast<double>(any) / steps, static_cast<double>(walks) / steps);
+    std::printf("  barriers per row: scan %.1f, compactions %.1f (%.1f each), summary %.1f, select %.1f, sort %.1f\n",
+                bar_scan / rows, bar_compact / rows, compact > 0 ? bar_compact / compact : 0.0, bar_sum / rows, bar_finish / rows,
+                bar_sort / rows);
   }
   return 0;
 }

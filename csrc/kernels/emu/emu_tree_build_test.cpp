@@ -129,7 +129,8 @@ KD_TEST(exp_nonpositive_within_one_ulp) {
     const double d = std::min(std::max(static_cast<double>(static_cast<float>(arg(rng))), lo), hi);
     const int lane_bytes = (i % kCopies) * static_cast<int>(sizeof(double));
     const uint32_t power = static_cast<uint32_t>(-mk) << kern::kExponentShift;
-    differ_scaled += kern::exp_prescaled_in_range<kBits, kShift>(d, copies.data(), lane_bytes, kern::exp_prescale_round<kBits>(mk)) !=
+    const kern::SharedTableLane table_lane = kern::shared_table_lane(copies.data(), lane_bytes);
+    differ_scaled += kern::exp_prescaled_in_range<kBits, kShift>(d, table_lane, kern::exp_prescale_round<kBits>(mk)) !=
                      kern::exp_nonpositive_in_range<kBits, kShift, true>(d, copies.data(), lane_bytes, power);
   }
   KD_EXPECT_EQ(differ_scaled, 0);
