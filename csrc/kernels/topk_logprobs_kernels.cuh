@@ -91,6 +91,12 @@ struct TopkSummary {
   int dropped;     // a compaction dropped candidates
 };
 
+// The static buffer (TopkShared<Threads, true>): every K's capacity, and one slot past it that
+// the lean appends store to when the buffer is full (read by nothing).
+constexpr int kTopkStaticCapacity = topk_capacity(kTreeMaxNodes);
+constexpr int kTopkTrashSlot = kTopkStaticCapacity;
+constexpr int kTopkStaticStride = kTopkStaticCapacity + 1;
+
 // One warp's part of the lean scan's summary (TopkSummary's fields before the block sums).
 struct TopkWarpSummary {
   double fsum;  // the warp's fast sums at 2^-mk
@@ -100,9 +106,12 @@ struct TopkWarpSummary {
 
 // The final sort reuses the buffer: its keys (8 bytes each, a power of two < 2K) must fit.
 static_assert(2 * kTreeMaxNodes <= kTopkSlack, "the sort keys of K winners fit in the candidate buffer");
+static_assert(2 * kTreeMaxNodes <= 2 * kTopkStaticStride, "... and in the static one");
 static_assert(kTreeMaxNodes <= kTopkMinThreads * 8, "the K winners fit in 8 registers per thread before the sort");
 
-template <int Threads>
+// Lean: the candidate buffer is here too (static, at fixed offsets: one address computation per
+// append serves both stores), else in dynamic shared memory.
+template <int Threads, bool Lean = false>
 struct TopkShared {
   double exp_table[kExp2FineTableSize * kTopkTableCopies];  // exp2_table_preshifted<8>(j), copy c at [j * copies + c]
   SelectScratch select;
@@ -113,6 +122,7 @@ struct TopkShared {
   uint64_t eq_warp[Threads / kWarpSize];  // re-read: tied logits per warp in this chunk (4 packed counts)
   SelectLeanScratch select_lean;    // the lean scan's selects (zeroed at the start: they keep it so)
   TopkWarpSummary warp_summary[Threads / kWarpSize];  // the lean scan's summary, per warp
+  alignas(16) uint32_t buf[Lean ? 2 * kTopkStaticStride : 1];  // keys, then rids at kTopkStaticStride
 };
 
 // Per-phase cycle counts on the GPU (a measuring build only: -DKD_TOPK_PHASE_CLOCKS through
@@ -163,8 +173,8 @@ static_assert(kTopkRereadPer * 16 <= 64 && kTopkMaxThreads < (1 << 16), "packed 
 // TrackDropped: also raise s.drop_key to the largest key not kept. kept_max >= 0: at most that
 // many are kept (the caller knows), so they land in the chunks below it and the chunks from
 // there on need no barrier of their own (every thread read those below before writing).
-template <bool TrackDropped = false, int Threads, class Keep>
-KD_DEVICE void topk_keep_if(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, int n, Keep keep, int kept_max = -1) {
+template <bool TrackDropped = false, int Threads, bool L, class Keep>
+KD_DEVICE void topk_keep_if(TopkShared<Threads, L>& s, uint32_t* keys, uint32_t* rids, int n, Keep keep, int kept_max = -1) {
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
   uint32_t dropped_max = 0;
   if (tid == 0) s.count = 0;
@@ -222,8 +232,8 @@ KD_DEVICE double topk_pow2_nonpositive(int e) {
 
 // Step 1, the scan over the row's V logits at x: leaves s.count candidates in keys/rids and
 // returns the row's summary. slop: what the compactions may keep beyond K (TopkOptions).
-template <bool Vec4, int Threads>
-KD_DEVICE TopkSummary topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, const float* x, int V, int K, int slop) {
+template <bool Vec4, int Threads, bool L>
+KD_DEVICE TopkSummary topk_scan(TopkShared<Threads, L>& s, uint32_t* keys, uint32_t* rids, const float* x, int V, int K, int slop) {
   constexpr int kChunk = kTopkPerThread * Threads;  // logits per step
   const int capacity = topk_capacity(K);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
@@ -418,6 +428,14 @@ KD_DEVICE TopkSummary topk_scan(TopkShared<Threads>& s, uint32_t* keys, uint32_t
   return pc;
 }
 
+// v, hidden from the optimiser (no code): keeps a computation where it is written.
+KD_DEVICE int opaque_int(int v) {
+#if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
+  asm volatile("" : "+r"(v));
+#endif
+  return v;
+}
+
 // The lean scan (kTopkLean; same summary, bit for bit, as topk_scan's): the same two steps per
 // 16 logits with fewer instructions per step (ncu at ff9b4e0: ~750 per warp and 2048-logit step,
 // ~300 of them the exps; the 4-row SMs issue ~70% of their cycles, so they count):
@@ -442,8 +460,8 @@ static_assert(kTopkFastMaxBelow < kTopkFastMaxAbs, "a max of kTopkFastMaxAbs lea
 constexpr float kTopkLseAbove = 24.0f;
 constexpr float kTopkMarginScale = 0x1p-16f;
 
-template <bool Vec4, int Threads>
-KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads>& s, uint32_t* keys, uint32_t* rids, const float* x, int V, int K,
+template <bool Vec4, int Threads, bool L>
+KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads, L>& s, uint32_t* keys, uint32_t* rids, const float* x, int V, int K,
                                      int slop) {
   constexpr int kChunk = kTopkPerThread * Threads;
   const int capacity = topk_capacity(K);
@@ -474,7 +492,12 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads>& s, uint32_t* keys, uin
   const int steps = ceil_div(V, kChunk);
   // element k of this thread's 16 in a step is at step * kChunk + ibase + k_offset(k)
   const int ibase = Vec4 ? tid * 4 : tid;
-  auto k_offset = [](unsigned k) { return static_cast<int>(Vec4 ? (k / 4) * (4 * Threads) + k % 4 : k * Threads); };
+  // Vec4: (k / 4) * 4 Threads + k % 4 = (k (Threads + 1)) & (12 Threads + 3) for k < 16 (Threads a
+  // power of two >= 16: the two parts of k (Threads + 1) do not overlap): two ops, not four
+  static_assert((Threads & (Threads - 1)) == 0 && Threads >= kTopkPerThread, "k_offset's form");
+  auto k_offset = [](unsigned k) {
+    return static_cast<int>(Vec4 ? (k * (Threads + 1u)) & (12u * Threads + 3u) : k * Threads);
+  };
   auto load_full = [&](int step, float (&v)[kTopkPerThread]) {
     if constexpr (Vec4) {
       const float4* p = reinterpret_cast<const float4*>(x + static_cast<int64_t>(step) * kChunk) + tid;
@@ -493,9 +516,11 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads>& s, uint32_t* keys, uin
     }
   };
   auto load_tail = [&](int step, float (&v)[kTopkPerThread]) {  // the row's last, partial step
+    // opaque: else nvcc forms this address for both step copies at the top of every step
+    const int first = opaque_int(step * kChunk + ibase);
 #pragma unroll
     for (int k = 0; k < kTopkPerThread; ++k) {
-      const int i = step * kChunk + ibase + k_offset(k);
+      const int i = first + k_offset(k);
       v[k] = i < V ? x[i] : -INFINITY;  // Vec4: V % 4 == 0, a float4 is all in or all out
     }
   };
@@ -505,17 +530,20 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads>& s, uint32_t* keys, uin
     if (pass != 0) {
       int slot = atomicAdd(&s.count, __popc(pass));
       const uint32_t nbase = ~static_cast<uint32_t>(step * kChunk + ibase);  // ~index = nbase - offset
-      for (unsigned bits = pass; bits != 0;) {  // from the highest set bit: one FLO per bit
+      unsigned bits = pass;
+      do {  // from the highest set bit: one FLO per bit; the stores predicated, not branched over
         const unsigned k = 31u - static_cast<unsigned>(__clz(static_cast<int>(bits)));
         bits ^= 1u << k;
-        if (slot < capacity) {
-          keys[slot] = float_to_ordered(topk_pick(v, static_cast<int>(k)));
-          rids[slot] = nbase - static_cast<uint32_t>(k_offset(k));
-        } else {
-          left |= 1u << k;
-        }
+        const uint32_t u = __float_as_uint(topk_pick(v, static_cast<int>(k)));
+        const uint32_t key = u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);  // float_to_ordered
+        const uint32_t rid = nbase - static_cast<uint32_t>(k_offset(k));
+        const bool fits = slot < capacity;
+        const int at = fits ? slot : kTopkTrashSlot;  // no branch: what does not fit is stored out of the way
+        keys[at] = key;
+        rids[at] = rid;
+        left |= fits ? 0u : 1u << k;
         ++slot;
-      }
+      } while (bits != 0);
     }
     return left;
   };
@@ -704,13 +732,12 @@ KD_DEVICE double topk_lse(const TopkSummary& pc, const double* table, int lane_b
 // a bound (1-2 select rounds over all n), so the exact select's ~4-5 rounds pass over those only.
 // Lean: the lean selects (2 barriers a round) and keeps that know how many they keep.
 template <int Threads, bool Lean>
-KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads>& s, uint32_t* buf, const float* x, int row, int n,
-                           double lse, float drop_max, bool dropped, int slop) {
+KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads, Lean>& s, uint32_t* buf, int rid_stride,
+                           const float* x, int row, int n, double lse, float drop_max, bool dropped, int slop) {
   constexpr int kWarps = Threads / kWarpSize;
   const int K = p.k, V = p.vocab;
-  const int capacity = topk_capacity(K);
   uint32_t* keys = buf;
-  uint32_t* rids = buf + capacity;
+  uint32_t* rids = buf + rid_stride;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
   // 2. the candidates' log-probabilities, the K-th by (logp, lower id first)
   TOPK_CLK_BEGIN(clk_select);
@@ -833,12 +860,22 @@ template <bool Vec4, int Threads, bool Lean>
 __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_logprobs_kernel(const TopkLogprobsParams p,
                                                                                              const TopkOptions opt) {
   static_assert(Threads >= kTopkMinThreads && Threads <= kTopkMaxThreads && Threads % kWarpSize == 0, "block size");
-  __shared__ TopkShared<Threads> s;
-  KD_DYNAMIC_SMEM(uint32_t, buf);
+  __shared__ TopkShared<Threads, Lean> s;
   const int K = p.k, V = p.vocab;
-  const int capacity = topk_capacity(K);
-  uint32_t* keys = buf;             // ordered bits of the logit (from step 2: of its logp)
-  uint32_t* rids = buf + capacity;  // ~token id: (key, rid) descending puts lower ids first
+  // the candidates: keys = ordered bits of the logit (from step 2: of its logp), rids = ~token
+  // id at rid_stride after them ((key, rid) descending puts lower ids first)
+  uint32_t* buf;
+  int rid_stride;
+  if constexpr (Lean) {
+    buf = s.buf;
+    rid_stride = kTopkStaticStride;
+  } else {
+    KD_DYNAMIC_SMEM(uint32_t, dyn);
+    buf = dyn;
+    rid_stride = topk_capacity(K);
+  }
+  uint32_t* keys = buf;
+  uint32_t* rids = buf + rid_stride;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
 
   TOPK_CLK_BEGIN(clk_total);
@@ -855,7 +892,7 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   if constexpr (Lean) pc = topk_scan_lean<Vec4, Threads>(s, keys, rids, x, V, K, opt.compact_slop);
   else pc = topk_scan<Vec4, Threads>(s, keys, rids, x, V, K, opt.compact_slop);
   const double lse = topk_lse(pc, s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(double)));
-  topk_finish<Threads, Lean>(p, s, buf, x, row, pc.n, lse, pc.drop_max, pc.dropped, opt.compact_slop);
+  topk_finish<Threads, Lean>(p, s, buf, rid_stride, x, row, pc.n, lse, pc.drop_max, pc.dropped, opt.compact_slop);
   TOPK_CLK_END(clk_total, 8);
   topk_clk_report();
 }

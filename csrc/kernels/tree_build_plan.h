@@ -64,13 +64,13 @@ inline KernelResult make_topk_logprobs_plan(const TopkLogprobsParams& p, size_t 
   pl.threads = kern::kTopkMaxThreads;
   const int64_t wave = static_cast<int64_t>(sms > 0 ? sms : 1) * kern::kTopkThreadsPerSM;
   while (pl.threads > kern::kTopkMinThreads && static_cast<int64_t>(p.rows) * pl.threads > wave) pl.threads /= 2;
-  pl.smem_bytes = kern::topk_smem_bytes(p.k);
+  pl.lean = (p.variant < 0 ? kern::kTopkDefaultVariant : p.variant) == kTopkScanLean;
+  pl.smem_bytes = pl.lean ? 0 : kern::topk_smem_bytes(p.k);  // the lean scan's buffer is static
   if (pl.smem_bytes > smem_optin)
     return KernelResult::over_limit("topk_logprobs: k " + std::to_string(p.k) + " needs " + std::to_string(pl.smem_bytes) +
                                     " bytes of shared memory per block, the device allows " + std::to_string(smem_optin));
   pl.vec4 = p.vocab % 4 == 0 && reinterpret_cast<uintptr_t>(p.logits) % 16 == 0;
   pl.opt.compact_slop = p.force_exact_compaction ? 0 : kern::kTopkCompactSlop;
-  pl.lean = (p.variant < 0 ? kern::kTopkDefaultVariant : p.variant) == kTopkScanLean;
   *plan = pl;
   return KernelResult::success();
 }
