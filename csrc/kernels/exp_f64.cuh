@@ -194,7 +194,9 @@ template <int Shift>
 KD_DEVICE double shared_table_read(SharedTableLane lane, uint32_t j_masked) {
 #if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
   uint32_t addr;
-  asm("{ .reg .b32 t; shl.b32 t, %1, %2; add.u32 %0, t, %3; }" : "=r"(addr) : "r"(j_masked), "n"(Shift), "r"(static_cast<uint32_t>(lane)));
+  asm("{ .reg .b32 t; shl.b32 t, %1, %2; add.u32 %0, t, %3; }"
+      : "=r"(addr)
+      : "r"(j_masked), "n"(Shift), "r"(static_cast<uint32_t>(lane)));
   double e;
   asm("ld.shared.f64 %0, [%1];" : "=d"(e) : "r"(addr));
   return e;
@@ -221,8 +223,8 @@ KD_DEVICE double exp_prescaled_in_range(double d, SharedTableLane table_lane, do
   p = fma(p, r, 1.0);
   const double em1 = p * r;
   const double entry = shared_table_read<TableShift>(table_lane, qs & (kSize - 1u));
-  const double t = __hiloint2double(static_cast<int>(static_cast<uint32_t>(__double2hiint(entry)) + (qs << (kExponentShift - TableBits))),
-                                    __double2loint(entry));
+  const uint32_t hi = static_cast<uint32_t>(__double2hiint(entry)) + (qs << (kExponentShift - TableBits));
+  const double t = __hiloint2double(static_cast<int>(hi), __double2loint(entry));
   return fma(t, em1, t);
 }
 

@@ -24,6 +24,9 @@
 //      ties across the cut, e.g. many -inf), the row is read once more to gather that group's
 //      lowest ids.
 //   4. a bitonic sort of the K winners; logp and token out.
+// Two scans implement step 1 (TopkScanVariant, kept side by side for A/B timing, the same
+// outputs bit for bit): topk_scan (topk2) and topk_scan_lean (the default: fewer instructions
+// per step, selects with fewer barriers; its comment says what differs).
 #pragma once
 
 #include "block_scan.cuh"
@@ -91,11 +94,9 @@ struct TopkSummary {
   int dropped;     // a compaction dropped candidates
 };
 
-// The static buffer (TopkShared<Threads, true>): every K's capacity, and one slot past it that
-// the lean appends store to when the buffer is full (read by nothing).
+// The static buffer (TopkShared<Threads, true>): every K's capacity.
 constexpr int kTopkStaticCapacity = topk_capacity(kTreeMaxNodes);
-constexpr int kTopkTrashSlot = kTopkStaticCapacity;
-constexpr int kTopkStaticStride = kTopkStaticCapacity + 1;
+constexpr int kTopkStaticStride = kTopkStaticCapacity;
 
 // One warp's part of the lean scan's summary (TopkSummary's fields before the block sums).
 struct TopkWarpSummary {
@@ -436,9 +437,9 @@ KD_DEVICE int opaque_int(int v) {
   return v;
 }
 
-// The lean scan (kTopkLean; same summary, bit for bit, as topk_scan's): the same two steps per
-// 16 logits with fewer instructions per step (ncu at ff9b4e0: ~750 per warp and 2048-logit step,
-// ~300 of them the exps; the 4-row SMs issue ~70% of their cycles, so they count):
+// The lean scan (kTopkScanLean; the same summary as topk_scan's, bit for bit): the same two
+// steps per 16 logits with fewer instructions (ncu at ff9b4e0: ~750 per warp and 2048-logit
+// step, ~300 of them the exps; the 4-row SMs issue ~70% of their cycles, so they count):
 //   - loads without bounds checks in full steps (one pointer, four 16-byte loads);
 //   - the sums' power-of-two reference moves only when the thread's max passes the last
 //     reference's by kTopkRefHeadroom (terms up to e^65 of 2^mk: no overflow), not at every
@@ -451,7 +452,10 @@ KD_DEVICE int opaque_int(int v) {
 //     below the K-th's and the largest threshold bounds them all for the re-read decision; when
 //     the bound did not rise (exact ties at the cut) delta is 0 and a tie re-reads as before;
 //   - appends: one shared atomic per lane with candidates (no warp scan), set bits walked
-//     with one index base per step.
+//     from the top, the buffer static (TopkShared<Threads, true>: both stores from one
+//     address), the stores predicated;
+//   - compactions: block_select_bound_lean (one pass and two barriers a round) and a keep that
+//     knows at most K + slop - 1 stay (no barrier past those chunks).
 constexpr float kTopkRefHeadroom = 64.0f;
 constexpr float kTopkFastMaxBelow = 0x1.fffffep+11f;  // the largest float below kTopkFastMaxAbs
 static_assert(kTopkFastMaxBelow < kTopkFastMaxAbs, "a max of kTopkFastMaxAbs leaves the fast range");
@@ -537,10 +541,15 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads, L>& s, uint32_t* keys, 
         const uint32_t u = __float_as_uint(topk_pick(v, static_cast<int>(k)));
         const uint32_t key = u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);  // float_to_ordered
         const uint32_t rid = nbase - static_cast<uint32_t>(k_offset(k));
+        // opaque: nvcc would move the pick into a branch around the stores; this way only the
+        // stores are predicated
+        const uint32_t key_o = static_cast<uint32_t>(opaque_int(static_cast<int>(key)));
+        const uint32_t rid_o = static_cast<uint32_t>(opaque_int(static_cast<int>(rid)));
         const bool fits = slot < capacity;
-        const int at = fits ? slot : kTopkTrashSlot;  // no branch: what does not fit is stored out of the way
-        keys[at] = key;
-        rids[at] = rid;
+        if (fits) {
+          keys[slot] = key_o;
+          rids[slot] = rid_o;
+        }
         left |= fits ? 0u : 1u << k;
         ++slot;
       } while (bits != 0);
@@ -700,7 +709,8 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads, L>& s, uint32_t* keys, 
   if (any_slow) {  // block-uniform; rows with a logit of magnitude >= kTopkFastMaxAbs
     double slow_part = 0.0;
     if (slow_ref > -INFINITY)
-      slow_part = slow * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - pc.pmax, table, lane_bytes);
+      slow_part = slow * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - pc.pmax, table,
+                                                                              lane_bytes);
     pc.slow = block_sum(slow_part, s.dsum);
   }
   if (s.drop_key != 0) drop_max = fmaxf(drop_max, ordered_to_float(s.drop_key));
