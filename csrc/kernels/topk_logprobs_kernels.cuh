@@ -98,6 +98,20 @@ struct TopkSummary {
 constexpr int kTopkStaticCapacity = topk_capacity(kTreeMaxNodes);
 constexpr int kTopkStaticStride = kTopkStaticCapacity;
 
+// The lean scan's candidate slots: up to the whole static buffer from K = 256 (topk2: K + 2048).
+// A compaction at n candidates leaves a threshold that ~K/n of the logits pass, so a larger
+// buffer puts the next compaction later and lets fewer pass after it. Emulator, bench rows
+// (emu_topk_profile): at 163840 x 256, 3072 slots: 2.00 compactions a row (2.14), 2.10 set-bit
+// walks a warp-step (2.17), ~1040 candidates left (not ~2000: no cut before the final select);
+// at 32768 x 256: 1.03 compactions (2.00). At K = 64 the same 3072 slots delay the second
+// compaction past most of the row (walks 1.57 -> 2.04), hence the floor at K + 2048.
+constexpr int kTopkLeanSlotsPerK = 12;
+KD_HOST_DEVICE constexpr int topk_lean_capacity(int k) {
+  const int wide = kTopkLeanSlotsPerK * k < kTopkStaticCapacity ? kTopkLeanSlotsPerK * k : kTopkStaticCapacity;
+  return wide > topk_capacity(k) ? wide : topk_capacity(k);
+}
+static_assert(topk_lean_capacity(kTreeMaxNodes) <= kTopkStaticCapacity, "the lean capacity fits the static buffer");
+
 // One warp's part of the lean scan's summary (TopkSummary's fields before the block sums).
 struct TopkWarpSummary {
   double fsum;  // the warp's fast sums at 2^-mk
@@ -468,7 +482,7 @@ template <bool Vec4, int Threads, bool L>
 KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads, L>& s, uint32_t* keys, uint32_t* rids, const float* x, int V, int K,
                                      int slop) {
   constexpr int kChunk = kTopkPerThread * Threads;
-  const int capacity = topk_capacity(K);
+  const int capacity = topk_lean_capacity(K);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
   const double* table = s.exp_table;
   const int lane_bytes = (lane % kTopkTableCopies) * static_cast<int>(sizeof(double));
