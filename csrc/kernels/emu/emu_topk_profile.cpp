@@ -4,7 +4,9 @@
 // largest count in the warp: SIMT runs the loop that often). Rows as bench_kernels draws them
 // (normal(0, 2.5)). A tool for NOTES.md, from the kernel's KD_EVENT marks.
 //
-//   emu_topk_profile [ROWS [VOCAB [K]]]   (built like the emulated tests, -DKD_SIMT_EMULATION)
+//   emu_topk_profile [ROWS [VOCAB [K [SMS]]]]   (built like the emulated tests, -DKD_SIMT_EMULATION)
+//   SMS: the pretend device's SMs, which set the block size as the plan does (default 1: 128
+//   threads from 3 rows, as 448 rows on 132 SMs; 132 with 64 rows: 512 threads)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
   const int rows = argc > 1 ? std::atoi(argv[1]) : 8;
   const int vocab = argc > 2 ? std::atoi(argv[2]) : 163840;
   const int k = argc > 3 ? std::atoi(argv[3]) : 256;
+  const int sms = argc > 4 ? std::atoi(argv[4]) : 1;
   std::mt19937_64 rng(17);
   std::normal_distribution<float> normal(0.0f, 2.5f);
   TopkIO base;
@@ -70,7 +73,7 @@ int main(int argc, char** argv) {
     profile::warp_steps.clear();
     profile::per_row.clear();
     EmuTreeRunner runner;
-    runner.sms = 1;  // 128-thread blocks, as 448 rows on 132 SMs take
+    runner.sms = sms;
     runner.topk_variant = variant;
     TopkIO t = base;
     t.poison_outputs();
@@ -82,7 +85,11 @@ int main(int argc, char** argv) {
       ++any;
       walks += w.second;
     }
-    const long warps_steps = static_cast<long>(rows) * 4 * ((vocab + 2047) / 2048);
+    TopkLogprobsPlan plan;
+    TopkLogprobsParams pp = topk_params(t, host_data);
+    if (!make_topk_logprobs_plan(pp, runner.smem_limit, sms, &plan).ok()) return 1;
+    const int chunk = kern::kTopkPerThread * plan.threads;
+    const long warps_steps = static_cast<long>(rows) * (plan.threads / 32) * ((vocab + chunk - 1) / chunk);
     steps = warps_steps;
     double compact = 0, reread = 0, cand = 0, fin = 0, bar_scan = 0, bar_compact = 0, bar_finish = 0, bar_sum = 0, bar_sort = 0;
     for (auto& [b, m] : profile::per_row) {
@@ -96,9 +103,9 @@ int main(int argc, char** argv) {
       bar_sum += m["barriers topk summary"];
       bar_sort += m["barriers topk sort"];
     }
-    std::printf("variant %d rows=%d V=%d K=%d: per row %.2f compactions, %.3f re-reads, %.0f candidates appended, %.0f left at the end;"
+    std::printf("variant %d rows=%d V=%d K=%d threads=%d: per row %.2f compactions, %.3f re-reads, %.0f candidates appended, %.0f left at the end;"
                 " per warp-step: candidate path %.3f, set-bit walks %.3f\n",
-                variant, rows, vocab, k, compact / rows, reread / rows, cand / rows, fin / rows,
+                variant, rows, vocab, k, plan.threads, compact / rows, reread / rows, cand / rows, fin / rows,
                 static_cast<double>(any) / steps, static_cast<double>(walks) / steps);
     std::printf("  barriers per row: scan %.1f, compactions %.1f (%.1f each), summary %.1f, select %.1f, sort %.1f\n",
                 bar_scan / rows, bar_compact / rows, compact > 0 ? bar_compact / compact : 0.0, bar_sum / rows, bar_finish / rows,
