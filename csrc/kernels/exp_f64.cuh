@@ -198,7 +198,8 @@ KD_DEVICE double shared_table_read(SharedTableLane lane, uint32_t j_masked) {
       : "=r"(addr)
       : "r"(j_masked), "n"(Shift), "r"(static_cast<uint32_t>(lane)));
   double e;
-  asm("ld.shared.f64 %0, [%1];" : "=d"(e) : "r"(addr));
+  // volatile: it reads memory (the table, written before a barrier), so it stays after that
+  asm volatile("ld.shared.f64 %0, [%1];" : "=d"(e) : "r"(addr));
   return e;
 #else
   return *reinterpret_cast<const double*>(lane + (static_cast<uintptr_t>(j_masked) << Shift));
