@@ -11,8 +11,9 @@
 //   verify_attn  dtype [bf16] batch [1] heads n prefix config [plan's] split_keys [plan's]
 //                config / split_keys force a tile configuration (VerifyAttnConfig) or the
 //                prefix keys per split, to time variants against the plan's choice
-//   topk         rows vocab k exact [0]   exact 1: the scan's compactions keep exactly K
-//                (force_exact_compaction: the earlier way, to time against)
+//   topk         rows vocab k exact [0] variant [-1]   exact 1: the scan's compactions keep exactly K
+//                (force_exact_compaction: the earlier way, to time against); variant: the scan
+//                (TopkScanVariant: 0 topk2's, 1 the lean one; -1 the default)
 //   tree_build   batch budget depth [15] input [flat|logits] vocab [4096]
 //                also times the reference heap (tree_heap.h) on one CPU core and checks the
 //                kernel's trees against it
@@ -342,6 +343,7 @@ void bench_topk(const Case& c, Env& env, Record& r) {
   p.logp = logp.get();
   p.tok = tok.get();
   p.force_exact_compaction = static_cast<int>(c.num("exact", 0));
+  p.variant = static_cast<int>(c.num("variant", -1));
   const Timing t = env.timer->each([&](int) { check(topk_logprobs(p, env.stream)); }, static_cast<int>(c.num("warm", 3)),
                                    reps_of(c, env, 30));
   put_timing(r, t);
@@ -350,6 +352,7 @@ void bench_topk(const Case& c, Env& env, Record& r) {
   check(topk_logprobs_occupancy(p, &threads, &blocks_per_sm));
   r.integer("threads", threads);
   r.integer("blocks_per_sm", blocks_per_sm);
+  r.integer("variant", p.variant);
 }
 
 // ---- tree_build (and the reference heap on one CPU core) ---------------------------------------

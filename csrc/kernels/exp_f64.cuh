@@ -164,6 +164,71 @@ KD_DEVICE double exp_nonpositive_in_range(double d, const double* table, int lan
   return fma(t, em1, t);
 }
 
+// The rounding constant that makes exp_prescaled_in_range<TableBits> return 2^-mk e^d: kRound
+// - N mk, an integer in [2^52, 2^53) for |N mk| < 2^51, so the fma still rounds d N/ln2 to an
+// integer (of the same parity as with kRound: the same q, ties included).
+template <int TableBits>
+KD_HOST_DEVICE constexpr double exp_prescale_round(int mk) {
+  return 0x1.8p52 - static_cast<double>(mk) * static_cast<double>(1 << TableBits);
+}
+
+// exp_nonpositive_in_range<TableBits, TableShift, true>(d, table, lane_bytes, (-mk) << 20) with
+// the 2^-mk folded into the rounding constant `round` = exp_prescale_round<TableBits>(mk): the
+// rounded value's low word is then q - N mk, whose low TableBits bits are q's (N mk = 0 mod N)
+// and which, shifted into the pre-shifted entry's exponent field, adds (q >> TableBits) - mk
+// there in one integer multiply-add (the other form needs two). Bit for bit the same result.
+// A shared-memory table read at lane + (j << shift): one AND-free shift-and-add (LEA) and the
+// load. `lane` is shared_table_lane's: the table's shared-memory address plus the caller's lane
+// bytes (on the emulator, a plain pointer). nvcc forms (j << shift) & mask and a three-input
+// add with the base and the lane bytes kept apart (three integer ops) unless the address is
+// formed in PTX.
+using SharedTableLane = uintptr_t;
+KD_DEVICE SharedTableLane shared_table_lane(const double* table, int lane_bytes) {
+#if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
+  return static_cast<uint32_t>(__cvta_generic_to_shared(table)) + static_cast<uint32_t>(lane_bytes);
+#else
+  return reinterpret_cast<uintptr_t>(table) + static_cast<uintptr_t>(lane_bytes);
+#endif
+}
+template <int Shift>
+KD_DEVICE double shared_table_read(SharedTableLane lane, uint32_t j_masked) {
+#if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
+  uint32_t addr;
+  asm("{ .reg .b32 t; shl.b32 t, %1, %2; add.u32 %0, t, %3; }"
+      : "=r"(addr)
+      : "r"(j_masked), "n"(Shift), "r"(static_cast<uint32_t>(lane)));
+  double e;
+  // volatile: it reads memory (the table, written before a barrier), so it stays after that
+  asm volatile("ld.shared.f64 %0, [%1];" : "=d"(e) : "r"(addr));
+  return e;
+#else
+  return *reinterpret_cast<const double*>(lane + (static_cast<uintptr_t>(j_masked) << Shift));
+#endif
+}
+
+// table_lane: shared_table_lane(table, lane_bytes) of a table in shared memory.
+template <int TableBits, int TableShift>
+KD_DEVICE double exp_prescaled_in_range(double d, SharedTableLane table_lane, double round) {
+  static_assert(TableBits >= 8, "the degree-4 polynomial of the 256-entry table");
+  constexpr int kSize = 1 << TableBits;
+  constexpr double kInvLn2xN = 0x1.71547652b82fep+0 * kSize;
+  constexpr double kLn2HiOverN = 0x1.62e42feep-1 / kSize;
+  constexpr double kLn2LoOverN = 0x1.a39ef35793c76p-33 / kSize;
+  const double shifted = fma(d, kInvLn2xN, round);
+  const double q = shifted - round;
+  const uint32_t qs = static_cast<uint32_t>(__double2loint(shifted));  // q - N mk, two's complement
+  double r = fma(-q, kLn2HiOverN, d);
+  r = fma(-q, kLn2LoOverN, r);
+  double p = fma(r, 1.0 / 24.0, 1.0 / 6.0);
+  p = fma(p, r, 0.5);
+  p = fma(p, r, 1.0);
+  const double em1 = p * r;
+  const double entry = shared_table_read<TableShift>(table_lane, qs & (kSize - 1u));
+  const uint32_t hi = static_cast<uint32_t>(__double2hiint(entry)) + (qs << (kExponentShift - TableBits));
+  const double t = __hiloint2double(static_cast<int>(hi), __double2loint(entry));
+  return fma(t, em1, t);
+}
+
 // e^d for d <= 0 (-inf included). `table` as above (e.g. kExp2Table itself, or copies where
 // reads are cheap: shared memory in the kernel). Below -708 the result is taken as 0: such a term is under
 // 1e-307 of a sum that is at least 1.

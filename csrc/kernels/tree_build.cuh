@@ -45,6 +45,11 @@ struct TreeBuildParams {
                                         //   an ancestor of i (word j/32, bit j%32); zero past n
 };
 
+// The scans topk_logprobs can run (TopkLogprobsParams::variant, bench `variant=`): topk2's
+// (12a33d4) and the lean one (topk_logprobs_kernels.cuh); the same outputs bit for bit, both
+// kept for A/B timing.
+enum TopkScanVariant : int { kTopkScan2 = 0, kTopkScanLean = 1, kTopkScanVariants = 2 };
+
 // Per-depth top-K of log_softmax(logits), sorted by (log-probability descending, token id
 // ascending). The log-softmax is formed in float64 and rounded once to float32, as the
 // reference does (python_engine/ddtree/topk.py), so the arrays match it bit for bit.
@@ -59,6 +64,8 @@ struct TopkLogprobsParams {
   float* raw = nullptr;          // [R, K] out: each winner's logit
   double* lse = nullptr;         // [R] out: the row's log-sum-exp (float64, as logp is formed)
   int force_exact_compaction = 0;  // tests and bench: 1 the scan's compactions keep exactly K
+  int variant = -1;                // tests and bench: the scan (TopkScanVariant); -1 the default
+                                   //   (kern::kTopkDefaultVariant)
 };
 
 // Dynamic shared memory a tree_build launch with these sizes takes on the current device
@@ -110,6 +117,8 @@ inline KernelResult check_topk_logprobs_params(const TopkLogprobsParams& p) {
                                     ", kTreeMaxNodes " + s(kTreeMaxNodes) + ")");
   if (!p.logits || !p.logp || !p.tok)
     return KernelResult::invalid("topk_logprobs: logits, logp and tok must be non-null");
+  if (p.variant < -1 || p.variant >= kTopkScanVariants)
+    return KernelResult::invalid("topk_logprobs: variant must be -1 (the default) or a TopkScanVariant, got " + s(p.variant));
   return KernelResult::success();
 }
 

@@ -14,10 +14,12 @@ namespace {
 
 struct GpuTreeRunner {
   int exact_compaction = 0;  // TopkLogprobsParams::force_exact_compaction
+  int topk_variant = -1;     // TopkLogprobsParams::variant (the scan; -1 the default)
   KernelResult topk(TopkIO& t) {
     DeviceCopies dev;
     TopkLogprobsParams p = topk_params(t, dev);
     p.force_exact_compaction = exact_compaction;
+    p.variant = topk_variant;
     const KernelResult r = topk_logprobs(p, nullptr);
     if (!r.ok()) return r;
     KD_CUDA_CHECK(cudaDeviceSynchronize());
@@ -84,6 +86,12 @@ KD_GPU_TEST(topk_random_rows) {
   GpuTreeRunner exact;  // the scan's compactions keeping exactly K (by default they keep a bound)
   exact.exact_compaction = 1;
   run_random_topk_cases(exact, seed, !quick_mode());
+  for (const int variant : {kTopkScan2, kTopkScanLean}) {  // both scans, whichever is the default
+    GpuTreeRunner scan;
+    scan.topk_variant = variant;
+    run_random_topk_cases(scan, seed + 100 * (variant + 1), !quick_mode());
+    run_random_topk_case(scan, "normal", 448, 163840, 256, seed + 100 * (variant + 1) + 50);
+  }
 }
 
 KD_GPU_TEST(fuzz_bundle_from_env) {

@@ -24,7 +24,7 @@ from python_engine.project import PROJECT_ROOT
 ROOT = PROJECT_ROOT
 CSRC = ROOT / "csrc"
 PROGRAMS = ["emu_tree_build_test", "emu_tree_accept_test", "emu_verify_attn_test", "emu_tree_build_profile",
-            "emu_simt_test"]
+            "emu_simt_test", "emu_topk_profile"]
 SUMMARY = "passed, "
 
 pytestmark = pytest.mark.slow  # ~1 minute to compile, ~1 minute to run on 2 cores
@@ -107,6 +107,24 @@ def test_tree_build_barrier_budget_and_heap_agreement(emulated, level_raise):
         # the last small levels by warp 0 alone
         assert barriers("flat", 256) < 27 and barriers("logits", 256) < 19 and barriers("peaky", 256) < 30
         assert barriers("flat", 16) < 20
+
+
+def test_topk_scans_agree_and_barrier_budget(emulated):
+    """topk_logprobs' two scans (TopkScanVariant) give the same log-probabilities on bench rows
+    (448 x 163840, K=256 in NOTES.md; 4 rows here), neither re-reads a row, and the lean scan's
+    compactions and final select keep their fewer barriers (at 1d4e2ca+: 6 per compaction and
+    16 for the select, against topk2's 12 and 21.5; the summary 1 against 15)."""
+    proc = subprocess.run([str(emulated["emu_topk_profile"]), "4"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "differ" not in out, out
+    rows = [line for line in out.splitlines() if line.startswith("variant ")]
+    assert len(rows) == 2 and all("0.000 re-reads" in r for r in rows), out
+    lean = out.split("variant 1 ")[1]
+    each = float(lean.split("compactions")[2].split("(")[1].split(" each")[0])
+    summary = float(lean.split("summary ")[1].split(",")[0])
+    select = float(lean.split("select ")[1].split(",")[0])
+    assert each <= 7 and summary <= 2 and select <= 19, out
 
 
 def test_accept_compaction_chain_on_emulator(emulated):

@@ -19,9 +19,11 @@ struct EmuTreeRunner {
                                // logp rows are staged in shared memory when they fit
   int sms = 132;               // SMs of the pretend device (H200): sets topk's block size
   int exact_compaction = 0;    // TopkLogprobsParams::force_exact_compaction
+  int topk_variant = -1;       // TopkLogprobsParams::variant (the scan; -1 the default)
   KernelResult topk(TopkIO& t) {
     TopkLogprobsParams p = topk_params(t, host_data);
     p.force_exact_compaction = exact_compaction;
+    p.variant = topk_variant;
     TopkLogprobsPlan plan;
     if (KernelResult r = make_topk_logprobs_plan(p, smem_limit, sms, &plan); !r.ok()) return r;
     ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, topk_logprobs_kernel_for(plan), p, plan.opt);

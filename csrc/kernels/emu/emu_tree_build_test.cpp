@@ -1,5 +1,6 @@
 // tree_build and topk_logprobs on the SIMT emulator (CPU), against refs/tree_build.kdtr.
 // Built and run by tests/kernels/test_emulated_kernels.py; no GPU needed.
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -66,6 +67,9 @@ KD_TEST(topk_random_rows) {
   EmuTreeRunner exact;  // the scan's compactions keeping exactly K (by default they keep a bound)
   exact.exact_compaction = 1;
   run_random_topk_cases(exact, seed, false);
+  EmuTreeRunner other;  // the scan that is not the default (both are kept for A/B timing)
+  other.topk_variant = kern::kTopkDefaultVariant == kTopkScanLean ? kTopkScan2 : kTopkScanLean;
+  run_random_topk_cases(other, seed + 30, false);
   // the engine's vocabulary: ~2000 candidates are left at the row's end, so the final select
   // cuts them by a bound first (shorter rows leave too few for that)
   EmuTreeRunner runner;
@@ -114,6 +118,22 @@ KD_TEST(exp_nonpositive_within_one_ulp) {
     differ += kern::exp_nonpositive<kBits, kShift, true>(d, copies.data(), lane_bytes) != kern::exp_nonpositive<kBits>(d, kern::kExp2FineTable);
   }
   KD_EXPECT_EQ(differ, 0);
+  // the lean scan's form (2^-mk folded into the rounding constant) gives the same bits as the
+  // power added to the exponent field, over the arguments and references the scan uses
+  std::uniform_real_distribution<double> arg(-4768.0, 4160.0);
+  std::uniform_int_distribution<int> ref(-5910, 5910);
+  int differ_scaled = 0;
+  for (int i = 0; i < 400000; ++i) {
+    const int mk = ref(rng);
+    const double lo = mk * 0x1.62e42fefa39efp-1 - 672.0, hi = mk * 0x1.62e42fefa39efp-1 + 65.0;
+    const double d = std::min(std::max(static_cast<double>(static_cast<float>(arg(rng))), lo), hi);
+    const int lane_bytes = (i % kCopies) * static_cast<int>(sizeof(double));
+    const uint32_t power = static_cast<uint32_t>(-mk) << kern::kExponentShift;
+    const kern::SharedTableLane table_lane = kern::shared_table_lane(copies.data(), lane_bytes);
+    differ_scaled += kern::exp_prescaled_in_range<kBits, kShift>(d, table_lane, kern::exp_prescale_round<kBits>(mk)) !=
+                     kern::exp_nonpositive_in_range<kBits, kShift, true>(d, copies.data(), lane_bytes, power);
+  }
+  KD_EXPECT_EQ(differ_scaled, 0);
 }
 
 KD_TEST_MAIN()
