@@ -19,6 +19,21 @@ KernelResult launch_config(const kern::VerifyKernelParams& k, const VerifyAttnPl
   KD_LAUNCH(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, k);
   return launch_status("verify_attn (bf16) kernel launch");
 }
+
+// Config 9: the wgmma tile with TMA loads, its tensor maps encoded for this launch's pointers.
+KernelResult launch_wgmma_tma(const kern::VerifyKernelParams& k, const VerifyAttnPlan& plan, cudaStream_t stream) {
+  using namespace kern;
+  auto* kernel = verify_attn_wgmma_tma_kernel<__nv_bfloat16>;
+  if (KernelResult r = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Bf16AttnWgmma::kTmaSmemBytes,
+                                          "verify_attn (bf16, TMA)");
+      !r.ok())
+    return r;
+  AttnTmaMaps maps;
+  if (KernelResult r = make_attn_tma_maps(k, &maps); !r.ok()) return r;
+  const dim3 grid(plan.m_tiles, plan.splits, k.p.batch);
+  KD_LAUNCH(kernel, grid, Bf16AttnWgmma::kThreads, Bf16AttnWgmma::kTmaSmemBytes, stream, k, maps);
+  return launch_status("verify_attn (bf16, TMA) kernel launch");
+}
 }  // namespace
 
 KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const VerifyAttnPlan& plan, cudaStream_t stream) {
@@ -39,6 +54,9 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
       break;
     case kVerifyBf16WgmmaLean:
       r = launch_config<Bf16AttnWgmma, verify_attn_wgmma_kernel<__nv_bfloat16, true, true>>(k, plan, stream);
+      break;
+    case kVerifyBf16WgmmaTma:
+      r = launch_wgmma_tma(k, plan, stream);
       break;
     case kVerifyBf16Small:
       r = launch_config<Bf16AttnSmall, verify_attn_bf16_kernel<Bf16AttnSmall, __nv_bfloat16>>(k, plan, stream);
