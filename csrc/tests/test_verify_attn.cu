@@ -136,7 +136,8 @@ std::vector<int> bf16_configs() {
   cudaDeviceProp prop;
   KD_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   if (prop.major == 9 && prop.minor == 0)
-    c.insert(c.end(), {kVerifyBf16WgmmaRs, kVerifyBf16Wgmma, kVerifyBf16WgmmaLean, kVerifyBf16WgmmaTma});
+    c.insert(c.end(), {kVerifyBf16WgmmaRs, kVerifyBf16Wgmma, kVerifyBf16WgmmaLean, kVerifyBf16WgmmaTma,
+                       kVerifyBf16WgmmaSeesaw});
   return c;
 }
 

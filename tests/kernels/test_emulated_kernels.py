@@ -148,11 +148,12 @@ def test_verify_attn_verify_shapes_on_emulator(emulated, tmp_path, seed):
     8-SM H200: the tile the plan picks on compute capability 9.0 (the lean wgmma one), its
     prefix split over several CTAs, full prefix tiles (the unmasked path) and a ragged last
     one, per-request prefixes in a batch, an empty prefix; against the float64 reference. The
-    TMA variant (config 9, kVerifyBf16WgmmaTma) runs the same cases."""
+    TMA variants not yet planned (config 9, kVerifyBf16WgmmaTma; 10, kVerifyBf16WgmmaSeesaw)
+    run the same cases."""
     shapes = [(16, 8, [2048 + 37, 64, 0]), (8, 64, [1536]), (4, 15, [777, 1600])]
-    out = _run_attn_cases(emulated["emu_verify_attn_test"], tmp_path, seed, shapes, also_configs=(9,))
+    out = _run_attn_cases(emulated["emu_verify_attn_test"], tmp_path, seed, shapes, also_configs=(9, 10))
     configs = [int(c) for c in re.findall(r"config (\d+)", out)]
-    assert configs == [2, 8, 9] * len(shapes), out[-3000:]  # float32, bf16 as planned (kVerifyBf16WgmmaLean), TMA
+    assert configs == [2, 8, 9, 10] * len(shapes), out[-3000:]  # float32, bf16 as planned (kVerifyBf16WgmmaLean), 9, 10
     splits = [int(c) for c in re.findall(r"(\d+) splits of", out)]
     assert max(splits) > 1, out[-3000:]
 

@@ -6,6 +6,7 @@
 #include "kernels/verify_attn_decode.cuh"
 #include "kernels/verify_attn_f32.cuh"
 #include "kernels/verify_attn_plan.h"
+#include "kernels/verify_attn_seesaw.cuh"
 #include "kernels/verify_attn_wgmma.cuh"
 #include "tests/verify_attn_cases.h"
 
@@ -106,6 +107,13 @@ struct EmuAttnRunner {
         if (KernelResult r = make_attn_tma_maps(k, &maps); !r.ok()) return r;
         ::kdemu::launch(grid, dim3(Bf16AttnWgmma::kThreads), Bf16AttnWgmma::kTmaSmemBytes,
                         verify_attn_wgmma_tma_kernel<__nv_bfloat16>, k, maps);
+        break;
+      }
+      case kVerifyBf16WgmmaSeesaw: {
+        AttnTmaMaps maps;
+        if (KernelResult r = make_attn_tma_maps(k, &maps); !r.ok()) return r;
+        ::kdemu::launch(grid, dim3(Bf16AttnSeesaw::kThreads), Bf16AttnSeesaw::kSmemBytes,
+                        verify_attn_seesaw_kernel<__nv_bfloat16>, k, maps);
         break;
       }
       case kVerifyBf16Small:

@@ -282,6 +282,21 @@ inline void named_barrier(int id, int count) {
   if (f->state != State::kRunnable) yield();
 }
 
+// bar.arrive id, count: counts towards barrier `id` like bar.sync but does not wait (a
+// producer signalling consumers that wait with bar.sync id, count).
+inline void named_barrier_arrive(int id, int count) {
+  check_not_flat("named barrier in a kernel launched flat (KD_LAUNCH_FLAT): launch it with KD_LAUNCH");
+  Block* b = current_block();
+  if (id < 0 || id >= kNamedBarriers) fatal("named barrier id out of range");
+  if (b->named_arrived[id] == 0) b->named_expected[id] = count;
+  if (b->named_expected[id] != count) fatal("named barrier used with different thread counts");
+  if (++b->named_arrived[id] == count) {
+    b->named_arrived[id] = 0;
+    for (Fiber& g : b->fibers)
+      if (g.state == State::kWaitNamed && g.bar_id == id) g.state = State::kRunnable;
+  }
+}
+
 inline void check_warp_complete(Block* b, int warp) {
   for (int l = 0; l < kWarpSize; ++l) {
     const int idx = warp * kWarpSize + l;
