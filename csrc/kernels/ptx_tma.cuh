@@ -56,6 +56,20 @@ KD_DEVICE void mbarrier_arrive(uint64_t* bar) {
 #endif
 }
 
+#if defined(KD_TMA_DEVICE)
+KD_DEVICE bool mbarrier_try_wait_parity(uint32_t addr, uint32_t parity) {
+  uint32_t done;
+  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(done)
+               : "r"(addr), "r"(parity)
+               : "memory");
+  return done != 0;
+}
+// A phase still incomplete after this many cycles (~17 s at 2 GHz, slack for the sanitizers)
+// never will (wrong byte count or parity): the launch fails instead of hanging the GPU.
+constexpr long long kMbarrierTimeoutCycles = 1LL << 35;
+#endif
+
 // Waits until the phase of parity `parity` has completed (try_wait suspends the thread for a
 // while in hardware between polls).
 KD_DEVICE void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
@@ -63,14 +77,10 @@ KD_DEVICE void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
   ::kdemu::mbarrier_wait_parity(bar, static_cast<int>(parity));
 #elif defined(KD_TMA_DEVICE)
   const uint32_t addr = smem_u32(bar);
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-  } while (!done);
+  if (mbarrier_try_wait_parity(addr, parity)) return;
+  const long long start = clock64();
+  while (!mbarrier_try_wait_parity(addr, parity))
+    if (clock64() - start > kMbarrierTimeoutCycles) __trap();
 #endif
 }
 
