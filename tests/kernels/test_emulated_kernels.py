@@ -174,5 +174,6 @@ def test_emulator_reports_a_broken_kernel_instead_of_running_it(emulated, case, 
 
 
 def test_verify_attn_on_emulator(emulated):
-    out = _run(emulated["emu_verify_attn_test"], "verify_attn_one_split", "verify_attn_forced_splits")
+    out = _run(emulated["emu_verify_attn_test"], "verify_attn_one_split", "verify_attn_forced_splits",
+               "verify_attn_tma_equals_lean_bitwise", "tma_probe_matches_layout")
     assert out.count(" f32 ") >= 18 and out.count(" bf16 cfg1 ") >= 18

@@ -2,6 +2,7 @@
 // emulator (CPU), against refs/verify_attn.kdtr.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <utility>
 #include <vector>
@@ -56,6 +57,29 @@ KD_TEST(verify_attn_forced_splits) {
   run_attn_bundle(runner, bundle(),
                   {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic,
                    kVerifyBf16Wgmma, kVerifyBf16WgmmaRs, kVerifyBf16WgmmaLean, kVerifyBf16WgmmaTma, kVerifyBf16WgmmaSeesaw}, 64);
+}
+
+// Config 9 changes only how tiles are loaded (TMA, rows past `valid` masked and their V zeroed
+// instead of zero-filled): its output equals config 8's bit for bit, one split and several.
+KD_TEST(verify_attn_tma_equals_lean_bitwise) {
+  EmuAttnRunner runner;
+  const int cases = static_cast<int>(scalar(bundle(), "num_cases"));
+  for (int split_keys : {0, 64})
+    for (int i = 0; i < cases; ++i) {
+      const AttnIO base = load_attn_case(bundle(), "v" + std::to_string(i));
+      std::vector<float> out[2], lse[2];
+      for (int v = 0; v < 2; ++v) {
+        AttnIO io = base;
+        io.force_config = v == 0 ? kVerifyBf16WgmmaLean : kVerifyBf16WgmmaTma;
+        io.force_split_keys = split_keys;
+        io.poison_outputs();
+        KD_CHECK(runner.attn(io).ok());
+        out[v] = io.out;
+        lse[v] = io.lse;
+      }
+      KD_EXPECT(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)) == 0);
+      KD_EXPECT(std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * sizeof(float)) == 0);
+    }
 }
 
 // Files of python_engine/refgen/large_attn_cases.py (folder in $KD_LARGE_ATTN_DIR): the
