@@ -77,8 +77,8 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
       return KernelResult::invalid("verify_attn (bf16): plan config " + std::to_string(plan.config) + " is not a bf16 one");
   }
 #if defined(KD_ATTN_PHASE_CLOCKS)  // a measuring build: the wgmma kernel's phase cycles (verify_attn_wgmma.cuh)
-  if (r.ok() && verify_config_is_wgmma(plan.config) && plan.config != kVerifyBf16WgmmaSeesaw) {  // (not instrumented)
-    KD_LAUNCH(attn_clk_report_kernel, 1, 1, 0, stream);
+  if (r.ok() && verify_config_is_wgmma(plan.config)) {
+    KD_LAUNCH(attn_clk_report_kernel, 1, 1, 0, stream, plan.config == kVerifyBf16WgmmaSeesaw);
     if (KernelResult rr = launch_status("attn_clk_report_kernel launch"); !rr.ok()) return rr;
   }
 #endif

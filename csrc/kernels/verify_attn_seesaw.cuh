@@ -223,6 +223,7 @@ template <class OutT>
 KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps) {
   using Cfg = Bf16AttnSeesaw;
   using W = Bf16AttnWgmma;
+  ATTN_CLK_DECL;  // phase clocks of a measuring build (verify_attn_wgmma.cuh): wg0 / wg1 slots named in its report
   KD_DYNAMIC_SMEM(uint8_t, raw);
   uint8_t* smem = raw + (kWgmmaAtomBytes - smem_u32(raw) % kWgmmaAtomBytes) % kWgmmaAtomBytes;
   float* m_s = reinterpret_cast<float*>(smem + Cfg::kMOff);        // [2][rows]: m0, m1 of the pair
@@ -294,12 +295,14 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
   uint32_t a[4][4];
   const float kOne[2] = {1.0f, 1.0f};
 
+  ATTN_CLK_LAP(kClkPrologue);
   if (group == 0) {
     for (int j = 0; j < n_pairs; ++j) {
       const uint32_t par = static_cast<uint32_t>(j & 1);
       const KeyTile ta = seesaw_tile(sc, 2 * j, T);
       seesaw_s<false>(s, q_desc, k_desc[0], &early[0], &late[0], par);
       if (ta.valid < Cfg::kTileKeys) seesaw_zero_rows(ktile[0], ta.valid, gt);
+      ATTN_CLK_LAP(kClkTop);
       float mx[2], m0[2], m_use[2], alpha[2], rowsum[2];
       seesaw_mask_max(s, ta, k, vis_row, tig, mx);
 #pragma unroll
@@ -310,6 +313,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
         if (tig == 0) m_s[row_lo + 8 * h] = m0[h];
       }
       KD_NAMED_BARRIER_ARRIVE(Cfg::kBarM0, Cfg::kPairThreads);
+      ATTN_CLK_LAP(kClkSIssue);
       seesaw_exp(s, m_use, rowsum);
       seesaw_pack(s, kOne, a);
       l_run[0] = l_run[0] * alpha[0] + rowsum[0];
@@ -322,7 +326,9 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
         mbarrier_arrive_expect_tx(&early[0], Cfg::kEarlyBytes);
         seesaw_load_blocks(ktile[0], &maps->kv, &early[0], w.b, na.key0, 0, 4);
       }
+      ATTN_CLK_LAP(kClkCopyIssue);
       KD_NAMED_BARRIER(Cfg::kBarM1P1, Cfg::kPairThreads);  // wg1's m1 and P_B
+      ATTN_CLK_LAP(kClkSWait);
       float scale1[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -335,6 +341,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
       seesaw_pack(s, scale1, a);  // P_A at the new maximum, for wg1
       seesaw_store_p(ktile[0] + Cfg::kPBlock * W::kBlockBytes, a, row_lo, tig);
       KD_NAMED_BARRIER_ARRIVE(Cfg::kBarP0, Cfg::kPairThreads);
+      ATTN_CLK_LAP(kClkMax);
       mbarrier_wait_parity(&late[1], par);  // K1's blocks 0-3 (wg1's S waited for them too)
       seesaw_pv_smem(o, p_desc[1], v_desc[1]);  // O_L += P_B V_B (left)
       if (next && gt == 0) {  // K1's blocks 0-3 and its P block: this warpgroup was their last reader
@@ -343,6 +350,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
         seesaw_load_blocks(ktile[1], &maps->kv, &late[1], w.b, nb.key0, 0, 4);
         seesaw_load_blocks(ktile[1], &maps->kv, &late[1], w.b, nb.key0, Cfg::kPBlock, 1);
       }
+      ATTN_CLK_LAP(kClkSoftmax);
     }
   } else {
     for (int j = 0; j < n_pairs; ++j) {
@@ -350,9 +358,11 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
       const KeyTile tb = seesaw_tile(sc, 2 * j + 1, T);
       seesaw_s<true>(s, q_desc, k_desc[1], &early[1], &late[1], par);
       if (tb.valid < Cfg::kTileKeys) seesaw_zero_rows(ktile[1], tb.valid, gt);
+      ATTN_CLK_LAP(kClkTop);
       float mx[2], m1[2], m_use[2], f[2], rowsum[2];
       seesaw_mask_max(s, tb, k, vis_row, tig, mx);
       KD_NAMED_BARRIER(Cfg::kBarM0, Cfg::kPairThreads);  // wg0's m0
+      ATTN_CLK_LAP(kClkSIssue);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float m0 = m_s[row_lo + 8 * h];
@@ -373,6 +383,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
       }
       seesaw_store_p(ktile[1] + Cfg::kPBlock * W::kBlockBytes, a, row_lo, tig);
       KD_NAMED_BARRIER_ARRIVE(Cfg::kBarM1P1, Cfg::kPairThreads);
+      ATTN_CLK_LAP(kClkCopyIssue);
       seesaw_rescale(o, f);
       seesaw_pv_regs(o, a, v_desc[1]);  // O_R += P_B V_B (right)
       const bool next = j + 1 < n_pairs;
@@ -381,7 +392,9 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
         mbarrier_arrive_expect_tx(&early[1], Cfg::kEarlyBytes);
         seesaw_load_blocks(ktile[1], &maps->kv, &early[1], w.b, nb.key0, 4, 4);
       }
+      ATTN_CLK_LAP(kClkSWait);
       KD_NAMED_BARRIER(Cfg::kBarP0, Cfg::kPairThreads);  // wg0's rescaled P_A
+      ATTN_CLK_LAP(kClkMax);
       mbarrier_wait_parity(&late[0], par);                 // K0's blocks 4-7 (wg0's S waited for them too)
       seesaw_pv_smem(o, p_desc[0], v_desc[0]);             // O_R += P_A V_A (right)
       if (next && gt == 0) {  // K0's blocks 4-8: this warpgroup was their last reader
@@ -389,6 +402,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
         mbarrier_arrive_expect_tx(&late[0], Cfg::kLateBytes);
         seesaw_load_blocks(ktile[0], &maps->kv, &late[0], w.b, na.key0, 4, 5);
       }
+      ATTN_CLK_LAP(kClkSoftmax);
     }
   }
 
@@ -400,6 +414,8 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
     l += __shfl_xor_sync(kFullMask, l, 2);
     if (tig == 0) red_sum[group * Cfg::kTileRows + row_lo + 8 * h] = l;
   }
+  ATTN_CLK_LAP(kClkEpilogue);  // (the stores below are not counted)
+  ATTN_CLK_FLUSH(2 * n_pairs);
   __syncthreads();
   const int col_base = group * W::kColsPerGroup;
   const int64_t part_base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows;

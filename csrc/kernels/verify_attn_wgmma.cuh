@@ -121,15 +121,22 @@ __device__ unsigned g_attn_clk_launches;
       for (int i = 0; i < kAttnClkSlots; ++i) atomicAdd(&g_attn_clk[threadIdx.x / 128][i], attn_clk_s[threadIdx.x / 128][i]); \
     }                                                                                           \
   } while (0)
-__global__ void attn_clk_report_kernel() {  // one thread, after each attention launch
+// seesaw: config 10's slots (verify_attn_seesaw.cuh), which mean other phases (per tile = half a pair)
+__global__ void attn_clk_report_kernel(bool seesaw) {  // one thread, after each attention launch
   if (++g_attn_clk_launches % kAttnClkEvery != 0) return;
+  // names of slots kClkTop .. kClkPV
+  const char* const kNames[3][7] = {{"top", "S-issue", "copy-issue", "S-wait", "max", "softmax", "PV"},
+                                    {"S", "max", "PaV", "wait-m1", "rescale", "PbV", "-"},
+                                    {"S", "max+wait-m0", "softmax", "PbV", "wait-Pa", "PaV", "-"}};
   for (int g = 0; g < 2; ++g) {
     const unsigned long long* c = g_attn_clk[g];
     const double t = c[kClkTiles] > 0 ? static_cast<double>(c[kClkTiles]) : 1.0;
-    printf("attn_clk wg%d launches=%u tiles=%.0f | per tile: top %.0f S-issue %.0f copy-issue %.0f S-wait %.0f "
-           "max %.0f softmax %.0f PV %.0f = %.0f | per launch: prologue %.0f epilogue %.0f cycles\n",
-           g, kAttnClkEvery, t / kAttnClkEvery, c[kClkTop] / t, c[kClkSIssue] / t, c[kClkCopyIssue] / t,
-           c[kClkSWait] / t, c[kClkMax] / t, c[kClkSoftmax] / t, c[kClkPV] / t,
+    const char* const* n = kNames[seesaw ? 1 + g : 0];
+    printf("attn_clk%s wg%d launches=%u tiles=%.0f | per tile: %s %.0f %s %.0f %s %.0f %s %.0f %s %.0f %s %.0f %s %.0f = %.0f"
+           " | per launch: prologue %.0f epilogue %.0f cycles\n",
+           seesaw ? " seesaw" : "", g, kAttnClkEvery, t / kAttnClkEvery, n[0], c[kClkTop] / t, n[1], c[kClkSIssue] / t,
+           n[2], c[kClkCopyIssue] / t, n[3], c[kClkSWait] / t, n[4], c[kClkMax] / t, n[5], c[kClkSoftmax] / t, n[6],
+           c[kClkPV] / t,
            (c[kClkTop] + c[kClkSIssue] + c[kClkCopyIssue] + c[kClkSWait] + c[kClkMax] + c[kClkSoftmax] + c[kClkPV]) / t,
            static_cast<double>(c[kClkPrologue]) / kAttnClkEvery, static_cast<double>(c[kClkEpilogue]) / kAttnClkEvery);
   }
