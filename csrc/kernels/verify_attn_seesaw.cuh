@@ -42,6 +42,8 @@ struct Bf16AttnSeesaw {
   static constexpr int kPBlock = W::kBlocks - 1;              // the rope block: after S, the tile's P
   static constexpr int kEarlyBlocks = 4;                      // blocks of a tile's first part
   static constexpr int kPairThreads = 2 * kGroupThreads;
+  static constexpr int kKeySteps = kTileKeys / 16;  // k16 steps of P V over a tile
+  static constexpr int kFragRegs = 4;               // registers of an m16n8k16 A fragment (P from registers)
   // named barriers (0 is __syncthreads)
   static constexpr int kBarM0 = 1;    // wg0's maxima m0 written
   static constexpr int kBarM1P1 = 2;  // wg1's maxima m1 and P_B written
@@ -79,7 +81,7 @@ KD_DEVICE KeyTile seesaw_tile(const SplitSchedule& sc, int index, int tree_len) 
 // Blocks [first, first + count) of a key tile by TMA, on `bar` (one thread).
 KD_DEVICE void seesaw_load_blocks(uint8_t* tile, const TmaMap* kv, uint64_t* bar, int b, int key0, int first, int count) {
   for (int blk = first; blk < first + count; ++blk)
-    tma_load_3d(tile + blk * Bf16AttnWgmma::kBlockBytes, kv, bar, blk * 64, key0, b);
+    tma_load_3d(tile + blk * Bf16AttnWgmma::kBlockBytes, kv, bar, blk * Bf16AttnWgmma::kBlockCols, key0, b);
 }
 
 // S = Q K^T over a whole tile: wg0 (kWg1 false) takes blocks 0-3 then 4-8, wg1 blocks 4-7 then
@@ -88,14 +90,16 @@ template <bool kWg1>
 KD_DEVICE void seesaw_s(float (&s)[Bf16AttnSeesaw::kSRegs], uint64_t q_desc, uint64_t k_desc, uint64_t* early,
                         uint64_t* late, uint32_t parity) {
   using W = Bf16AttnWgmma;
+  constexpr int kEarly = Bf16AttnSeesaw::kEarlyBlocks, kHalf = Bf16AttnSeesaw::kVHalfBlocks;
   mbarrier_wait_parity(early, parity);
   wgmma_fence();
 #pragma unroll
   for (int i = 0; i < W::kBlocks; ++i) {
-    const int blk = !kWg1 ? i : i < 4 ? i + 4 : i < 8 ? i - 4 : i;
-    if (i == Bf16AttnSeesaw::kEarlyBlocks) mbarrier_wait_parity(late, parity);
+    // wg1: V's right half (blocks 4-7) first, then the left half, then the rope block
+    const int blk = !kWg1 ? i : i < kHalf ? i + kHalf : i < 2 * kHalf ? i - kHalf : i;
+    if (i == kEarly) mbarrier_wait_parity(late, parity);
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
+    for (int kk = 0; kk < W::kBlockCols / 16; ++kk) {
       const uint32_t step = blk * W::kBlockBytes + kk * 32;  // 16 columns (32 bytes) a step in the swizzle row
       wgmma_bf16_ss<Bf16AttnSeesaw::kTileKeys, false>(s, q_desc + step / 16, k_desc + step / 16, i + kk > 0);
     }
@@ -174,9 +178,9 @@ KD_DEVICE void seesaw_rescale(float (&o)[Bf16AttnSeesaw::kORegs], const float (&
 }
 
 // P (times f per row) to bf16: the m16n8k16 A fragments of the 4 16-key steps, a[ks][0..3].
-KD_DEVICE void seesaw_pack(const float (&p)[Bf16AttnSeesaw::kSRegs], const float (&f)[2], uint32_t (&a)[4][4]) {
+KD_DEVICE void seesaw_pack(const float (&p)[Bf16AttnSeesaw::kSRegs], const float (&f)[2], uint32_t (&a)[Bf16AttnSeesaw::kKeySteps][Bf16AttnSeesaw::kFragRegs]) {
 #pragma unroll
-  for (int ks = 0; ks < 4; ++ks)
+  for (int ks = 0; ks < Bf16AttnSeesaw::kKeySteps; ++ks)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int j = 2 * ks + half;  // 8-key column group
@@ -186,9 +190,9 @@ KD_DEVICE void seesaw_pack(const float (&p)[Bf16AttnSeesaw::kSRegs], const float
 }
 
 // The packed P to the tile's P block (K-major 64 rows x 64 keys, sw128 layout).
-KD_DEVICE void seesaw_store_p(uint8_t* p_block, const uint32_t (&a)[4][4], int row_lo, int tig) {
+KD_DEVICE void seesaw_store_p(uint8_t* p_block, const uint32_t (&a)[Bf16AttnSeesaw::kKeySteps][Bf16AttnSeesaw::kFragRegs], int row_lo, int tig) {
 #pragma unroll
-  for (int ks = 0; ks < 4; ++ks)
+  for (int ks = 0; ks < Bf16AttnSeesaw::kKeySteps; ++ks)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int key = 16 * ks + 8 * half + 2 * tig;
@@ -199,11 +203,11 @@ KD_DEVICE void seesaw_store_p(uint8_t* p_block, const uint32_t (&a)[4][4], int r
 }
 
 // O_half += P V_half, P from registers (the fragments) or from a P block (descriptor).
-KD_DEVICE void seesaw_pv_regs(float (&o)[Bf16AttnSeesaw::kORegs], const uint32_t (&a)[4][4], uint64_t v_desc) {
+KD_DEVICE void seesaw_pv_regs(float (&o)[Bf16AttnSeesaw::kORegs], const uint32_t (&a)[Bf16AttnSeesaw::kKeySteps][Bf16AttnSeesaw::kFragRegs], uint64_t v_desc) {
   constexpr uint32_t kVStep = 16 * 128;  // 16 key rows
   wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < 4; ++ks) wgmma_bf16_rs_tb<Bf16AttnWgmma::kColsPerGroup>(o, a[ks], v_desc + ks * kVStep / 16, true);
+  for (int ks = 0; ks < Bf16AttnSeesaw::kKeySteps; ++ks) wgmma_bf16_rs_tb<Bf16AttnWgmma::kColsPerGroup>(o, a[ks], v_desc + ks * kVStep / 16, true);
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_fence_operand(o);
@@ -212,7 +216,7 @@ KD_DEVICE void seesaw_pv_smem(float (&o)[Bf16AttnSeesaw::kORegs], uint64_t p_des
   constexpr uint32_t kVStep = 16 * 128, kPStep = 32;  // 16 key rows of V; 16 keys (32 bytes) of P
   wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < 4; ++ks)
+  for (int ks = 0; ks < Bf16AttnSeesaw::kKeySteps; ++ks)
     wgmma_bf16_ss<Bf16AttnWgmma::kColsPerGroup, true>(o, p_desc + ks * kPStep / 16, v_desc + ks * kVStep / 16, true);
   wgmma_commit();
   wgmma_wait<0>();
@@ -268,13 +272,13 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
     tma_load_query_tile(smem + Cfg::kQOff, *maps, q_bar, w.b, w.row0);
     const KeyTile ta = seesaw_tile(sc, 0, T), tb = seesaw_tile(sc, 1, T);
     mbarrier_arrive_expect_tx(&early[0], Cfg::kEarlyBytes);
-    seesaw_load_blocks(ktile[0], &maps->kv, &early[0], w.b, ta.key0, 0, 4);
+    seesaw_load_blocks(ktile[0], &maps->kv, &early[0], w.b, ta.key0, 0, Cfg::kVHalfBlocks);
     mbarrier_arrive_expect_tx(&late[0], Cfg::kLateBytes);
-    seesaw_load_blocks(ktile[0], &maps->kv, &late[0], w.b, ta.key0, 4, 5);
+    seesaw_load_blocks(ktile[0], &maps->kv, &late[0], w.b, ta.key0, Cfg::kVHalfBlocks, Cfg::kVHalfBlocks + 1);
     mbarrier_arrive_expect_tx(&early[1], Cfg::kEarlyBytes);
-    seesaw_load_blocks(ktile[1], &maps->kv, &early[1], w.b, tb.key0, 4, 4);
+    seesaw_load_blocks(ktile[1], &maps->kv, &early[1], w.b, tb.key0, Cfg::kVHalfBlocks, Cfg::kVHalfBlocks);
     mbarrier_arrive_expect_tx(&late[1], Cfg::kLateBytes);
-    seesaw_load_blocks(ktile[1], &maps->kv, &late[1], w.b, tb.key0, 0, 4);
+    seesaw_load_blocks(ktile[1], &maps->kv, &late[1], w.b, tb.key0, 0, Cfg::kVHalfBlocks);
     seesaw_load_blocks(ktile[1], &maps->kv, &late[1], w.b, tb.key0, Cfg::kPBlock, 1);
   }
 
@@ -292,7 +296,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
   const uint64_t v_desc[2] = {wgmma_desc_sw128(k0_addr + half_off, W::kBlockBytes, kWgmmaAtomBytes),
                               wgmma_desc_sw128(k1_addr + half_off, W::kBlockBytes, kWgmmaAtomBytes)};
   float s[Cfg::kSRegs];
-  uint32_t a[4][4];
+  uint32_t a[Cfg::kKeySteps][Cfg::kFragRegs];
   const float kOne[2] = {1.0f, 1.0f};
 
   ATTN_CLK_LAP(kClkPrologue);
@@ -324,7 +328,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
       if (next && gt == 0) {  // K0's blocks 0-3 for the next pair: this warpgroup was their last reader
         const KeyTile na = seesaw_tile(sc, 2 * j + 2, T);
         mbarrier_arrive_expect_tx(&early[0], Cfg::kEarlyBytes);
-        seesaw_load_blocks(ktile[0], &maps->kv, &early[0], w.b, na.key0, 0, 4);
+        seesaw_load_blocks(ktile[0], &maps->kv, &early[0], w.b, na.key0, 0, Cfg::kVHalfBlocks);
       }
       ATTN_CLK_LAP(kClkCopyIssue);
       KD_NAMED_BARRIER(Cfg::kBarM1P1, Cfg::kPairThreads);  // wg1's m1 and P_B
@@ -347,7 +351,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
       if (next && gt == 0) {  // K1's blocks 0-3 and its P block: this warpgroup was their last reader
         const KeyTile nb = seesaw_tile(sc, 2 * j + 3, T);
         mbarrier_arrive_expect_tx(&late[1], Cfg::kLateBytes);
-        seesaw_load_blocks(ktile[1], &maps->kv, &late[1], w.b, nb.key0, 0, 4);
+        seesaw_load_blocks(ktile[1], &maps->kv, &late[1], w.b, nb.key0, 0, Cfg::kVHalfBlocks);
         seesaw_load_blocks(ktile[1], &maps->kv, &late[1], w.b, nb.key0, Cfg::kPBlock, 1);
       }
       ATTN_CLK_LAP(kClkSoftmax);
@@ -390,7 +394,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
       if (next && gt == 0) {  // K1's blocks 4-7 for the next pair: this warpgroup was their last reader
         const KeyTile nb = seesaw_tile(sc, 2 * j + 3, T);
         mbarrier_arrive_expect_tx(&early[1], Cfg::kEarlyBytes);
-        seesaw_load_blocks(ktile[1], &maps->kv, &early[1], w.b, nb.key0, 4, 4);
+        seesaw_load_blocks(ktile[1], &maps->kv, &early[1], w.b, nb.key0, Cfg::kVHalfBlocks, Cfg::kVHalfBlocks);
       }
       ATTN_CLK_LAP(kClkSWait);
       KD_NAMED_BARRIER(Cfg::kBarP0, Cfg::kPairThreads);  // wg0's rescaled P_A
@@ -400,7 +404,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
       if (next && gt == 0) {  // K0's blocks 4-8: this warpgroup was their last reader
         const KeyTile na = seesaw_tile(sc, 2 * j + 2, T);
         mbarrier_arrive_expect_tx(&late[0], Cfg::kLateBytes);
-        seesaw_load_blocks(ktile[0], &maps->kv, &late[0], w.b, na.key0, 4, 5);
+        seesaw_load_blocks(ktile[0], &maps->kv, &late[0], w.b, na.key0, Cfg::kVHalfBlocks, Cfg::kVHalfBlocks + 1);
       }
       ATTN_CLK_LAP(kClkSoftmax);
     }

@@ -40,7 +40,8 @@ struct Bf16AttnWgmma {
   static constexpr int kORegs = kColsPerGroup / 2;                       // m64n256 accumulators
   static constexpr int kChunks = kVerifyQKDim / 8;                       // 72 16-byte chunks per row
   static constexpr int kLatentChunks = kVerifyLatentDim / 8;             // 64
-  static constexpr int kBlocks = kChunks / 8;                            // 9 64-column blocks per row
+  static constexpr int kBlockCols = 64;                                  // one 128-byte swizzle row of bf16
+  static constexpr int kBlocks = kVerifyQKDim / kBlockCols;              // 9 64-column blocks per row
   static constexpr int kBlockBytes = kTileRows * 128;                    // one 64-column block of a tile
   static constexpr int kStages = 2;                                      // key-tile buffers
   static_assert(kTileKeys == kTileRows, "Q and key tiles share the block size (kBlockBytes)");
@@ -232,7 +233,7 @@ struct AttnTmaMaps {
 inline KernelResult make_attn_tma_maps(const VerifyKernelParams& k, AttnTmaMaps* maps) {
   using Cfg = Bf16AttnWgmma;
   constexpr uint64_t kBf16Bytes = 2;
-  constexpr uint32_t kBoxCols = 64;  // one 128-byte swizzle row of bf16
+  constexpr uint32_t kBoxCols = Cfg::kBlockCols;  // a box is one 64-column block
   const uint64_t batch = static_cast<uint64_t>(k.p.batch), rows = static_cast<uint64_t>(k.rows);
   const uint64_t kv_rows = static_cast<uint64_t>(k.p.max_prefix) + static_cast<uint64_t>(k.p.tree_len);
   const uint64_t row_bytes = static_cast<uint64_t>(k.p.kv_row_stride) * kBf16Bytes;
@@ -257,16 +258,17 @@ inline KernelResult make_attn_tma_maps(const VerifyKernelParams& k, AttnTmaMaps*
 KD_DEVICE void tma_load_query_tile(uint8_t* dst, const AttnTmaMaps& maps, uint64_t* bar, int b, int row0) {
   using Cfg = Bf16AttnWgmma;
 #pragma unroll
-  for (int blk = 0; blk < Cfg::kLatentChunks / 8; ++blk)
-    tma_load_3d(dst + blk * Cfg::kBlockBytes, &maps.q_lat, bar, blk * 64, row0, b);
-  tma_load_3d(dst + (Cfg::kLatentChunks / 8) * Cfg::kBlockBytes, &maps.q_pe, bar, 0, row0, b);
+  for (int blk = 0; blk < kVerifyLatentDim / Cfg::kBlockCols; ++blk)
+    tma_load_3d(dst + blk * Cfg::kBlockBytes, &maps.q_lat, bar, blk * Cfg::kBlockCols, row0, b);
+  tma_load_3d(dst + (kVerifyLatentDim / Cfg::kBlockCols) * Cfg::kBlockBytes, &maps.q_pe, bar, 0, row0, b);
 }
 
 // A key tile by TMA (one thread): its 9 64-column blocks of cache rows key0 .. key0 + 63.
 KD_DEVICE void tma_load_key_tile(uint8_t* dst, const TmaMap* kv, uint64_t* bar, int b, int key0) {
   using Cfg = Bf16AttnWgmma;
 #pragma unroll
-  for (int blk = 0; blk < Cfg::kBlocks; ++blk) tma_load_3d(dst + blk * Cfg::kBlockBytes, kv, bar, blk * 64, key0, b);
+  for (int blk = 0; blk < Cfg::kBlocks; ++blk)
+    tma_load_3d(dst + blk * Cfg::kBlockBytes, kv, bar, blk * Cfg::kBlockCols, key0, b);
 }
 
 // kOwnPInRegs: the P V steps over a warpgroup's own keys take P from registers, before the
