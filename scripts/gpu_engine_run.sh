@@ -9,7 +9,7 @@
 # tree build: scripts/clk_cases.txt), ncu (source-level Nsight Compute: scripts/ncu_cases.txt), split (the simulated split on one GPU), multigpu (kdtree run --gpus 2 tests),
 # kernels (kdtree bench kernels, the full sweep), benchall (kdtree bench all: build, native tests
 # on fresh large cases, compute-sanitizer, the kernel bench; KDTREE_BENCH_BUDGET_S), int4 (the
-# INT4 DDTree == AR tests), attnclk (the wgmma attention's phase clocks), bf16ties (the bf16 DDTree == AR tests at the seeds that diverged at stop 23), gpus (1 vs KDTREE_GPUS=2 GPUs over NCCL), collectives (NCCL's cost per call at the engine's sizes)
+# INT4 DDTree == AR tests), attntma (verify_attn's TMA configs 9 / 10: tests, then bench against 8), attnclk (the wgmma attention's phase clocks), bf16ties (the bf16 DDTree == AR tests at the seeds that diverged at stop 23), gpus (1 vs KDTREE_GPUS=2 GPUs over NCCL), collectives (NCCL's cost per call at the engine's sizes)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -49,6 +49,15 @@ for s in "${STEPS[@]}"; do
            cp "$OUT/kbench/bench.md" "$OUT/kernels.md" 2>/dev/null; cp "$OUT/kbench/bench.json" "$OUT/kernels.json" 2>/dev/null ;;
     benchall) step benchall 400 "$PY" -m kdtree_cli bench all --out "$OUT/all" --budget-s "${KDTREE_BENCH_BUDGET_S:-300}"
            for f in summary.md bench.md bench.json; do cp "$OUT/all/$f" "$OUT/all-$f" 2>/dev/null; done ;;
+    attntma) # verify_attn's TMA configs 9 and 10 (force-selected) against config 8: correctness on the
+           # committed and fresh large cases (the wgmma and TMA probes first), then one bench run
+           step attntma-build 300 "$PY" -m kdtree_cli build -j 16 test_verify_attn bench_kernels
+           step attntma-cases 300 "$PY" -m python_engine.refgen.large_attn_cases /tmp/attntma_large \
+             --only p2048_h16_n64 p2048_h64_n256 p32768_h64_n64 p32768_h16_n8_b3 p131072_h64_n8
+           step attntma-test 300 env KDTREE_LARGE_ATTN_DIR=/tmp/attntma_large KDTREE_ATTN_ALSO_CONFIGS=9,10 \
+             build/release/bin/test_verify_attn
+           step attntma-bench 300 build/release/bin/bench_kernels --cases scripts/attn_tma_cases.txt \
+             --json "$OUT/attn_tma.jsonl" ;;
     attnclk) # the wgmma attention's cycles per phase (block 0, per 64-key tile), one case per process
            # since the counters add up over launches; a measuring build of its own (build-clk)
            step attnclk-build 300 env NVCC_APPEND_FLAGS=-DKD_ATTN_PHASE_CLOCKS "$PY" -m kdtree_cli build \

@@ -14,6 +14,8 @@
 #define KD_DYNAMIC_SMEM(type, name) type* name = reinterpret_cast<type*>(::kdemu::dynamic_smem())
 // bar.sync id, count: `count` threads (a multiple of 32) of the block meet at barrier `id`
 #define KD_NAMED_BARRIER(id, count) ::kdemu::named_barrier((id), (count))
+// bar.arrive id, count: this thread counts towards barrier `id` without waiting for it
+#define KD_NAMED_BARRIER_ARRIVE(id, count) ::kdemu::named_barrier_arrive((id), (count))
 // a read-only table in device memory, usable from device code
 #define KD_DEVICE_TABLE static constexpr
 // kernel launches: the emulator runs the grid at once (streams are ignored: everything is
@@ -34,6 +36,7 @@
   extern __shared__ __align__(16) uint8_t kd_smem_[]; \
   type* name = reinterpret_cast<type*>(kd_smem_)
 #define KD_NAMED_BARRIER(id, count) asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory")
+#define KD_NAMED_BARRIER_ARRIVE(id, count) asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory")
 #define KD_DEVICE_TABLE static __device__ const
 // `kernel` may be a template instance without commas, or a function pointer to one
 #define KD_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)

@@ -4,6 +4,7 @@
 #include "verify_attn_bf16.cuh"
 #include "verify_attn_decode.cuh"
 #include "verify_attn_launch.h"
+#include "verify_attn_seesaw.cuh"
 #include "verify_attn_wgmma.cuh"
 
 namespace kdtree {
@@ -18,6 +19,23 @@ KernelResult launch_config(const kern::VerifyKernelParams& k, const VerifyAttnPl
   const dim3 grid(plan.m_tiles, plan.splits, k.p.batch);
   KD_LAUNCH(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, k);
   return launch_status("verify_attn (bf16) kernel launch");
+}
+
+// Configs 9 and 10: wgmma tiles with TMA loads, their tensor maps encoded for this launch's
+// pointers.
+template <void (*Kernel)(kern::VerifyKernelParams, kern::AttnTmaMaps)>
+KernelResult launch_wgmma_tma(const kern::VerifyKernelParams& k, const VerifyAttnPlan& plan, size_t smem_bytes,
+                              cudaStream_t stream) {
+  using namespace kern;
+  auto* kernel = Kernel;
+  if (KernelResult r = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem_bytes, "verify_attn (bf16, TMA)");
+      !r.ok())
+    return r;
+  AttnTmaMaps maps;
+  if (KernelResult r = make_attn_tma_maps(k, &maps); !r.ok()) return r;
+  const dim3 grid(plan.m_tiles, plan.splits, k.p.batch);
+  KD_LAUNCH(kernel, grid, Bf16AttnWgmma::kThreads, smem_bytes, stream, k, maps);
+  return launch_status("verify_attn (bf16, TMA) kernel launch");
 }
 }  // namespace
 
@@ -40,6 +58,12 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
     case kVerifyBf16WgmmaLean:
       r = launch_config<Bf16AttnWgmma, verify_attn_wgmma_kernel<__nv_bfloat16, true, true>>(k, plan, stream);
       break;
+    case kVerifyBf16WgmmaTma:
+      r = launch_wgmma_tma<verify_attn_wgmma_tma_kernel<__nv_bfloat16>>(k, plan, Bf16AttnWgmma::kTmaSmemBytes, stream);
+      break;
+    case kVerifyBf16WgmmaSeesaw:
+      r = launch_wgmma_tma<verify_attn_seesaw_kernel<__nv_bfloat16>>(k, plan, Bf16AttnSeesaw::kSmemBytes, stream);
+      break;
     case kVerifyBf16Small:
       r = launch_config<Bf16AttnSmall, verify_attn_bf16_kernel<Bf16AttnSmall, __nv_bfloat16>>(k, plan, stream);
       break;
@@ -54,7 +78,7 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
   }
 #if defined(KD_ATTN_PHASE_CLOCKS)  // a measuring build: the wgmma kernel's phase cycles (verify_attn_wgmma.cuh)
   if (r.ok() && verify_config_is_wgmma(plan.config)) {
-    KD_LAUNCH(attn_clk_report_kernel, 1, 1, 0, stream);
+    KD_LAUNCH(attn_clk_report_kernel, 1, 1, 0, stream, plan.config == kVerifyBf16WgmmaSeesaw);
     if (KernelResult rr = launch_status("attn_clk_report_kernel launch"); !rr.ok()) return rr;
   }
 #endif

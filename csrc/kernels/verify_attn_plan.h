@@ -24,7 +24,9 @@ enum VerifyAttnConfig : int {
   kVerifyBf16WgmmaRs = 7, // 64 rows x 64 keys on wgmma (sm_90a only), two K stages: ~226 KB (only when forced)
   kVerifyBf16WgmmaLean = 8,  // config 7 with fewer instructions a tile: the plan's choice on sm_90a (H200:
                              // 0.71 vs 0.95 ms at 64 heads, n=64, 32k)
-  kVerifyConfigCount = 9,
+  kVerifyBf16WgmmaTma = 9,   // config 8 with Q and the key tiles loaded by TMA (only when forced, until timed)
+  kVerifyBf16WgmmaSeesaw = 10,  // TMA loads, the warpgroups on alternate tiles (only when forced, until timed)
+  kVerifyConfigCount = 11,
 };
 
 struct VerifyConfigShape {
@@ -42,9 +44,12 @@ inline constexpr VerifyConfigShape kVerifyConfigShapes[kVerifyConfigCount] = {
     {64, 64, 231440},  // Bf16AttnWgmma
     {64, 64, 231440},  // Bf16AttnWgmma, own P from registers
     {64, 64, 231440},  // Bf16AttnWgmma, own P from registers, lean
+    {64, 64, 231472},  // Bf16AttnWgmma, lean, TMA loads (+ 4 mbarriers)
+    {64, 64, 223288},  // Bf16AttnSeesaw
 };
 inline bool verify_config_is_wgmma(int config) {
-  return config == kVerifyBf16Wgmma || config == kVerifyBf16WgmmaRs || config == kVerifyBf16WgmmaLean;
+  return config == kVerifyBf16Wgmma || config == kVerifyBf16WgmmaRs || config == kVerifyBf16WgmmaLean ||
+         config == kVerifyBf16WgmmaTma || config == kVerifyBf16WgmmaSeesaw;
 }
 inline bool verify_config_is_decode(int config) {
   return config == kVerifyBf16Decode || config == kVerifyBf16DecodeSmall;

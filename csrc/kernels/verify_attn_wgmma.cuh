@@ -16,9 +16,12 @@
 //                    are issued before the barrier that publishes P (config 7, the default)
 // A warpgroup's accumulator rows are its S rows (16 (warp % 4) + lane / 4, + 8), so the
 // rescaling of O needs no exchange. Three barriers a tile (tile landed, maxima, P).
+// Config 9 loads Q and the key tiles with TMA instead (one thread issues them; mbarriers
+// say when a tile landed and when its buffer is free: two barriers a tile; see kTma below).
 #pragma once
 
 #include "ptx_mma.cuh"
+#include "ptx_tma.cuh"
 #include "ptx_wgmma.cuh"
 #include "verify_attn_common.cuh"
 #include "verify_attn_plan.h"
@@ -37,7 +40,10 @@ struct Bf16AttnWgmma {
   static constexpr int kORegs = kColsPerGroup / 2;                       // m64n256 accumulators
   static constexpr int kChunks = kVerifyQKDim / 8;                       // 72 16-byte chunks per row
   static constexpr int kLatentChunks = kVerifyLatentDim / 8;             // 64
+  static constexpr int kBlockCols = 64;                                  // one 128-byte swizzle row of bf16
+  static constexpr int kBlocks = kVerifyQKDim / kBlockCols;              // 9 64-column blocks per row
   static constexpr int kBlockBytes = kTileRows * 128;                    // one 64-column block of a tile
+  static constexpr int kStages = 2;                                      // key-tile buffers
   static_assert(kTileKeys == kTileRows, "Q and key tiles share the block size (kBlockBytes)");
   static_assert(kColsPerGroup == 256 && kKeysPerGroup == 32, "the wgmma shapes below (m64n32, m64n256)");
 
@@ -45,13 +51,16 @@ struct Bf16AttnWgmma {
   static constexpr size_t kTileBytes = static_cast<size_t>(kTileRows) * kVerifyQKDim * 2;  // Q or one key tile
   static constexpr size_t kQOff = 0;
   static constexpr size_t kKOff = kQOff + kTileBytes;
-  static constexpr size_t kPOff = kKOff + 2 * kTileBytes;
+  static constexpr size_t kPOff = kKOff + kStages * kTileBytes;
   static constexpr size_t kMaxOff = kPOff + static_cast<size_t>(kTileRows) * kTileKeys * 2;  // float [groups][rows]
   static constexpr size_t kSumOff = kMaxOff + sizeof(float) * kWarpGroups * kTileRows;        // float [groups][rows]
   static constexpr size_t kMaskOff = kSumOff + sizeof(float) * kWarpGroups * kTileRows;
   // + slack to align the base to a swizzle atom (the dynamic shared memory's own alignment
   // is not promised to be 1024 bytes)
   static constexpr size_t kSmemBytes = kMaskOff + 16 + kWgmmaAtomBytes;
+  // config 9 (TMA) also keeps its mbarriers after the mask: uint64_t full[kStages], empty[kStages]
+  static constexpr size_t kBarOff = kMaskOff + 16;
+  static constexpr size_t kTmaSmemBytes = kBarOff + 2 * kStages * sizeof(uint64_t) + kWgmmaAtomBytes;
 };
 static_assert(Bf16AttnWgmma::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Wgmma].smem_bytes &&
                   Bf16AttnWgmma::kTileRows == kVerifyConfigShapes[kVerifyBf16Wgmma].tile_rows &&
@@ -60,6 +69,13 @@ static_assert(Bf16AttnWgmma::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Wgmma]
 static_assert(kVerifyConfigShapes[kVerifyBf16WgmmaRs].smem_bytes == Bf16AttnWgmma::kSmemBytes &&
                   kVerifyConfigShapes[kVerifyBf16WgmmaLean].smem_bytes == Bf16AttnWgmma::kSmemBytes,
               "configs 7 and 8 are Bf16AttnWgmma variants");
+static_assert(kVerifyConfigShapes[kVerifyBf16WgmmaTma].smem_bytes == Bf16AttnWgmma::kTmaSmemBytes &&
+                  kVerifyConfigShapes[kVerifyBf16WgmmaTma].tile_rows == Bf16AttnWgmma::kTileRows &&
+                  kVerifyConfigShapes[kVerifyBf16WgmmaTma].tile_keys == Bf16AttnWgmma::kTileKeys,
+              "config 9 is the Bf16AttnWgmma tile with TMA loads");
+static_assert(Bf16AttnWgmma::kBarOff % sizeof(uint64_t) == 0, "mbarriers are 8-byte aligned");
+static_assert(Bf16AttnWgmma::kKOff % kWgmmaAtomBytes == 0 && Bf16AttnWgmma::kBlockBytes % kWgmmaAtomBytes == 0,
+              "TMA boxes land on swizzle atoms (the 128-byte swizzle pattern is sw128_offset's from there)");
 
 // Per-phase cycle counts on the GPU (a measuring build only: -DKD_ATTN_PHASE_CLOCKS, e.g.
 // `NVCC_APPEND_FLAGS=-DKD_ATTN_PHASE_CLOCKS kdtree build --build-dir build-clk bench_kernels`):
@@ -106,15 +122,22 @@ __device__ unsigned g_attn_clk_launches;
       for (int i = 0; i < kAttnClkSlots; ++i) atomicAdd(&g_attn_clk[threadIdx.x / 128][i], attn_clk_s[threadIdx.x / 128][i]); \
     }                                                                                           \
   } while (0)
-__global__ void attn_clk_report_kernel() {  // one thread, after each attention launch
+// seesaw: config 10's slots (verify_attn_seesaw.cuh), which mean other phases (per tile = half a pair)
+__global__ void attn_clk_report_kernel(bool seesaw) {  // one thread, after each attention launch
   if (++g_attn_clk_launches % kAttnClkEvery != 0) return;
+  // names of slots kClkTop .. kClkPV
+  const char* const kNames[3][7] = {{"top", "S-issue", "copy-issue", "S-wait", "max", "softmax", "PV"},
+                                    {"S", "max", "PaV", "wait-m1", "rescale", "PbV", "-"},
+                                    {"S", "max+wait-m0", "softmax", "PbV", "wait-Pa", "PaV", "-"}};
   for (int g = 0; g < 2; ++g) {
     const unsigned long long* c = g_attn_clk[g];
     const double t = c[kClkTiles] > 0 ? static_cast<double>(c[kClkTiles]) : 1.0;
-    printf("attn_clk wg%d launches=%u tiles=%.0f | per tile: top %.0f S-issue %.0f copy-issue %.0f S-wait %.0f "
-           "max %.0f softmax %.0f PV %.0f = %.0f | per launch: prologue %.0f epilogue %.0f cycles\n",
-           g, kAttnClkEvery, t / kAttnClkEvery, c[kClkTop] / t, c[kClkSIssue] / t, c[kClkCopyIssue] / t,
-           c[kClkSWait] / t, c[kClkMax] / t, c[kClkSoftmax] / t, c[kClkPV] / t,
+    const char* const* n = kNames[seesaw ? 1 + g : 0];
+    printf("attn_clk%s wg%d launches=%u tiles=%.0f | per tile: %s %.0f %s %.0f %s %.0f %s %.0f %s %.0f %s %.0f %s %.0f = %.0f"
+           " | per launch: prologue %.0f epilogue %.0f cycles\n",
+           seesaw ? " seesaw" : "", g, kAttnClkEvery, t / kAttnClkEvery, n[0], c[kClkTop] / t, n[1], c[kClkSIssue] / t,
+           n[2], c[kClkCopyIssue] / t, n[3], c[kClkSWait] / t, n[4], c[kClkMax] / t, n[5], c[kClkSoftmax] / t, n[6],
+           c[kClkPV] / t,
            (c[kClkTop] + c[kClkSIssue] + c[kClkCopyIssue] + c[kClkSWait] + c[kClkMax] + c[kClkSoftmax] + c[kClkPV]) / t,
            static_cast<double>(c[kClkPrologue]) / kAttnClkEvery, static_cast<double>(c[kClkEpilogue]) / kAttnClkEvery);
   }
@@ -192,6 +215,62 @@ KD_DEVICE void wgmma_load_key_tile_lean(uint8_t* dst, const __nv_bfloat16* kv, i
   }
 }
 
+// Config 9 (kTma): Q and the key tiles by the Tensor Memory Accelerator. Thread 0 issues a
+// tile as 9 boxes of 64 rows x 64 columns (one per 64-column block: the 128-byte-swizzle box
+// layout is sw128_offset's), which land on the buffer's `full` mbarrier; the consumers wait on
+// its parity instead of cp.async groups and the top-of-tile barrier. Before refilling a buffer
+// thread 0 waits on its `empty` mbarrier, which warpgroup 1 arrives at once its P V of the
+// tile that used it is complete (thread 0's own warpgroup is ordered by program order).
+struct AttnTmaMaps {
+  TmaMap kv;     // the latent cache: {576 columns, max_prefix + T rows, batch}, kv_row_stride / kv_batch_stride
+  TmaMap q_lat;  // {512, T * H rows, batch}
+  TmaMap q_pe;   // {64, T * H rows, batch}
+};
+
+// The maps of a launch (host side; the launcher and the CPU emulator share it). Rows past a
+// request's max_prefix + T cache rows and past its T * H query rows read as zero; a request's
+// rows between its own prefix + T and that bound are real memory, masked by the kernel.
+inline KernelResult make_attn_tma_maps(const VerifyKernelParams& k, AttnTmaMaps* maps) {
+  using Cfg = Bf16AttnWgmma;
+  constexpr uint64_t kBf16Bytes = 2;
+  constexpr uint32_t kBoxCols = Cfg::kBlockCols;  // a box is one 64-column block
+  const uint64_t batch = static_cast<uint64_t>(k.p.batch), rows = static_cast<uint64_t>(k.rows);
+  const uint64_t kv_rows = static_cast<uint64_t>(k.p.max_prefix) + static_cast<uint64_t>(k.p.tree_len);
+  const uint64_t row_bytes = static_cast<uint64_t>(k.p.kv_row_stride) * kBf16Bytes;
+  // one request: any stride past its rows (the batch coordinate is always 0)
+  const uint64_t batch_bytes = batch > 1 ? static_cast<uint64_t>(k.p.kv_batch_stride) * kBf16Bytes : kv_rows * row_bytes;
+  const uint32_t key_box[3] = {kBoxCols, static_cast<uint32_t>(Cfg::kTileKeys), 1};
+  const uint32_t q_box[3] = {kBoxCols, static_cast<uint32_t>(Cfg::kTileRows), 1};
+  if (KernelResult r = encode_tma_map_bf16_3d(&maps->kv, k.p.kv, {kVerifyQKDim, kv_rows, batch}, {row_bytes, batch_bytes},
+                                              key_box, "verify_attn kv");
+      !r.ok())
+    return r;
+  const uint64_t lat_row = kVerifyLatentDim * kBf16Bytes, pe_row = kVerifyRopeDim * kBf16Bytes;
+  if (KernelResult r = encode_tma_map_bf16_3d(&maps->q_lat, k.p.q_lat, {kVerifyLatentDim, rows, batch},
+                                              {lat_row, rows * lat_row}, q_box, "verify_attn q_lat");
+      !r.ok())
+    return r;
+  return encode_tma_map_bf16_3d(&maps->q_pe, k.p.q_pe, {kVerifyRopeDim, rows, batch}, {pe_row, rows * pe_row}, q_box,
+                                "verify_attn q_pe");
+}
+
+// Q by TMA (one thread): 8 boxes of q_lat and 1 of q_pe, rows row0 .. row0 + 63 of request b.
+KD_DEVICE void tma_load_query_tile(uint8_t* dst, const AttnTmaMaps& maps, uint64_t* bar, int b, int row0) {
+  using Cfg = Bf16AttnWgmma;
+#pragma unroll
+  for (int blk = 0; blk < kVerifyLatentDim / Cfg::kBlockCols; ++blk)
+    tma_load_3d(dst + blk * Cfg::kBlockBytes, &maps.q_lat, bar, blk * Cfg::kBlockCols, row0, b);
+  tma_load_3d(dst + (kVerifyLatentDim / Cfg::kBlockCols) * Cfg::kBlockBytes, &maps.q_pe, bar, 0, row0, b);
+}
+
+// A key tile by TMA (one thread): its 9 64-column blocks of cache rows key0 .. key0 + 63.
+KD_DEVICE void tma_load_key_tile(uint8_t* dst, const TmaMap* kv, uint64_t* bar, int b, int key0) {
+  using Cfg = Bf16AttnWgmma;
+#pragma unroll
+  for (int blk = 0; blk < Cfg::kBlocks; ++blk)
+    tma_load_3d(dst + blk * Cfg::kBlockBytes, kv, bar, blk * Cfg::kBlockCols, key0, b);
+}
+
 // kOwnPInRegs: the P V steps over a warpgroup's own keys take P from registers, before the
 // barrier that publishes P (config kVerifyBf16WgmmaRs: 3-4% faster on the H200); else all
 // four from shared memory (kVerifyBf16Wgmma, for timing).
@@ -201,10 +280,12 @@ KD_DEVICE void wgmma_load_key_tile_lean(uint8_t* dst, const __nv_bfloat16* kv, i
 // instructions a tile a warp in config 7): the warpgroup index made warp-uniform, so that the
 // descriptors are a loop-invariant base plus constants in uniform registers; the copies by
 // wgmma_load_key_tile_lean; unmasked prefix tiles skip the per-element mask.
-template <class OutT, bool kOwnPInRegs, bool kLean = false>
-__global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_kernel(const VerifyKernelParams k) {
-#if defined(KD_WGMMA_DEVICE) || defined(KD_SIMT_EMULATION)
+// kTma (config kVerifyBf16WgmmaTma, with kOwnPInRegs and kLean): the loads by TMA (above);
+// `maps` is null otherwise.
+template <class OutT, bool kOwnPInRegs, bool kLean, bool kTma>
+KD_DEVICE void wgmma_attn_split(const VerifyKernelParams& k, const AttnTmaMaps* maps) {
   using Cfg = Bf16AttnWgmma;
+  static_assert(!kTma || (kOwnPInRegs && kLean), "the TMA variant is built on the lean one");
   ATTN_CLK_DECL;
   KD_DYNAMIC_SMEM(uint8_t, raw);
   uint8_t* smem = raw + (kWgmmaAtomBytes - smem_u32(raw) % kWgmmaAtomBytes) % kWgmmaAtomBytes;
@@ -212,6 +293,8 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
   float* red_max = reinterpret_cast<float*>(smem + Cfg::kMaxOff);  // [groups][rows]
   float* red_sum = reinterpret_cast<float*>(smem + Cfg::kSumOff);  // [groups][rows]
   uint32_t* mask_s = reinterpret_cast<uint32_t*>(smem + Cfg::kMaskOff);
+  uint64_t* full_bar = reinterpret_cast<uint64_t*>(smem + Cfg::kBarOff);  // kTma: [stages] tile landed
+  uint64_t* empty_bar = full_bar + Cfg::kStages;                           // kTma: [stages] buffer free
   const uint32_t q_addr = smem_u32(smem + Cfg::kQOff), p_addr = smem_u32(p_s);
   const uint64_t q_desc = wgmma_desc_sw128(q_addr, 0, kWgmmaAtomBytes), p_desc = wgmma_desc_sw128(p_addr, 0, kWgmmaAtomBytes);
 
@@ -222,6 +305,17 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
   const int wq = (tid / kWarpSize) % 4;                 // warp within the warpgroup: 16 rows
   const int lane = tid % kWarpSize, g = lane / 4, tig = lane % 4;
   const int row_lo = 16 * wq + g, row_hi = row_lo + 8;  // this thread's accumulator rows
+  if constexpr (kTma) {
+    if (tid == 0) {
+      for (int s = 0; s < Cfg::kStages; ++s) {
+        mbarrier_init(&full_bar[s], 1);                    // thread 0's arrive.expect_tx
+        mbarrier_init(&empty_bar[s], Cfg::kGroupThreads);  // warpgroup 1's threads
+      }
+      fence_mbarrier_init();
+      tma_prefetch_map(&maps->kv);
+    }
+    __syncthreads();  // the mbarriers initialised, for every thread
+  }
   const SplitSchedule sched = split_schedule(k, Cfg::kTileRows, Cfg::kTileKeys, mask_s);
   const SplitWork& w = sched.w;
   const uint32_t tail_mask = sched.tail_mask;
@@ -244,21 +338,32 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
   for (int i = 0; i < Cfg::kORegs; ++i) o[i] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // base 2; l_run: this thread's keys
 
-  wgmma_load_query_tile(smem + Cfg::kQOff, k, w.b, w.row0);
-  {
+  if constexpr (kTma) {
+    if (tid == 0) {  // Q and tile 0 on the first buffer's first phase
+      const KeyTile t0 = key_tile_at(w, prefix_tiles, tail_mask, 0, Cfg::kTileKeys, T);
+      mbarrier_arrive_expect_tx(&full_bar[0], 2 * Cfg::kTileBytes);
+      tma_load_query_tile(smem + Cfg::kQOff, *maps, &full_bar[0], w.b, w.row0);
+      tma_load_key_tile(smem + Cfg::kKOff, &maps->kv, &full_bar[0], w.b, t0.key0);
+    }
+  } else {
+    wgmma_load_query_tile(smem + Cfg::kQOff, k, w.b, w.row0);
     const KeyTile t0 = key_tile_at(w, prefix_tiles, tail_mask, 0, Cfg::kTileKeys, T);
     wgmma_load_key_tile(smem + Cfg::kKOff, kv, k.p.kv_row_stride, t0.key0, t0.valid);
+    cp_async_commit();
   }
-  cp_async_commit();
 
   ATTN_CLK_LAP(kClkPrologue);
   for (int it = 0; it < n_tiles; ++it) {
     const int buf = it & 1;
     const uint32_t k_addr = smem_u32(smem + Cfg::kKOff + buf * Cfg::kTileBytes);
     const KeyTile tile = key_tile_at(w, prefix_tiles, tail_mask, it, Cfg::kTileKeys, T);
-    cp_async_wait<0>();
-    fence_proxy_async_smem();  // the copies this thread waited for, visible to wgmma
-    __syncthreads();           // tile `it` (and Q) landed for everyone; every P V of tile it-1 is complete
+    if constexpr (kTma) {
+      mbarrier_wait_parity(&full_bar[buf], (it / Cfg::kStages) & 1);  // tile `it` (and Q) landed
+    } else {
+      cp_async_wait<0>();
+      fence_proxy_async_smem();  // the copies this thread waited for, visible to wgmma
+      __syncthreads();           // tile `it` (and Q) landed for everyone; every P V of tile it-1 is complete
+    }
     ATTN_CLK_LAP(kClkTop);
 
     // S = Q K^T for keys 32 group ..: K-major operands, 64-column blocks kBlockBytes apart,
@@ -283,15 +388,41 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
     ATTN_CLK_LAP(kClkSIssue);
     // the next tile's copies (into the buffer the P V of tile it-1 read) while S runs
     if (it + 1 < n_tiles) {
-      const KeyTile nx = key_tile_at(w, prefix_tiles, tail_mask, it + 1, Cfg::kTileKeys, T);
-      uint8_t* dst = smem + Cfg::kKOff + (buf ^ 1) * Cfg::kTileBytes;
-      if constexpr (kLean) wgmma_load_key_tile_lean(dst, kv, k.p.kv_row_stride, nx.key0, nx.valid);
-      else wgmma_load_key_tile(dst, kv, k.p.kv_row_stride, nx.key0, nx.valid);
+      const int nbuf = buf ^ 1;
+      uint8_t* dst = smem + Cfg::kKOff + nbuf * Cfg::kTileBytes;
+      if constexpr (kTma) {
+        if (tid == 0) {
+          const KeyTile nx = key_tile_at(w, prefix_tiles, tail_mask, it + 1, Cfg::kTileKeys, T);
+          // tile it-1's P V complete in warpgroup 1 (its `empty` phase (it-1) / 2); none before tile 1
+          if (it >= 1) mbarrier_wait_parity(&empty_bar[nbuf], ((it - 1) / Cfg::kStages) & 1);
+          mbarrier_arrive_expect_tx(&full_bar[nbuf], Cfg::kTileBytes);
+          tma_load_key_tile(dst, &maps->kv, &full_bar[nbuf], w.b, nx.key0);
+        }
+      } else {
+        const KeyTile nx = key_tile_at(w, prefix_tiles, tail_mask, it + 1, Cfg::kTileKeys, T);
+        if constexpr (kLean) wgmma_load_key_tile_lean(dst, kv, k.p.kv_row_stride, nx.key0, nx.valid);
+        else wgmma_load_key_tile(dst, kv, k.p.kv_row_stride, nx.key0, nx.valid);
+      }
     }
-    cp_async_commit();
+    if constexpr (!kTma) cp_async_commit();
     ATTN_CLK_LAP(kClkCopyIssue);
     wgmma_wait<0>();
     wgmma_fence_operand(s);
+    if constexpr (kTma) {
+      // TMA brought the rows past `valid` too (other keys, the tree, or memory past it; zero only
+      // beyond the map): clear their V columns in this warpgroup's own key rows (its S has read
+      // them) so that P = 0 never meets a NaN there; barrier B orders this before any P V.
+      if (tile.valid < Cfg::kTileKeys) {
+        const int r0 = max(tile.valid, group * Cfg::kKeysPerGroup), r1 = (group + 1) * Cfg::kKeysPerGroup;
+        uint8_t* kt = smem + Cfg::kKOff + buf * Cfg::kTileBytes;
+        const int gt = tid % Cfg::kGroupThreads;
+        for (int idx = gt; idx < (r1 - r0) * Cfg::kLatentChunks; idx += Cfg::kGroupThreads) {
+          const int r = r0 + idx / Cfg::kLatentChunks, c = idx % Cfg::kLatentChunks;  // every chunk of the row: no swizzle
+          *reinterpret_cast<uint4*>(kt + (c / 8) * Cfg::kBlockBytes + r * 128 + (c % 8) * 16) = make_uint4(0, 0, 0, 0);
+        }
+        fence_proxy_async_smem();  // the zeros, visible to wgmma (and ordered before the buffer's refill)
+      }
+    }
     ATTN_CLK_LAP(kClkSWait);
 
     // scale into the base-2 domain and mask; row maxima of this warpgroup's keys
@@ -409,6 +540,9 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operand(o);
+    if constexpr (kTma) {
+      if (group == 1) mbarrier_arrive(&empty_bar[buf]);  // warpgroup 1 is done with this buffer
+    }
     ATTN_CLK_LAP(kClkPV);
   }
 
@@ -444,8 +578,27 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
       if (group == 0 && tig == 0) k.part_lse[part_base + m] = lse2;
     }
   }
+}
+
+// Configs 6, 7, 8 (cp.async loads).
+template <class OutT, bool kOwnPInRegs, bool kLean = false>
+__global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_kernel(const VerifyKernelParams k) {
+#if defined(KD_WGMMA_DEVICE) || defined(KD_SIMT_EMULATION)
+  wgmma_attn_split<OutT, kOwnPInRegs, kLean, false>(k, nullptr);
 #elif defined(__CUDA_ARCH__)
   __trap();  // a build without sm_90a code: the plan picks this kernel on compute capability 9.0 only
+#endif
+}
+
+// Config 9 (TMA loads): the maps live in the kernel's parameter space, where the TMA unit
+// reads them (__grid_constant__: never copied to local memory).
+template <class OutT>
+__global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1)
+    verify_attn_wgmma_tma_kernel(const VerifyKernelParams k, const __grid_constant__ AttnTmaMaps maps) {
+#if defined(KD_WGMMA_DEVICE) || defined(KD_SIMT_EMULATION)
+  wgmma_attn_split<OutT, true, true, true>(k, &maps);
+#elif defined(__CUDA_ARCH__)
+  __trap();
 #endif
 }
 

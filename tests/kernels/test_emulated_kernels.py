@@ -131,9 +131,10 @@ def test_accept_compaction_chain_on_emulator(emulated):
     _run(emulated["emu_tree_accept_test"])
 
 
-def _run_attn_cases(exe: Path, tmp_path: Path, seed: int, shapes) -> str:
+def _run_attn_cases(exe: Path, tmp_path: Path, seed: int, shapes, also_configs: tuple[int, ...] = ()) -> str:
     """Write one case per (heads, n, prefixes) with the large-case generator (float64
-    reference) and run them through the launcher's own plan on the emulator's pretend device."""
+    reference) and run them through the launcher's own plan on the emulator's pretend device,
+    then in bf16 with each of `also_configs` forced (variants the plan does not pick yet)."""
     import numpy as np
     import torch
 
@@ -144,8 +145,9 @@ def _run_attn_cases(exe: Path, tmp_path: Path, seed: int, shapes) -> str:
         tensors = make_case(torch, np.random.default_rng(seed + i), torch.Generator().manual_seed(seed + i), heads, n,
                             prefixes, "cpu")
         write_kdtr(tmp_path / f"{i:02d}_h{heads}_n{n}.kdtr", tensors)
-    out = _run(exe, "verify_attn_large_from_env", env={"KD_LARGE_ATTN_DIR": str(tmp_path)})
-    assert "1 passed" in out and out.count(" bf16 ") == len(shapes), out[-3000:]
+    out = _run(exe, "verify_attn_large_from_env",
+               env={"KD_LARGE_ATTN_DIR": str(tmp_path), "KD_ATTN_ALSO_CONFIGS": ",".join(map(str, also_configs))})
+    assert "1 passed" in out and out.count(" bf16 ") == len(shapes) * (1 + len(also_configs)), out[-3000:]
     return out
 
 
@@ -163,11 +165,13 @@ def test_verify_attn_verify_shapes_on_emulator(emulated, tmp_path, seed):
     """Verify shapes (T * H > 32 query rows) through the launcher's own plan on a pretend
     8-SM H200: the tile the plan picks on compute capability 9.0 (the lean wgmma one), its
     prefix split over several CTAs, full prefix tiles (the unmasked path) and a ragged last
-    one, per-request prefixes in a batch, an empty prefix; against the float64 reference."""
+    one, per-request prefixes in a batch, an empty prefix; against the float64 reference. The
+    TMA variants not yet planned (config 9, kVerifyBf16WgmmaTma; 10, kVerifyBf16WgmmaSeesaw)
+    run the same cases."""
     shapes = [(16, 8, [2048 + 37, 64, 0]), (8, 64, [1536]), (4, 15, [777, 1600])]
-    out = _run_attn_cases(emulated["emu_verify_attn_test"], tmp_path, seed, shapes)
+    out = _run_attn_cases(emulated["emu_verify_attn_test"], tmp_path, seed, shapes, also_configs=(9, 10))
     configs = [int(c) for c in re.findall(r"config (\d+)", out)]
-    assert configs == [2, 8] * len(shapes), out[-3000:]  # float32, then bf16: kVerifyF32, kVerifyBf16WgmmaLean
+    assert configs == [2, 8, 9, 10] * len(shapes), out[-3000:]  # float32, bf16 as planned (kVerifyBf16WgmmaLean), 9, 10
     splits = [int(c) for c in re.findall(r"(\d+) splits of", out)]
     assert max(splits) > 1, out[-3000:]
 
@@ -188,5 +192,6 @@ def test_emulator_reports_a_broken_kernel_instead_of_running_it(emulated, case, 
 
 
 def test_verify_attn_on_emulator(emulated):
-    out = _run(emulated["emu_verify_attn_test"], "verify_attn_one_split", "verify_attn_forced_splits")
+    out = _run(emulated["emu_verify_attn_test"], "verify_attn_one_split", "verify_attn_forced_splits",
+               "verify_attn_tma_equals_lean_bitwise", "tma_probe_matches_layout")
     assert out.count(" f32 ") >= 18 and out.count(" bf16 cfg1 ") >= 18

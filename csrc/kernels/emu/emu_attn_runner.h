@@ -6,6 +6,7 @@
 #include "kernels/verify_attn_decode.cuh"
 #include "kernels/verify_attn_f32.cuh"
 #include "kernels/verify_attn_plan.h"
+#include "kernels/verify_attn_seesaw.cuh"
 #include "kernels/verify_attn_wgmma.cuh"
 #include "tests/verify_attn_cases.h"
 
@@ -18,10 +19,25 @@ struct EmuAttnRunner {
   bool wgmma = true;                 // an H200: the wgmma tile may be planned
   VerifyAttnPlan last_plan;
 
+  // A request's cache rows past its prefix + T (unwritten rows of a real cache) hold NaN
+  // here: no kernel may let them reach the output (the TMA tile reads them, then masks them).
+  static std::vector<uint16_t> cache_with_nan_tail(const AttnIO& io) {
+    constexpr uint16_t kBf16NaN = 0x7FC0;
+    std::vector<uint16_t> kv = io.kv;
+    for (int b = 0; b < io.batch; ++b) {
+      const int prefix = io.with_prefix_array ? io.prefix[b] : io.max_prefix;
+      const size_t first = static_cast<size_t>(b) * io.kv_rows + std::min(io.kv_rows, prefix + io.tree_len);
+      std::fill(kv.begin() + first * kVerifyQKDim, kv.begin() + (static_cast<size_t>(b) + 1) * io.kv_rows * kVerifyQKDim,
+                kBf16NaN);
+    }
+    return kv;
+  }
+
   KernelResult attn(AttnIO& io) {
     std::vector<float> q_lat_f, q_pe_f, kv_f;
     std::vector<__nv_bfloat16> out_b;
     std::vector<float> out_f;
+    const std::vector<uint16_t> kv = cache_with_nan_tail(io);
     VerifyAttnParams p;
     p.dtype = io.dtype;
     p.batch = io.batch;
@@ -32,7 +48,7 @@ struct EmuAttnRunner {
     if (io.dtype == AttnDType::kF32) {
       q_lat_f = AttnIO::widen(io.q_lat);
       q_pe_f = AttnIO::widen(io.q_pe);
-      kv_f = AttnIO::widen(io.kv);
+      kv_f = AttnIO::widen(kv);
       p.q_lat = q_lat_f.data();
       p.q_pe = q_pe_f.data();
       p.kv = kv_f.data();
@@ -41,7 +57,7 @@ struct EmuAttnRunner {
     } else {
       p.q_lat = io.q_lat.data();
       p.q_pe = io.q_pe.data();
-      p.kv = io.kv.data();
+      p.kv = kv.data();
       out_b.assign(io.out.size(), __float2bfloat16_rn(poison_f32()));
       p.out = out_b.data();
     }
@@ -86,6 +102,20 @@ struct EmuAttnRunner {
         ::kdemu::launch(grid, dim3(Bf16AttnWgmma::kThreads), Bf16AttnWgmma::kSmemBytes,
                         verify_attn_wgmma_kernel<__nv_bfloat16, true, true>, k);
         break;
+      case kVerifyBf16WgmmaTma: {
+        AttnTmaMaps maps;
+        if (KernelResult r = make_attn_tma_maps(k, &maps); !r.ok()) return r;
+        ::kdemu::launch(grid, dim3(Bf16AttnWgmma::kThreads), Bf16AttnWgmma::kTmaSmemBytes,
+                        verify_attn_wgmma_tma_kernel<__nv_bfloat16>, k, maps);
+        break;
+      }
+      case kVerifyBf16WgmmaSeesaw: {
+        AttnTmaMaps maps;
+        if (KernelResult r = make_attn_tma_maps(k, &maps); !r.ok()) return r;
+        ::kdemu::launch(grid, dim3(Bf16AttnSeesaw::kThreads), Bf16AttnSeesaw::kSmemBytes,
+                        verify_attn_seesaw_kernel<__nv_bfloat16>, k, maps);
+        break;
+      }
       case kVerifyBf16Small:
         ::kdemu::launch(grid, dim3(Bf16AttnSmall::kThreads), Bf16AttnSmall::kSmemBytes,
                         verify_attn_bf16_kernel<Bf16AttnSmall, __nv_bfloat16>, k);

@@ -1,9 +1,14 @@
 // verify_attn (float32 and both bf16 tile configurations, one split and several) on the SIMT
 // emulator (CPU), against refs/verify_attn.kdtr.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <utility>
+#include <vector>
 
 #include "emu_attn_runner.h"
+#include "tests/tma_probe.cuh"
 #include "tests/wgmma_probe.cuh"
 
 using namespace kdtree;
@@ -28,25 +33,71 @@ KD_TEST(wgmma_probe_matches_matmul) {
   KD_EXPECT_EQ(h.check(), 0);
 }
 
+// The TMA tile layout (tensor map, box coordinates, zeros past the tensor, mbarrier phases)
+// against sw128_offset (tests/tma_probe.cuh).
+KD_TEST(tma_probe_matches_layout) {
+  const std::vector<uint16_t> src = tma_probe_input(7);
+  TmaMap map;
+  const KernelResult r = tma_probe_map(&map, src.data());
+  KD_CHECK(r.ok());
+  int mismatches[kTmaProbeFills] = {};
+  ::kdemu::launch(dim3(1), dim3(kTmaProbeThreads), kTmaProbeSmemBytes, tma_probe_kernel, map, src.data(), mismatches);
+  for (int f = 0; f < kTmaProbeFills; ++f) KD_EXPECT_EQ(mismatches[f], 0);
+}
+
 KD_TEST(verify_attn_one_split) {
   EmuAttnRunner runner;
   run_attn_bundle(runner, bundle(),
                   {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic,
-                   kVerifyBf16Wgmma, kVerifyBf16WgmmaRs, kVerifyBf16WgmmaLean}, 0);
+                   kVerifyBf16Wgmma, kVerifyBf16WgmmaRs, kVerifyBf16WgmmaLean, kVerifyBf16WgmmaTma, kVerifyBf16WgmmaSeesaw}, 0);
 }
 
 KD_TEST(verify_attn_forced_splits) {
   EmuAttnRunner runner;
   run_attn_bundle(runner, bundle(),
                   {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic,
-                   kVerifyBf16Wgmma, kVerifyBf16WgmmaRs, kVerifyBf16WgmmaLean}, 64);
+                   kVerifyBf16Wgmma, kVerifyBf16WgmmaRs, kVerifyBf16WgmmaLean, kVerifyBf16WgmmaTma, kVerifyBf16WgmmaSeesaw}, 64);
+}
+
+// Config 9 changes only how tiles are loaded (TMA, rows past `valid` masked and their V zeroed
+// instead of zero-filled): its output equals config 8's bit for bit, one split and several.
+KD_TEST(verify_attn_tma_equals_lean_bitwise) {
+  EmuAttnRunner runner;
+  const int cases = static_cast<int>(scalar(bundle(), "num_cases"));
+  for (int split_keys : {0, 64})
+    for (int i = 0; i < cases; ++i) {
+      const AttnIO base = load_attn_case(bundle(), "v" + std::to_string(i));
+      std::vector<float> out[2], lse[2];
+      for (int v = 0; v < 2; ++v) {
+        AttnIO io = base;
+        io.force_config = v == 0 ? kVerifyBf16WgmmaLean : kVerifyBf16WgmmaTma;
+        io.force_split_keys = split_keys;
+        io.poison_outputs();
+        KD_CHECK(runner.attn(io).ok());
+        out[v] = io.out;
+        lse[v] = io.lse;
+      }
+      KD_EXPECT(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)) == 0);
+      KD_EXPECT(std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * sizeof(float)) == 0);
+    }
 }
 
 // Files of python_engine/refgen/large_attn_cases.py (folder in $KD_LARGE_ATTN_DIR): the
-// generator's schema and its torch reference, checked on the CPU (keep them small here).
+// generator's schema and its torch reference, checked on the CPU (keep them small here). Each
+// case runs in float32 and in bf16 with the plan's configuration, then in bf16 with each
+// configuration listed in $KD_ATTN_ALSO_CONFIGS (comma-separated VerifyAttnConfig numbers:
+// variants not yet planned run through the same shapes, splits and batches).
 KD_TEST(verify_attn_large_from_env) {
   const char* dir = std::getenv("KD_LARGE_ATTN_DIR");
   if (!dir || !*dir) KD_SKIP("set KD_LARGE_ATTN_DIR");
+  std::vector<int> also;
+  if (const char* list = std::getenv("KD_ATTN_ALSO_CONFIGS"))
+    for (const char* c = list; *c;) {
+      char* end = nullptr;
+      also.push_back(static_cast<int>(std::strtol(c, &end, 10)));
+      KD_CHECK(end != c);  // KD_ATTN_ALSO_CONFIGS: comma-separated config numbers
+      c = *end == ',' ? end + 1 : end;
+    }
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir))
     if (e.path().extension() == ".kdtr") files.push_back(e.path());
@@ -56,9 +107,12 @@ KD_TEST(verify_attn_large_from_env) {
   for (const auto& path : files) {
     const KdtrFile f(path.string());
     const AttnIO base = load_attn_case(f, "v0");
-    for (AttnDType d : {AttnDType::kF32, AttnDType::kBF16}) {
+    std::vector<std::pair<AttnDType, int>> runs = {{AttnDType::kF32, -1}, {AttnDType::kBF16, -1}};
+    for (int c : also) runs.push_back({AttnDType::kBF16, c});
+    for (const auto& [d, config] : runs) {
       AttnIO io = base;
       io.dtype = d;
+      io.force_config = config;
       check_attn(runner, io, f.get("v0.out").as<float>(), f.get("v0.lse").as<float>(),
                  path.stem().string() + (d == AttnDType::kF32 ? " f32" : " bf16"));
       std::printf("      %d splits of %d keys, config %d\n", runner.last_plan.splits, runner.last_plan.split_len,

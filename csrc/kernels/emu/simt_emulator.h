@@ -16,6 +16,8 @@
 //
 // Limits: warp collectives must be called by all 32 lanes (full mask) in the same order;
 // cp.async copies happen at issue; atomics are plain read-modify-writes (one OS thread).
+// Hopper's mbarriers and bulk tensor copies (TMA) are emulated in emu/simt_tma.h: a copy
+// poisons its destination at issue and lands when its mbarrier phase is waited for.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -31,6 +33,7 @@
 #include <cstring>
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -79,7 +82,7 @@ inline void make_context(Context* c, char* stack, size_t bytes, void (*entry)())
 }
 #endif
 
-enum class State { kRunnable, kWaitBlock, kWaitNamed, kWaitWarp, kDone };
+enum class State { kRunnable, kWaitBlock, kWaitNamed, kWaitWarp, kWaitMbarrier, kDone };
 
 struct Fiber {
   State state = State::kRunnable;
@@ -89,6 +92,20 @@ struct Fiber {
   int warp_gen = 0;  // number of warp collectives this lane has entered (selects a slot bank)
   int bar_id = -1;   // the named barrier this thread waits at
   int or_gen = 0;    // __syncthreads_or calls made (selects an accumulator slot)
+  const void* mbar = nullptr;  // the mbarrier this thread waits on (kWaitMbarrier) ...
+  int mbar_parity = 0;         // ... for the completion of the phase of this parity
+};
+
+// An mbarrier (PTX mbarrier.*: arrival counts, and on sm_90 transaction bytes), kept beside
+// the block by its address (emu/simt_tma.h runs it). A phase completes when every expected
+// arrival came and the bytes announced by expect_tx were delivered; the copies that deliver
+// them wait in `in_flight` until then (each lands its data and returns its bytes).
+struct Mbarrier {
+  int expected = 0;  // arrivals a phase takes
+  int pending = 0;   // arrivals the current phase still needs
+  int64_t tx = 0;    // bytes announced and not yet delivered
+  int phase = 0;     // parity of the current (incomplete) phase
+  std::vector<std::function<int64_t()>> in_flight;
 };
 
 struct WarpState {
@@ -117,6 +134,7 @@ struct Block {
   std::function<void()> body;
   Context sched;  // the scheduler (run_block), while a thread runs
   const std::unique_ptr<Carrier>* carriers = nullptr;  // this OS thread's, by thread index (run_block)
+  std::map<const void*, Mbarrier> mbarriers;  // by shared-memory address (emu/simt_tma.h)
   int current = -1;
   bool flat = false;  // launched with launch_flat: threads run one after another, no fibers
   uint3 block_idx{0, 0, 0};
@@ -264,6 +282,21 @@ inline void named_barrier(int id, int count) {
   if (f->state != State::kRunnable) yield();
 }
 
+// bar.arrive id, count: counts towards barrier `id` like bar.sync but does not wait (a
+// producer signalling consumers that wait with bar.sync id, count).
+inline void named_barrier_arrive(int id, int count) {
+  check_not_flat("named barrier in a kernel launched flat (KD_LAUNCH_FLAT): launch it with KD_LAUNCH");
+  Block* b = current_block();
+  if (id < 0 || id >= kNamedBarriers) fatal("named barrier id out of range");
+  if (b->named_arrived[id] == 0) b->named_expected[id] = count;
+  if (b->named_expected[id] != count) fatal("named barrier used with different thread counts");
+  if (++b->named_arrived[id] == count) {
+    b->named_arrived[id] = 0;
+    for (Fiber& g : b->fibers)
+      if (g.state == State::kWaitNamed && g.bar_id == id) g.state = State::kRunnable;
+  }
+}
+
 inline void check_warp_complete(Block* b, int warp) {
   for (int l = 0; l < kWarpSize; ++l) {
     const int idx = warp * kWarpSize + l;
@@ -311,6 +344,12 @@ inline void run_block(Block& b) {
         b.current = i;
         check_warp_complete(&b, b.fibers[i].warp);
       }
+    for (int i = 0; i < n; ++i)
+      if (b.fibers[i].state == State::kWaitMbarrier) {
+        b.current = i;
+        fatal("deadlock: a thread waits on an mbarrier phase that never completes (an arrival missing, or "
+              "expect_tx bytes that no copy delivers)");
+      }
     b.current = 0;
     for (int i = 0; i < n; ++i)
       if (b.fibers[i].state != State::kDone) {
@@ -319,6 +358,8 @@ inline void run_block(Block& b) {
       }
     fatal("deadlock: threads wait at a barrier that the others never reach");
   }
+  for (const auto& [addr, m] : b.mbarriers)
+    if (!m.in_flight.empty()) fatal("bulk copies still in flight when the block ended: nobody waited on their mbarrier");
   current_block() = nullptr;
 }
 
@@ -693,8 +734,10 @@ inline void wgmma(float* d, int n, const uint32_t* a_regs, uint64_t a_desc, uint
 #undef __global__
 #undef __shared__
 #undef __launch_bounds__
+#undef __grid_constant__
 #define __global__
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __shared__ static
 #define threadIdx (::kdemu::thread_idx())
 #define blockIdx (::kdemu::block_idx())
