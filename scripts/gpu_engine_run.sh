@@ -5,7 +5,7 @@
 # under $OUT; a short table comes last. Usage (repository root, on the GPU machine):
 #   OUT=/tmp/o scripts/gpu_engine_run.sh [steps...]     steps default to all, in order:
 #   build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe
-# and, named only: moeab (bench_moe A/B against .ab/base), topk (the top-K scans' GPU test and racecheck), kab (bench_kernels A/B: scripts/kab_cases.txt), large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
+# and, named only: moeab (bench_moe A/B against .ab/base), topk (the top-K scans' GPU test), topkrace (its racecheck), kab (bench_kernels A/B: scripts/kab_cases.txt), large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
 # tree build: scripts/clk_cases.txt), ncu (source-level Nsight Compute: scripts/ncu_cases.txt), split (the simulated split on one GPU), multigpu (kdtree run --gpus 2 tests),
 # kernels (kdtree bench kernels, the full sweep), benchall (kdtree bench all: build, native tests
 # on fresh large cases, compute-sanitizer, the kernel bench; KDTREE_BENCH_BUDGET_S), int4 (the
@@ -87,8 +87,8 @@ for s in "${STEPS[@]}"; do
              --tokens 1 8 64 --rounds 2 --impl ${KDTREE_MOEAB_IMPL:-int4 int4_scan int4_nopf int4_pf14 int4_pf21 int4_serial} \
              --json "$OUT/moeab.json" ;;
     topk) # topk_logprobs' scans on the GPU (every variant, the random styles and a 448 x 163840 case), racecheck
-           step topk 300 build/release/bin/test_tree_build topk_random
-           step topk-race 300 env KDTREE_SANITIZE_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 9 \
+           step topk 300 build/release/bin/test_tree_build topk_random ;;
+    topkrace) step topkrace 150 env KDTREE_SANITIZE_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 9 \
              build/release/bin/test_tree_build topk_random ;;
     kab) # bench_kernels A/B lines (scripts/kab_cases.txt), twice, in one process each
            for r in 1 2; do step "kab$r" 300 build/release/bin/bench_kernels --cases "${KDTREE_KAB_CASES:-scripts/kab_cases.txt}" \
