@@ -309,7 +309,6 @@ int main(int argc, char** argv) {
         int cta_warps = 0;
         bool scan_offsets = false;  // each CTA finds its expert in offsets, not in the active list
         bool no_prefetch = false;   // the gate/up launch asks L2 for none of the down GEMM's weights
-        int prefetch_chunks = 0;    // ... or for this many chunks of each down row tile (0: its ring fill)
       };
       constexpr W4RowTile kAutoTile = W4RowTile::kAuto;
       constexpr W4XSource kAutoX = W4XSource::kAuto, kShared = W4XSource::kShared, kGlobal = W4XSource::kGlobal;
@@ -328,9 +327,7 @@ int main(int argc, char** argv) {
           {"int4_down_xshared", kAutoTile, 0, 0, true, kAutoX, kShared},
           {"int4_cta8", kAutoTile, 0, 0, true, kAutoX, kAutoX, 8},
           {"int4_scan", kAutoTile, 0, 0, true, kAutoX, kAutoX, 0, true},
-          {"int4_nopf", kAutoTile, 0, 0, true, kAutoX, kAutoX, 0, false, true},
-          {"int4_pf14", kAutoTile, 0, 0, true, kAutoX, kAutoX, 0, false, false, 14},
-          {"int4_pf21", kAutoTile, 0, 0, true, kAutoX, kAutoX, 0, false, false, 21}};
+          {"int4_nopf", kAutoTile, 0, 0, true, kAutoX, kAutoX, 0, false, true}};
       for (const Int4Variant& v : variants) {
         auto launch = [&, v](bool gate_up) {
           MoeW4a16Params p = int4_params(*cur, gate_up, v.tile, gate_up ? v.slices_gate_up : v.slices_down, v.overlap,
@@ -338,7 +335,6 @@ int main(int argc, char** argv) {
           p.cta_warps = v.cta_warps;
           if (v.scan_offsets) p.active_experts = nullptr;
           if (v.no_prefetch) p.next_w = nullptr;
-          p.next_prefetch_chunks = v.prefetch_chunks;
           check(moe_gemm_w4a16(p, nullptr));
         };
         cases.push_back({v.name, [launch] { launch(true); }, [launch] { launch(false); }});

@@ -146,7 +146,7 @@ KD_HOST_DEVICE inline int w4_ring_fill_chunks(int k);
 // its warps fill their rings with first; lanes of one warp take a tile each.
 KD_DEVICE void prefetch_next_ring_fills(const MoeW4a16Params& p, int e, int lane) {
   const int tiles = ceil_div(p.next_n, kW4TileRows), chunks = ceil_div(p.next_k, kW4TileCols);
-  const int fill = min(chunks, p.next_prefetch_chunks > 0 ? p.next_prefetch_chunks : w4_ring_fill_chunks(p.next_k));
+  const int fill = min(chunks, w4_ring_fill_chunks(p.next_k));
   const int per_cta = ceil_div(tiles, static_cast<int>(gridDim.x));
   const int t0 = static_cast<int>(blockIdx.x) * per_cta, t1 = min(tiles, t0 + per_cta);
   const uint32_t* base = p.next_w + e * p.next_expert_stride;

@@ -104,7 +104,6 @@ struct MoeW4a16Params {
   int next_n = 0, next_k = 0;
   int64_t next_expert_stride = 0;
   bool next_prefetch_always = false;  // test hook: prefetch whatever the waves
-  int next_prefetch_chunks = 0;       // bench hook: chunks per row tile asked for (0: the ring fill)
   const void* x = nullptr;         // bf16; grouped row r reads x row (x_row ? x_row[r] : r)
   int64_t x_stride = 0;            // elements, a multiple of 8 (16-byte row loads); x 16-byte aligned
   const int32_t* x_row = nullptr;  // [rows] or null
