@@ -270,12 +270,6 @@ int main(int argc, char** argv) {
         p.x_source = x_source;
         p.overlap_previous = overlap && !gate_up;  // as the engine launches the down GEMM
         p.active_experts = r.active.p;  // as the engine passes moe_group's list
-        if (gate_up) {  // as the engine launches it: the down GEMM's first blocks asked of L2
-          p.next_w = q_down.p;
-          p.next_n = hidden;
-          p.next_k = inter;
-          p.next_expert_stride = down_words;
-        }
         p.w = gate_up ? q_gate.p : q_down.p;
         p.w_up = gate_up ? q_up.p : nullptr;
         p.w_expert_stride = gate_up ? gate_words : down_words;
@@ -308,7 +302,6 @@ int main(int argc, char** argv) {
         W4XSource x_gate_up, x_down;
         int cta_warps = 0;
         bool scan_offsets = false;  // each CTA finds its expert in offsets, not in the active list
-        bool no_prefetch = false;   // the gate/up launch asks L2 for none of the down GEMM's weights
       };
       constexpr W4RowTile kAutoTile = W4RowTile::kAuto;
       constexpr W4XSource kAutoX = W4XSource::kAuto, kShared = W4XSource::kShared, kGlobal = W4XSource::kGlobal;
@@ -326,15 +319,13 @@ int main(int argc, char** argv) {
           {"int4_xshared", kAutoTile, 0, 0, true, kShared, kShared},
           {"int4_down_xshared", kAutoTile, 0, 0, true, kAutoX, kShared},
           {"int4_cta8", kAutoTile, 0, 0, true, kAutoX, kAutoX, 8},
-          {"int4_scan", kAutoTile, 0, 0, true, kAutoX, kAutoX, 0, true},
-          {"int4_nopf", kAutoTile, 0, 0, true, kAutoX, kAutoX, 0, false, true}};
+          {"int4_scan", kAutoTile, 0, 0, true, kAutoX, kAutoX, 0, true}};
       for (const Int4Variant& v : variants) {
         auto launch = [&, v](bool gate_up) {
           MoeW4a16Params p = int4_params(*cur, gate_up, v.tile, gate_up ? v.slices_gate_up : v.slices_down, v.overlap,
                                          gate_up ? v.x_gate_up : v.x_down);
           p.cta_warps = v.cta_warps;
           if (v.scan_offsets) p.active_experts = nullptr;
-          if (v.no_prefetch) p.next_w = nullptr;
           check(moe_gemm_w4a16(p, nullptr));
         };
         cases.push_back({v.name, [launch] { launch(true); }, [launch] { launch(false); }});

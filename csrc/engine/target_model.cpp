@@ -492,14 +492,8 @@ void TargetModel::moe_ffn(const Layer& w, int rows, const void* hn, void* out_ro
     up.w_expert_stride = moe_w4a16_expert_words(t.moe_inter, t.hidden);
     up.out = expert_act_;
     up.out_stride = t.moe_inter;
-    // the down GEMM next: a decode launch asks L2 for its first weight blocks as it ends
-    up.next_w = static_cast<const uint32_t*>(w.experts_down);
-    up.next_n = t.hidden;
-    up.next_k = t.moe_inter;
-    up.next_expert_stride = moe_w4a16_expert_words(t.hidden, t.moe_inter);
     check_kernel(moe_gemm_w4a16(up, stream));
     MoeW4a16Params down = up;
-    down.next_w = nullptr;
     down.n = t.hidden;
     down.k = t.moe_inter;
     down.x = expert_act_;

@@ -27,8 +27,6 @@
 // of the down weights from the gate/up launch, bulk copies (cp.async.bulk) into the ring.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -134,32 +132,6 @@ KD_DEVICE __nv_bfloat162 dup_half(uint32_t w, bool hi) {
   const uint32_t h = hi ? w >> 16 : w & 0xffffu;
   return as_bf162(h | (h << 16));
 #endif
-}
-
-// The blocks a plain launch's warps fill their rings with first: the first kStages - 1 chunks of
-// each of its k slices, i.e. the first (kStages - 1) * slices chunks of every row tile (contiguous).
-constexpr int kW4PlainStages = 8;  // W4Tile<false, ...>::kStages (static_assert below)
-KD_HOST_DEVICE inline int w4_ring_fill_chunks(int k);
-
-// MoeW4a16Params::next_w: this CTA's share of the next launch's row tiles of expert e (the
-// launch's tiles spread over the CTAs of that expert), one L2 prefetch per tile of the blocks
-// its warps fill their rings with first; lanes of one warp take a tile each.
-KD_DEVICE void prefetch_next_ring_fills(const MoeW4a16Params& p, int e, int lane) {
-  const int tiles = ceil_div(p.next_n, kW4TileRows), chunks = ceil_div(p.next_k, kW4TileCols);
-  const int fill = min(chunks, w4_ring_fill_chunks(p.next_k));
-  const int per_cta = ceil_div(tiles, static_cast<int>(gridDim.x));
-  const int t0 = static_cast<int>(blockIdx.x) * per_cta, t1 = min(tiles, t0 + per_cta);
-  const uint32_t* base = p.next_w + e * p.next_expert_stride;
-  for (int t = t0 + lane; t < t1; t += kWarpSize) {
-#if defined(KD_SIMT_EMULATION)  // the range stays inside the expert (a prefetch cannot fault to say so)
-    if ((static_cast<int64_t>(t) * chunks + fill) * kW4BlockWords > moe_w4a16_expert_words(p.next_n, p.next_k)) {
-      std::fprintf(stderr, "moe_w4a16: the next launch's prefetch of tile %d runs past its expert\n", t);
-      std::abort();
-    }
-#endif
-    l2_prefetch_bulk(base + static_cast<int64_t>(t) * chunks * kW4BlockWords,
-                     static_cast<uint32_t>(fill * kW4BlockWords * sizeof(uint32_t)));
-  }
 }
 
 // 16 bytes of x: from the CTA's staged copy in shared memory, or a read-only global load (x
@@ -439,7 +411,6 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
     }
     __syncthreads();  // the next pass reuses the shared memory
   }
-  if (p.next_w && warp == 0) prefetch_next_ring_fills(p, e, lane);
 }
 
 // A launch's CTA shape and staging, chosen on the host (moe_gemm_w4a16 below).
@@ -539,14 +510,12 @@ KernelResult x_stage_rows_for(const MoeW4a16Params& p, const DeviceLimits& d, co
 constexpr double kW4SmallGridWaves = 2.0;
 
 // slices for k input columns when not forced (see kW4MinChunksPerSlice)
-KD_HOST_DEVICE inline int auto_k_slices(int k) {
+inline int auto_k_slices(int k) {
   const int chunks = ceil_div(k, kW4TileCols);
   for (int slices = 4; slices > 1; slices /= 2)
     if (chunks >= slices * kW4MinChunksPerSlice) return slices;
   return 1;
 }
-KD_HOST_DEVICE inline int w4_ring_fill_chunks(int k) { return (kW4PlainStages - 1) * auto_k_slices(k); }
-static_assert(W4Tile<false, 8, 1, 1>::kStages == kW4PlainStages, "the plain ring's depth");
 
 }  // namespace kern
 
@@ -583,18 +552,8 @@ KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
                               : kern::x_stage_rows_for<false>(p, d, l, pass_rows, &l.x_stage_rows);
       !r.ok())
     return r;
-  // the next launch's ring fills are asked of L2 only when every CTA of this one is resident
-  // at once, so that all of them finish together just before that launch (MoeW4a16Params::next_w)
-  MoeW4a16Params q = p;
-  if (q.next_w && !q.next_prefetch_always) {
-    const size_t smem = (p.w_up ? kern::w4_ring_bytes<true>(l) : kern::w4_ring_bytes<false>(l)) +
-                        (l.x_stage_rows > 0 ? kern::w4_x_stage_bytes(p.k, l.x_stage_rows) : 0);
-    const int64_t ctas = static_cast<int64_t>(kern::ceil_div(kern::ceil_div(p.n, kW4TileRows), l.warps_n)) * slots;
-    const bool one_wave = l.frags == 1 && ctas <= static_cast<int64_t>(d.sms) * kern::w4_ctas_per_sm(d, l, smem);
-    if (!one_wave) q.next_w = nullptr;
-  }
-  return q.w_up ? kern::launch_moe_w4a16_plan<true>(q, l, slots, stream)
-                : kern::launch_moe_w4a16_plan<false>(q, l, slots, stream);
+  return p.w_up ? kern::launch_moe_w4a16_plan<true>(p, l, slots, stream)
+                : kern::launch_moe_w4a16_plan<false>(p, l, slots, stream);
 }
 
 KernelResult moe_w4a16_repack(const int32_t* weight_packed, const uint16_t* weight_scale, int n, int k,

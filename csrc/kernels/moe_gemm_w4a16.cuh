@@ -93,17 +93,6 @@ struct MoeW4a16Params {
   // dependent launch, sm_90+), find its expert and fill its weight ring, then wait for it
   // before the first x load. The engine sets it on the down GEMM, after the gate/up GEMM.
   bool overlap_previous = false;
-  // Optional: the next launch on the stream (the engine: the down GEMM after the gate/up one)
-  // runs these experts' weights `next_w` (repacked, next_n x next_k, next_expert_stride words
-  // apart). When this launch's CTAs all fit on the GPU at once (a decode launch), each asks L2,
-  // as it finishes, for the first blocks the next launch's warps fill their rings with, so that
-  // DRAM stays busy across the launch boundary and the next launch starts on L2 hits. Ignored
-  // for launches of several waves (their early CTAs' prefetches would be evicted or delay the
-  // rest). Results do not depend on it.
-  const uint32_t* next_w = nullptr;
-  int next_n = 0, next_k = 0;
-  int64_t next_expert_stride = 0;
-  bool next_prefetch_always = false;  // test hook: prefetch whatever the waves
   const void* x = nullptr;         // bf16; grouped row r reads x row (x_row ? x_row[r] : r)
   int64_t x_stride = 0;            // elements, a multiple of 8 (16-byte row loads); x 16-byte aligned
   const int32_t* x_row = nullptr;  // [rows] or null
@@ -142,12 +131,6 @@ inline KernelResult check_moe_w4a16_params(const MoeW4a16Params& p) {
   auto misaligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 != 0; };
   if (misaligned(p.x) || misaligned(p.w) || misaligned(p.w_up))
     return KernelResult::invalid("moe_gemm_w4a16: x, w and w_up must be 16-byte aligned");
-  if (p.next_w && (p.next_n < 1 || p.next_k < 1 || p.next_k % kW4GroupSize ||
-                   p.next_expert_stride < moe_w4a16_expert_words(p.next_n, p.next_k) || p.next_expert_stride % 4 ||
-                   reinterpret_cast<uintptr_t>(p.next_w) % 16))
-    return KernelResult::invalid("moe_gemm_w4a16: next_w needs next_n >= 1, next_k a multiple of " + s(kW4GroupSize) +
-                                 ", next_expert_stride >= moe_w4a16_expert_words(next_n, next_k) and a multiple of 4, "
-                                 "and 16-byte alignment");
   const int t = static_cast<int>(p.row_tile);
   if (t != 0 && t != 8 && t != 16 && t != 32)
     return KernelResult::invalid("moe_gemm_w4a16: row_tile " + s(t) + " is not one of 0 (auto), 8, 16, 32");

@@ -62,17 +62,6 @@ KD_DEVICE void cp_async_16(void* smem_dst, const void* gmem_src, bool valid) {
 #endif
 }
 
-// Ask L2 to fetch [src, src + bytes) (bytes a multiple of 16, src 16-byte aligned) without
-// waiting for it: cp.async.bulk.prefetch (sm_90+); nothing before sm_90 and in the emulator.
-KD_DEVICE void l2_prefetch_bulk(const void* src, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(KD_SIMT_EMULATION)
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-#else
-  (void)src;
-  (void)bytes;
-#endif
-}
-
 KD_DEVICE void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
   asm volatile("cp.async.commit_group;\n" ::: "memory");

@@ -154,7 +154,6 @@ struct Problem {
   W4XSource x_source = W4XSource::kAuto;
   int cta_warps = 0;
   bool active_list = false;  // pass the experts that own rows (as moe_group lists them)
-  const Int4Experts* next = nullptr;  // ask L2 for these weights' first blocks (next_w, forced on)
 };
 
 // The experts that own rows, then -1 up to `experts` (moe_group's active_experts).
@@ -174,7 +173,6 @@ std::vector<uint16_t> run_gpu(const Problem& pb) {
   DeviceBuffer<int32_t> x_row(rt.x_row), offsets(rt.offsets), active(active_list_of(rt.offsets));
   DeviceBuffer<uint32_t> dw(w.repacked);
   DeviceBuffer<uint32_t> du(pb.u ? pb.u->repacked : std::vector<uint32_t>{});
-  DeviceBuffer<uint32_t> dnext(pb.next ? pb.next->repacked : std::vector<uint32_t>{});
   std::vector<uint16_t> host_out(static_cast<size_t>(rt.rows()) * pb.out_stride, kPoisonBf16);
   DeviceBuffer<uint16_t> out(host_out);
   MoeW4a16Params p;
@@ -192,13 +190,6 @@ std::vector<uint16_t> run_gpu(const Problem& pb) {
   p.x_row = x_row.get();
   p.offsets = offsets.get();
   p.active_experts = pb.active_list ? active.get() : nullptr;
-  if (pb.next) {
-    p.next_w = dnext.get();
-    p.next_n = pb.next->n;
-    p.next_k = pb.next->k;
-    p.next_expert_stride = pb.next->words;
-    p.next_prefetch_always = true;
-  }
   p.w = dw.get();
   p.w_up = pb.u ? du.get() : nullptr;
   p.w_expert_stride = w.words;
@@ -338,9 +329,6 @@ KD_GPU_TEST(row_tiles_and_neighbours_do_not_change_a_row) {
     pb.active_list = true;  // each CTA's expert from the list instead of offsets: the same work
     KD_EXPECT(run_gpu(pb) == base);
     pb.active_list = false;
-    pb.next = &u;  // L2 prefetches of a next launch's weights change no result
-    KD_EXPECT(run_gpu(pb) == base);
-    pb.next = nullptr;
   }
   // the same rows, one expert at a time, each alone in its launch
   pb.row_tile = W4RowTile::kAuto;

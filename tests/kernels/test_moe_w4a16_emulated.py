@@ -416,8 +416,8 @@ def test_bench_program_on_emulator(built, tmp_path, seed):
     assert {(r["tokens"], r["impl"]) for r in moe_recs} == {
         (n, impl) for n in tokens for impl in ("int4", "int4_tile8", "int4_tile16", "int4_tile32", "int4_slices1",
                                               "int4_slices2", "int4_slices4", "int4_gate_up_slices2", "int4_serial",
-                                              "int4_xglobal", "int4_xshared", "int4_down_xshared", "int4_cta8",
-                                              "int4_scan", "int4_nopf", "bf16")}
+                                              "int4_xglobal", "int4_xshared", "int4_down_xshared", "int4_cta8", "int4_scan",
+                                              "bf16")}
     for r in moe_recs:
         ids = [routing[f"n{r['tokens']}.s{s}.topk_ids"] for s in range(sets)]
         assert r["distinct_experts"] == pytest.approx(np.mean([len(np.unique(i)) for i in ids]), abs=0.01)
