@@ -54,7 +54,7 @@ for s in "${STEPS[@]}"; do
            step attntma-build 300 "$PY" -m kdtree_cli build -j 16 test_verify_attn bench_kernels
            step attntma-cases 300 "$PY" -m python_engine.refgen.large_attn_cases /tmp/attntma_large \
              --only p2048_h16_n64 p2048_h64_n256 p32768_h64_n64 p32768_h16_n8_b3 p131072_h64_n8
-           step attntma-test 300 env KDTREE_LARGE_ATTN_DIR=/tmp/attntma_large KDTREE_ATTN_ALSO_CONFIGS=9,10 \
+           step attntma-test 300 env KDTREE_LARGE_ATTN_DIR=/tmp/attntma_large KDTREE_ATTN_ALSO_CONFIGS=8,9 \
              build/release/bin/test_verify_attn
            step attntma-bench 300 build/release/bin/bench_kernels --cases scripts/attn_tma_cases.txt \
              --json "$OUT/attn_tma.jsonl" ;;

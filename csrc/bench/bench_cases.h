@@ -39,7 +39,7 @@ inline const std::map<std::string, std::set<std::string>>& suite_keys() {
       {"gemm", {"m", "n", "k"}},
       {"copy", {"mb"}},
       {"verify_attn", {"dtype", "batch", "heads", "n", "prefix", "config", "split_keys"}},
-      {"topk", {"rows", "vocab", "k", "exact"}},
+      {"topk", {"rows", "vocab", "k", "exact", "variant"}},
       {"tree_build", {"batch", "budget", "depth", "input", "vocab"}},
       {"accept", {"batch", "budget"}},
       {"compact", {"batch", "layers", "rows"}},

@@ -319,7 +319,8 @@ int main(int argc, char** argv) {
           {"int4_xshared", kAutoTile, 0, 0, true, kShared, kShared},
           {"int4_down_xshared", kAutoTile, 0, 0, true, kAutoX, kShared},
           {"int4_cta8", kAutoTile, 0, 0, true, kAutoX, kAutoX, 8},
-          {"int4_scan", kAutoTile, 0, 0, true, kAutoX, kAutoX, 0, true}};
+          {"int4_scan", kAutoTile, 0, 0, true, kAutoX, kAutoX, 0, true},
+          {"int4_cta4", kAutoTile, 0, 0, true, kAutoX, kAutoX, 4}};
       for (const Int4Variant& v : variants) {
         auto launch = [&, v](bool gate_up) {
           MoeW4a16Params p = int4_params(*cur, gate_up, v.tile, gate_up ? v.slices_gate_up : v.slices_down, v.overlap,

@@ -230,9 +230,10 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
   // rows per pass: the tile's, or as many as the staged x has room for (sized by the launch from
   // max_rows_per_expert; an expert with more rows takes more passes, so results never depend on it)
   const int pass_step = kXShared ? x_stage_rows : Tile::kPassRows;
-  // a pass starts with its ring's fill: the weights' addresses depend on the expert alone, so
-  // the first pass's fill goes out before the expert's rows are even read (an expert in the
-  // list owns rows, so there is a first pass)
+  // a pass starts with its ring's fill, the weights first: their addresses depend on nothing
+  // loaded (the x_row lookups below do). Issuing the first fill before the expert's rows are
+  // read (one load earlier) was part of a change measured no faster at n = 1 and slower at
+  // n = 8 on the H200: the decode kernels spilled
   auto fill_ring = [&] {
 #pragma unroll
     for (int j = 0; j < kStages - 1; ++j) {
@@ -240,12 +241,11 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
       cp_async_commit();  // one group per block: the wait below counts groups
     }
   };
-  fill_ring();
   const int row_begin = p.offsets[e], row_end = p.offsets[e + 1];
   for (int r0 = row_begin; r0 < row_end; r0 += pass_step) {
     const int pass_rows = min(pass_step, row_end - r0);
     const int frags = ceil_div(pass_rows, 8);
-    if (r0 != row_begin) fill_ring();
+    fill_ring();
     // B operand rows: lane (g, quad) reads grouped row r0 + 8f + g (the last row stands in
     // past the end: its results are not stored), columns 16 quad .. 16 quad + 15 of a chunk;
     // the pointers advance by one chunk of this warp's slice per step
@@ -440,6 +440,9 @@ KernelResult launch_moe_w4a16(const MoeW4a16Params& p, int slots, int x_stage_ro
 
 template <bool kSwiglu, int kFrags, bool kXShared = false>
 KernelResult launch_moe_w4a16_shape(const MoeW4a16Params& p, const W4Launch& l, int slots, cudaStream_t stream) {
+  if constexpr (kFrags == 1)
+    if (l.warps_k == 4 && l.warps_n == 1)  // 4-warp CTAs of one row tile (cta_warps = 4 with 4 slices)
+      return launch_moe_w4a16<kSwiglu, 1, 4, kFrags, kXShared>(p, slots, l.x_stage_rows, stream);
   if (l.warps_k == 4) return launch_moe_w4a16<kSwiglu, 2, 4, kFrags, kXShared>(p, slots, l.x_stage_rows, stream);
   if (l.warps_k == 2) return launch_moe_w4a16<kSwiglu, 4, 2, kFrags, kXShared>(p, slots, l.x_stage_rows, stream);
   if constexpr (kFrags == 1)
@@ -459,6 +462,7 @@ KernelResult launch_moe_w4a16_plan(const MoeW4a16Params& p, const W4Launch& l, i
 // Shared memory of the weight ring (and partial sums) of a launch's CTA
 template <bool kSwiglu>
 size_t w4_ring_bytes(const W4Launch& l) {
+  if (l.warps_k == 4 && l.warps_n == 1) return W4Tile<kSwiglu, 1, 4, 1>::kSmemBytes;
   if (l.warps_k == 4) return W4Tile<kSwiglu, 2, 4, 1>::kSmemBytes;
   if (l.warps_k == 2) return W4Tile<kSwiglu, 4, 2, 1>::kSmemBytes;
   if (l.warps_n == kW4SmallCtaWarps) return W4Tile<kSwiglu, kW4SmallCtaWarps, 1, 1>::kSmemBytes;
@@ -543,6 +547,7 @@ KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
   l.frags = pass_rows <= 8 ? 1 : pass_rows <= 16 ? 2 : 4;
   l.warps_k = slices;
   l.warps_n = kern::kW4Warps / slices;
+  if (l.frags == 1 && slices == 4 && p.cta_warps == kern::kW4SmallCtaWarps) l.warps_n = 1;  // one tile x 4 slices
   if (l.frags == 1 && slices == 1 && p.cta_warps != kern::kW4Warps) {
     const double ctas = static_cast<double>(kern::ceil_div(kern::ceil_div(p.n, kW4TileRows), l.warps_n)) * slots;
     const double waves = ctas / (static_cast<double>(d.sms) * kern::w4_min_blocks(kern::kW4Warps, 1));

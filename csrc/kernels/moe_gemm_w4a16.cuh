@@ -86,7 +86,8 @@ struct MoeW4a16Params {
   W4XSource x_source = W4XSource::kAuto;
   // Warps per CTA of a 1-slice launch with the 8-row tile: 0 = auto (4 when 8-warp CTAs would fill
   // under two waves of the GPU, for an even spread; else 8), 4 or 8 force one (benchmarks, tests).
-  // Results do not depend on it.
+  // With 4 slices, 4 forces CTAs of one row tile instead of two (benchmarks). Results do not
+  // depend on it.
   int cta_warps = 0;
   // The previous kernel on the stream wrote only x (nothing else this launch reads, and it
   // reads nothing this launch writes): this launch may start before it ends (programmatic

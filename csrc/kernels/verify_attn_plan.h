@@ -22,10 +22,11 @@ enum VerifyAttnConfig : int {
   kVerifyBf16Sm90Classic = 5,  // config 0's tile in the earlier warp layout (only when forced: timing)
   kVerifyBf16Wgmma = 6,   // config 7 with all of P from shared memory (only when forced: timing)
   kVerifyBf16WgmmaRs = 7, // 64 rows x 64 keys on wgmma (sm_90a only), two K stages: ~226 KB (only when forced)
-  kVerifyBf16WgmmaLean = 8,  // config 7 with fewer instructions a tile: the plan's choice on sm_90a (H200:
-                             // 0.71 vs 0.95 ms at 64 heads, n=64, 32k)
-  kVerifyBf16WgmmaTma = 9,   // config 8 with Q and the key tiles loaded by TMA (only when forced, until timed)
-  kVerifyBf16WgmmaSeesaw = 10,  // TMA loads, the warpgroups on alternate tiles (only when forced, until timed)
+  kVerifyBf16WgmmaLean = 8,  // config 7 with fewer instructions a tile (H200: 0.71 vs 0.95 ms at 64 heads,
+                             // n=64, 32k; only when forced since config 10)
+  kVerifyBf16WgmmaTma = 9,   // config 8 with Q and the key tiles loaded by TMA (only when forced: 0.644 ms there)
+  kVerifyBf16WgmmaSeesaw = 10,  // TMA loads, the warpgroups on alternate tiles: the plan's choice on sm_90a
+                                // (H200, one lease: 0.484 vs 0.701 ms for config 8 at 64 heads, n=64, 32k)
   kVerifyConfigCount = 11,
 };
 
@@ -89,7 +90,7 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
   auto fits = [&](int config) { return static_cast<size_t>(smem_optin) >= verify_attn_config_shape(config).smem_bytes; };
   if (p.dtype == AttnDType::kBF16) {
     const bool decode = rows <= kVerifyDecodeMaxRows;
-    const int big = decode ? kVerifyBf16Decode : wgmma ? kVerifyBf16WgmmaLean : kVerifyBf16Sm90;
+    const int big = decode ? kVerifyBf16Decode : wgmma ? kVerifyBf16WgmmaSeesaw : kVerifyBf16Sm90;
     const int small = decode ? kVerifyBf16DecodeSmall : kVerifyBf16Small;
     if (fits(big)) pl.config = big;
     else if (fits(small)) pl.config = small;

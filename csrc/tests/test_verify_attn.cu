@@ -250,7 +250,7 @@ KD_TEST(launcher_rejects_impossible_requests) {
   KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16Sm90));
   // ... the wgmma tile where the device runs sm_90a code; forcing it elsewhere is an error
   KD_EXPECT(make_verify_attn_plan(p, 132, 232448, 233472, &plan, true).ok());
-  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16WgmmaLean));
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16WgmmaSeesaw));
   q = p;
   q.force_config = kVerifyBf16Wgmma;
   KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan).status, KernelStatus::kInvalidArgument);

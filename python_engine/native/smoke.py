@@ -5,6 +5,7 @@ exit status 0 only when all passed. Runs where `kdtree deploy` tests a box, and 
 compute-sanitizer (it is small on purpose).
 
     python -m python_engine.native.smoke [--requests 4] [--tokens 32] [--variant gpu|emu]
+                                         [--dtype float32|bfloat16] [--target DIR] [--drafter DIR]
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -24,16 +26,18 @@ from python_engine.native.generate import NativeRunSettings, run_native
 SMOKE_SEED = 7
 
 
-def smoke(requests: int, tokens: int, variant: str, dtype: str, budget: int) -> tuple[int, int]:
+def smoke(requests: int, tokens: int, variant: str, dtype: str, budget: int, target: Path = DEFAULT_TARGET,
+          drafter: Path = DEFAULT_DRAFTER) -> tuple[int, int]:
     """(passed, failed) checks; a load or engine failure is one failed check, not an exception."""
     try:
-        return _smoke(requests, tokens, variant, dtype, budget)
+        return _smoke(requests, tokens, variant, dtype, budget, target, drafter)
     except KdtreeError as exc:
         print(f"[FAILED] {exc}", flush=True)
         return 0, 1
 
 
-def _smoke(requests: int, tokens: int, variant: str, dtype: str, budget: int) -> tuple[int, int]:
+def _smoke(requests: int, tokens: int, variant: str, dtype: str, budget: int, target: Path,
+           drafter: Path) -> tuple[int, int]:
     passed = failed = 0
 
     def check(name: str, ok: bool, detail: str) -> None:
@@ -44,7 +48,7 @@ def _smoke(requests: int, tokens: int, variant: str, dtype: str, budget: int) ->
     prompts = code_prompts(requests, SMOKE_SEED)
     t0 = time.perf_counter()
     opts = NativeOptions(dtype=dtype, max_slots=requests, max_tokens=512, max_budget=budget)
-    with NativeEngine(DEFAULT_TARGET, DEFAULT_DRAFTER, opts, variant=variant) as eng:
+    with NativeEngine(target, drafter, opts, variant=variant) as eng:
         check("create", True, f"{time.perf_counter() - t0:.2f} s, {eng.memory()['total'] / 2**20:.0f} MiB")
         logits, hidden = eng.prefill(0, prompts[0], hidden=True)
         check("prefill", bool(np.isfinite(logits).all() and np.isfinite(hidden).all()),
@@ -66,8 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=32)
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--variant", default="gpu", choices=("gpu", "emu"))
+    ap.add_argument("--target", type=Path, default=DEFAULT_TARGET, help="target checkpoint (default: the demo target)")
+    ap.add_argument("--drafter", type=Path, default=DEFAULT_DRAFTER, help="its DFlash drafter (default: the demo drafter)")
     args = ap.parse_args(argv)
-    passed, failed = smoke(args.requests, args.tokens, args.variant, args.dtype, args.budget)
+    passed, failed = smoke(args.requests, args.tokens, args.variant, args.dtype, args.budget, args.target, args.drafter)
     print(f"smoke: {passed} passed, {failed} failed", flush=True)
     return 0 if failed == 0 else 1
 

@@ -163,15 +163,15 @@ def test_verify_attn_decode_shapes_on_emulator(emulated, tmp_path, seed):
 
 def test_verify_attn_verify_shapes_on_emulator(emulated, tmp_path, seed):
     """Verify shapes (T * H > 32 query rows) through the launcher's own plan on a pretend
-    8-SM H200: the tile the plan picks on compute capability 9.0 (the lean wgmma one), its
-    prefix split over several CTAs, full prefix tiles (the unmasked path) and a ragged last
-    one, per-request prefixes in a batch, an empty prefix; against the float64 reference. The
-    TMA variants not yet planned (config 9, kVerifyBf16WgmmaTma; 10, kVerifyBf16WgmmaSeesaw)
-    run the same cases."""
+    8-SM H200: the tile the plan picks on compute capability 9.0 (the seesaw wgmma one, config
+    10), its prefix split over several CTAs, full prefix tiles (the unmasked path) and a ragged
+    last one, per-request prefixes in a batch, an empty prefix; against the float64 reference.
+    The forced-only wgmma tiles (config 8, kVerifyBf16WgmmaLean; 9, kVerifyBf16WgmmaTma) run
+    the same cases."""
     shapes = [(16, 8, [2048 + 37, 64, 0]), (8, 64, [1536]), (4, 15, [777, 1600])]
-    out = _run_attn_cases(emulated["emu_verify_attn_test"], tmp_path, seed, shapes, also_configs=(9, 10))
+    out = _run_attn_cases(emulated["emu_verify_attn_test"], tmp_path, seed, shapes, also_configs=(8, 9))
     configs = [int(c) for c in re.findall(r"config (\d+)", out)]
-    assert configs == [2, 8, 9, 10] * len(shapes), out[-3000:]  # float32, bf16 as planned (kVerifyBf16WgmmaLean), 9, 10
+    assert configs == [2, 10, 8, 9] * len(shapes), out[-3000:]  # float32, bf16 as planned (kVerifyBf16WgmmaSeesaw), 8, 9
     splits = [int(c) for c in re.findall(r"(\d+) splits of", out)]
     assert max(splits) > 1, out[-3000:]
 

@@ -292,7 +292,8 @@ def test_x_staged_in_shared_memory_does_not_change_results(w4, seed, form, bound
     x_row = rng.integers(0, tokens, int(offsets[-1])).astype(np.int32)
     x = torch.randn(tokens, k + 8, generator=gen).to(torch.bfloat16)
     one_slice = {}  # CTAs of 4 and 8 warps: the same warps' work, so the same bits
-    for slices, cta_warps in ((1, 4), (1, 8), (2, 0), (4, 0)):
+    four_slices = {}  # 4 slices: CTAs of one row tile (4 warps) or two (8)
+    for slices, cta_warps in ((1, 4), (1, 8), (2, 0), (4, 0), (4, 4)):
         outs = {}
         for name, source in X_SOURCES.items():
             status, message, outs[name] = w4.gemm(x=x, x_row=x_row, offsets=offsets, w=wg, w_up=wu, n=n, k=k,
@@ -304,7 +305,10 @@ def test_x_staged_in_shared_memory_does_not_change_results(w4, seed, form, bound
         check_against_reference(outs["shared"], x, x_row, offsets, gate, up, n)
         if slices == 1:
             one_slice[cta_warps] = outs["global"]
+        if slices == 4:
+            four_slices[cta_warps] = outs["global"]
     assert torch.equal(one_slice[4].view(torch.int16), one_slice[8].view(torch.int16))
+    assert torch.equal(four_slices[4].view(torch.int16), four_slices[0].view(torch.int16))
 
 
 def test_one_hot_rows_show_each_weight_rounded_to_bf16(w4, seed):
@@ -416,8 +420,8 @@ def test_bench_program_on_emulator(built, tmp_path, seed):
     assert {(r["tokens"], r["impl"]) for r in moe_recs} == {
         (n, impl) for n in tokens for impl in ("int4", "int4_tile8", "int4_tile16", "int4_tile32", "int4_slices1",
                                               "int4_slices2", "int4_slices4", "int4_gate_up_slices2", "int4_serial",
-                                              "int4_xglobal", "int4_xshared", "int4_down_xshared", "int4_cta8", "int4_scan",
-                                              "bf16")}
+                                              "int4_xglobal", "int4_xshared", "int4_down_xshared", "int4_cta8",
+                                              "int4_scan", "int4_cta4", "bf16")}
     for r in moe_recs:
         ids = [routing[f"n{r['tokens']}.s{s}.topk_ids"] for s in range(sets)]
         assert r["distinct_experts"] == pytest.approx(np.mean([len(np.unique(i)) for i in ids]), abs=0.01)
