@@ -5,7 +5,7 @@
 # under $OUT; a short table comes last. Usage (repository root, on the GPU machine):
 #   OUT=/tmp/o scripts/gpu_engine_run.sh [steps...]     steps default to all, in order:
 #   build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe
-# and, named only: moeab (bench_moe A/B against .ab/base), topk (the top-K scans' GPU test), topkrace (its racecheck), kab (bench_kernels A/B: scripts/kab_cases.txt), large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
+# and, named only: moeab (bench_moe A/B against .ab/base), topk (the top-K scans' GPU test), topkrace (its racecheck), bf16dbg (initcheck on the engine smoke, the diverging bf16 seed), kab (bench_kernels A/B: scripts/kab_cases.txt), large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
 # tree build: scripts/clk_cases.txt), ncu (source-level Nsight Compute: scripts/ncu_cases.txt), split (the simulated split on one GPU), multigpu (kdtree run --gpus 2 tests),
 # kernels (kdtree bench kernels, the full sweep), benchall (kdtree bench all: build, native tests
 # on fresh large cases, compute-sanitizer, the kernel bench; KDTREE_BENCH_BUDGET_S), int4 (the
@@ -93,6 +93,13 @@ for s in "${STEPS[@]}"; do
     kab) # bench_kernels A/B lines (scripts/kab_cases.txt), twice, in one process each
            for r in 1 2; do step "kab$r" 300 build/release/bin/bench_kernels --cases "${KDTREE_KAB_CASES:-scripts/kab_cases.txt}" \
              --json "$OUT/kab$r.json"; done ;;
+    bf16dbg) # the bf16 DDTree != AR divergences: uninitialized device reads in the engine (initcheck on the
+           # smoke, INT4 and demo targets, both dtypes), then the stop-26 seed that diverged, again
+           for tg in demo-target-int4 demo-target; do for dt in bfloat16 float32; do
+             step "initcheck-$tg-$dt" 240 compute-sanitizer --tool initcheck --error-exitcode 9 --print-limit 20 \
+               "$PY" -m python_engine.native.smoke --dtype $dt --target refs/models/$tg --requests 4 --tokens 32; done; done
+           step bf16seed 200 env KDTREE_SEED=357993550 "$PY" -m pytest -q -s -p no:cacheprovider \
+             tests/native/test_native_decode.py -k "int4 and bfloat16" ;;
     int4) step int4 300 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_decode.py -k int4 ;;
     bf16ties) for sd in 11 12 3654389095; do  # the seeds whose bf16 divergences stop 23 saw (router near-ties)
              step bf16ties-$sd 200 env KDTREE_SEED=$sd "$PY" -m pytest -q -s -p no:cacheprovider \
