@@ -97,7 +97,7 @@ for s in "${STEPS[@]}"; do
            # smoke, INT4 and demo targets, both dtypes), then the stop-26 seed that diverged, again
            for tg in demo-target-int4 demo-target; do for dt in bfloat16 float32; do
              step "initcheck-$tg-$dt" 240 compute-sanitizer --tool initcheck --error-exitcode 9 --print-limit 20 \
-               "$PY" -m python_engine.native.smoke --dtype $dt --target refs/models/$tg --requests 4 --tokens 32; done; done
+               "$PY" -m python_engine.native.smoke --dtype $dt --target refs/models/$tg --requests 2 --tokens 24; done; done
            step bf16seed 200 env KDTREE_SEED=357993550 "$PY" -m pytest -q -s -p no:cacheprovider \
              tests/native/test_native_decode.py -k "int4 and bfloat16" ;;
     int4) step int4 300 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_decode.py -k int4 ;;
