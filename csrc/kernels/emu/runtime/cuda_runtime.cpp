@@ -58,7 +58,10 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
   if (s.in_use + size > kEmuDeviceBytes) return set_error(cudaErrorMemoryAllocation);
   void* p = std::aligned_alloc(kEmuAlign, (size + kEmuAlign - 1) / kEmuAlign * kEmuAlign + kEmuAlign);
   if (!p) return set_error(cudaErrorMemoryAllocation);
-  std::memset(p, 0xA5, size);  // garbage, like fresh device memory: reads before writes show
+  // garbage, like fresh device memory: reads before writes show. 0xA5 bytes are tiny numbers in
+  // bf16 and float32; KD_EMU_POISON=255 makes them NaN, so that any such read reaches the results
+  const char* poison = std::getenv("KD_EMU_POISON");
+  std::memset(p, poison && *poison ? std::atoi(poison) : 0xA5, size);
   s.allocations[p] = size;
   s.in_use += size;
   *ptr = p;
