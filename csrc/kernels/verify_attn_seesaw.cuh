@@ -422,26 +422,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
   ATTN_CLK_FLUSH(2 * n_pairs);
   __syncthreads();
   const int col_base = group * W::kColsPerGroup;
-  const int64_t part_base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = row_lo + 8 * h, m = w.row0 + r;
-    if (m >= k.rows) continue;
-    const float l = red_sum[r] + red_sum[Cfg::kTileRows + r];
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const float lse2 = l > 0.0f ? m_run[h] + log2f(l) : -INFINITY;
-    if (k.splits == 1) {
-      OutT* row = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(w.b) * k.rows + m) * kVerifyLatentDim + col_base + 2 * tig;
-#pragma unroll
-      for (int j = 0; j < Cfg::kORegs / 4; ++j) store_out_pair(row + 8 * j, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-      if (group == 0 && tig == 0 && k.p.lse) k.p.lse[static_cast<int64_t>(w.b) * k.rows + m] = natural_lse(lse2);
-    } else {
-      float* row = k.part_o + (part_base + m) * kVerifyLatentDim + col_base + 2 * tig;
-#pragma unroll
-      for (int j = 0; j < Cfg::kORegs / 4; ++j) store_out_pair(row + 8 * j, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-      if (group == 0 && tig == 0) k.part_lse[part_base + m] = lse2;
-    }
-  }
+  wgmma_store_rows<Cfg, OutT>(k, w, o, m_run, red_sum, group, row_lo, tig, col_base);
 }
 
 template <class OutT>

@@ -271,6 +271,36 @@ KD_DEVICE void tma_load_key_tile(uint8_t* dst, const TmaMap* kv, uint64_t* bar, 
     tma_load_3d(dst + blk * Cfg::kBlockBytes, kv, bar, blk * Cfg::kBlockCols, key0, b);
 }
 
+// The wgmma kernels' epilogue stores (configs 7-10): this thread's two accumulator rows, scaled
+// by 1 / the row sums both warpgroups left in red_sum ([groups][tile rows]), go to the output
+// (one split: with the row's lse) or to the split's partials (normalised O and base-2 lse).
+// Call after the barrier that publishes red_sum.
+template <class Cfg, class OutT>
+KD_DEVICE void wgmma_store_rows(const VerifyKernelParams& k, const SplitWork& w, const float (&o)[Cfg::kORegs],
+                                const float (&m_run)[2], const float* red_sum, int group, int row_lo, int tig,
+                                int col_base) {
+  const int64_t part_base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = row_lo + 8 * h, m = w.row0 + r;
+    if (m >= k.rows) continue;
+    const float l = red_sum[r] + red_sum[Cfg::kTileRows + r];
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const float lse2 = l > 0.0f ? m_run[h] + log2f(l) : -INFINITY;
+    if (k.splits == 1) {
+      OutT* row = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(w.b) * k.rows + m) * kVerifyLatentDim + col_base + 2 * tig;
+#pragma unroll
+      for (int j = 0; j < Cfg::kORegs / 4; ++j) store_out_pair(row + 8 * j, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      if (group == 0 && tig == 0 && k.p.lse) k.p.lse[static_cast<int64_t>(w.b) * k.rows + m] = natural_lse(lse2);
+    } else {
+      float* row = k.part_o + (part_base + m) * kVerifyLatentDim + col_base + 2 * tig;
+#pragma unroll
+      for (int j = 0; j < Cfg::kORegs / 4; ++j) store_out_pair(row + 8 * j, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      if (group == 0 && tig == 0) k.part_lse[part_base + m] = lse2;
+    }
+  }
+}
+
 // kOwnPInRegs: the P V steps over a warpgroup's own keys take P from registers, before the
 // barrier that publishes P (config kVerifyBf16WgmmaRs: 3-4% faster on the H200); else all
 // four from shared memory (kVerifyBf16Wgmma, for timing).
@@ -558,26 +588,7 @@ KD_DEVICE void wgmma_attn_split(const VerifyKernelParams& k, const AttnTmaMaps* 
   ATTN_CLK_FLUSH(n_tiles);
   __syncthreads();
   const int col_base = group * Cfg::kColsPerGroup;
-  const int64_t part_base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = row_lo + 8 * h, m = w.row0 + r;
-    if (m >= k.rows) continue;
-    const float l = red_sum[r] + red_sum[Cfg::kTileRows + r];
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const float lse2 = l > 0.0f ? m_run[h] + log2f(l) : -INFINITY;
-    if (k.splits == 1) {
-      OutT* row = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(w.b) * k.rows + m) * kVerifyLatentDim + col_base + 2 * tig;
-#pragma unroll
-      for (int j = 0; j < Cfg::kORegs / 4; ++j) store_out_pair(row + 8 * j, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-      if (group == 0 && tig == 0 && k.p.lse) k.p.lse[static_cast<int64_t>(w.b) * k.rows + m] = natural_lse(lse2);
-    } else {
-      float* row = k.part_o + (part_base + m) * kVerifyLatentDim + col_base + 2 * tig;
-#pragma unroll
-      for (int j = 0; j < Cfg::kORegs / 4; ++j) store_out_pair(row + 8 * j, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-      if (group == 0 && tig == 0) k.part_lse[part_base + m] = lse2;
-    }
-  }
+  wgmma_store_rows<Cfg, OutT>(k, w, o, m_run, red_sum, group, row_lo, tig, col_base);
 }
 
 // Configs 6, 7, 8 (cp.async loads).
