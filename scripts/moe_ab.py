@@ -54,7 +54,8 @@ def main() -> int:
     for (n, name, impl), rs in sorted(got.items()):
         med = {k: statistics.median(r[k] for r in rs) for k in ("ms", "gate_up_ms", "down_ms")}
         spread = max(r["ms"] for r in rs) - min(r["ms"] for r in rs)
-        print(f"{n:>4} {name:>12} {impl:>14} {med['ms']:9.4f} {med['gate_up_ms']:9.4f} {med['down_ms']:9.4f}  {spread:.4f}")
+        print(f"{n:>4} {name:>12} {impl:>14} {med['ms']:9.4f} {med['gate_up_ms']:9.4f} {med['down_ms']:9.4f}"
+              f"  {spread:.4f}")
     if args.json:
         args.json.write_text(json.dumps([r for rs in got.values() for r in rs], indent=1))
     return 0

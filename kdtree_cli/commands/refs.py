@@ -42,9 +42,13 @@ def refs(
             raise KdtreeError(str(exc)) from None
     for rel in report.changed:
         out.print(f"[yellow]{'would change' if check else 'updated'}[/] {folder / rel}")
+        for line in report.why.get(rel, [])[:5]:
+            out.print(f"  {line}", highlight=False)
+    for rel in report.rounding:
+        out.print(f"[dim]kept {folder / rel}: equal to float rounding (this CPU's kernels)[/]")
     for rel in report.added:
         out.print(f"[yellow]{'missing' if check else 'added'}[/] {folder / rel}")
-    total = len(report.unchanged) + len(report.changed) + len(report.added)
+    total = len(report.unchanged) + len(report.rounding) + len(report.changed) + len(report.added)
     if check and not report.clean:
         raise KdtreeError(
             f"{len(report.changed) + len(report.added)} of {total} bundles differ from what "

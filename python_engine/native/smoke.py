@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--variant", default="gpu", choices=("gpu", "emu"))
     ap.add_argument("--target", type=Path, default=DEFAULT_TARGET, help="target checkpoint (default: the demo target)")
-    ap.add_argument("--drafter", type=Path, default=DEFAULT_DRAFTER, help="its DFlash drafter (default: the demo drafter)")
+    ap.add_argument("--drafter", type=Path, default=DEFAULT_DRAFTER,
+                    help="its DFlash drafter (default: the demo drafter)")
     args = ap.parse_args(argv)
     passed, failed = smoke(args.requests, args.tokens, args.variant, args.dtype, args.budget, args.target, args.drafter)
     print(f"smoke: {passed} passed, {failed} failed", flush=True)

@@ -30,12 +30,15 @@ H200_INT4_PREFIX = [278, 302, 1472, 64, 1586, 359, 64, 70, 722, 439, 619, 84, 91
                     62, 200, 200, 465, 812]
 
 
-def test_the_h200_int4_divergence_is_a_choice_torch_makes_both_ways():
-    """bf16_near_tie's second rule on the case that needed it: the torch reference alone (no
-    native engine) picks 505 in float32 and 1033 in bf16 there, so the two native paths split
-    on a bf16-sensitive choice, not on a W4A16 defect."""
-    picks = [reference_pick(_target(DEMO_TARGET_INT4, dt), H200_INT4_PREFIX) for dt in (torch.float32, torch.bfloat16)]
-    assert picks == [505, 1033]
+def test_the_h200_int4_divergence_is_between_the_references_choices():
+    """The case bf16_near_tie's second rule was written for: the torch reference alone (no native
+    engine) picks 505 (native AR's token) in float32, and in bf16 one of the two native tokens.
+    Which one depends on the CPU: 1033 where the case was found, 505 (by 1.0) on an AVX2-only
+    machine (2026-12-01): torch's bf16 CPU kernels round by the instruction set, and at this
+    prefix that decides the token, which is what makes it a bf16-sensitive choice."""
+    f32, bf16 = (reference_pick(_target(DEMO_TARGET_INT4, dt), H200_INT4_PREFIX)
+                 for dt in (torch.float32, torch.bfloat16))
+    assert f32 == 505 and bf16 in (505, 1033), (f32, bf16)
 
 
 def test_the_same_divergence_is_one_expert_boundary():
