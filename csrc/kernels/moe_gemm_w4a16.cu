@@ -232,22 +232,19 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
   // rows per pass: the tile's, or as many as the staged x has room for (sized by the launch from
   // max_rows_per_expert; an expert with more rows takes more passes, so results never depend on it)
   const int pass_step = kXShared ? x_stage_rows : Tile::kPassRows;
-  // a pass starts with its ring's fill, the weights first: their addresses depend on nothing
-  // loaded (the x_row lookups below do). Issuing the first fill before the expert's rows are
-  // read (one load earlier) was part of a change measured no faster at n = 1 and slower at
-  // n = 8 on the H200: the decode kernels spilled
-  auto fill_ring = [&] {
+  const int row_begin = p.offsets[e], row_end = p.offsets[e + 1];
+  for (int r0 = row_begin; r0 < row_end; r0 += pass_step) {
+    const int pass_rows = min(pass_step, row_end - r0);
+    const int frags = ceil_div(pass_rows, 8);
+    // the weights first: their addresses depend on nothing loaded (the x_row lookups below do).
+    // Issuing the first pass's fill before the expert's rows are read (one load earlier) was
+    // part of a change measured no faster at n = 1 and slower at n = 8 on the H200: the
+    // decode kernels spilled
 #pragma unroll
     for (int j = 0; j < kStages - 1; ++j) {
       issue(src, j, j, j < my_chunks);
       cp_async_commit();  // one group per block: the wait below counts groups
     }
-  };
-  const int row_begin = p.offsets[e], row_end = p.offsets[e + 1];
-  for (int r0 = row_begin; r0 < row_end; r0 += pass_step) {
-    const int pass_rows = min(pass_step, row_end - r0);
-    const int frags = ceil_div(pass_rows, 8);
-    fill_ring();
     // B operand rows: lane (g, quad) reads grouped row r0 + 8f + g (the last row stands in
     // past the end: its results are not stored), columns 16 quad .. 16 quad + 15 of a chunk;
     // the pointers advance by one chunk of this warp's slice per step

@@ -411,13 +411,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
   }
 
   // the row sums across the quad and the two warpgroups; both hold the final maxima
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = l_run[h];
-    l += __shfl_xor_sync(kFullMask, l, 1);
-    l += __shfl_xor_sync(kFullMask, l, 2);
-    if (tig == 0) red_sum[group * Cfg::kTileRows + row_lo + 8 * h] = l;
-  }
+  wgmma_publish_row_sums<Cfg>(l_run, red_sum, group, row_lo, tig);
   ATTN_CLK_LAP(kClkEpilogue);  // (the stores below are not counted)
   ATTN_CLK_FLUSH(2 * n_pairs);
   __syncthreads();

@@ -273,6 +273,19 @@ KD_DEVICE void tma_load_key_tile(uint8_t* dst, const TmaMap* kv, uint64_t* bar, 
     tma_load_3d(dst + blk * Cfg::kBlockBytes, kv, bar, blk * Cfg::kBlockCols, key0, b);
 }
 
+// The epilogue's row sums (configs 7-10): this thread's partial sums of its two rows, summed
+// over its quad, into red_sum[group][row] for wgmma_store_rows (after a barrier).
+template <class Cfg>
+KD_DEVICE void wgmma_publish_row_sums(const float (&l_run)[2], float* red_sum, int group, int row_lo, int tig) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = l_run[h];
+    l += __shfl_xor_sync(kFullMask, l, 1);
+    l += __shfl_xor_sync(kFullMask, l, 2);
+    if (tig == 0) red_sum[group * Cfg::kTileRows + row_lo + 8 * h] = l;
+  }
+}
+
 // The wgmma kernels' epilogue stores (configs 7-10): this thread's two accumulator rows, scaled
 // by 1 / the row sums both warpgroups left in red_sum ([groups][tile rows]), go to the output
 // (one split: with the row's lse) or to the split's partials (normalised O and base-2 lse).
@@ -579,13 +592,7 @@ KD_DEVICE void wgmma_attn_split(const VerifyKernelParams& k, const AttnTmaMaps* 
   }
 
   // the row sums across the quad and the two warpgroups
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = l_run[h];
-    l += __shfl_xor_sync(kFullMask, l, 1);
-    l += __shfl_xor_sync(kFullMask, l, 2);
-    if (tig == 0) red_sum[group * Cfg::kTileRows + row_lo + 8 * h] = l;
-  }
+  wgmma_publish_row_sums<Cfg>(l_run, red_sum, group, row_lo, tig);
   ATTN_CLK_LAP(kClkEpilogue);  // (the stores below are not counted)
   ATTN_CLK_FLUSH(n_tiles);
   __syncthreads();
