@@ -5,7 +5,7 @@
 # under $OUT; a short table comes last. Usage (repository root, on the GPU machine):
 #   OUT=/tmp/o scripts/gpu_engine_run.sh [steps...]     steps default to all, in order:
 #   build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe
-# and, named only: moeab (bench_moe A/B against .ab/base), topk (the top-K scans' GPU test), topkrace (its racecheck), bf16dbg (initcheck on the engine smoke, the diverging bf16 seed), kab (bench_kernels A/B: scripts/kab_cases.txt), large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
+# and, named only: probe (scripts/divergence_probe.py on the bf16 seeds that diverged), moeab (bench_moe A/B against .ab/base), topk (the top-K scans' GPU test), topkrace (its racecheck), bf16dbg (initcheck on the engine smoke, the diverging bf16 seed), kab (bench_kernels A/B: scripts/kab_cases.txt), large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
 # tree build: scripts/clk_cases.txt), ncu (source-level Nsight Compute: scripts/ncu_cases.txt), split (the simulated split on one GPU), multigpu (kdtree run --gpus 2 tests),
 # kernels (kdtree bench kernels, the full sweep), benchall (kdtree bench all: build, native tests
 # on fresh large cases, compute-sanitizer, the kernel bench; KDTREE_BENCH_BUDGET_S), int4 (the
@@ -93,6 +93,12 @@ for s in "${STEPS[@]}"; do
     kab) # bench_kernels A/B lines (scripts/kab_cases.txt), twice, in one process each
            for r in 1 2; do step "kab$r" 300 build/release/bin/bench_kernels --cases "${KDTREE_KAB_CASES:-scripts/kab_cases.txt}" \
              --json "$OUT/kab$r.json"; done ;;
+    probe) # scripts/divergence_probe.py: the INT4 bf16 seed that diverged at stop 26, then the demo
+           # pair's bf16 seeds of stop 23 (their prompts: code_prompts(32, seed))
+           step probe-int4 240 "$PY" scripts/divergence_probe.py --target refs/models/demo-target-int4 --dtype bfloat16 \
+             --seed 357993550 --out "$OUT/probe-int4"
+           for sd in 11 12; do step probe-demo-$sd 200 "$PY" scripts/divergence_probe.py --target refs/models/demo-target \
+             --dtype bfloat16 --seed $sd --prompt-offset 0 --out "$OUT/probe-demo-$sd"; done ;;
     bf16dbg) # the bf16 DDTree != AR divergences: uninitialized device reads in the engine (initcheck on the
            # smoke, INT4 and demo targets, both dtypes), then the stop-26 seed that diverged, again
            for tg in demo-target-int4 demo-target; do for dt in bfloat16 float32; do
