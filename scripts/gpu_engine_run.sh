@@ -95,9 +95,9 @@ for s in "${STEPS[@]}"; do
              --json "$OUT/kab$r.json"; done ;;
     probe) # scripts/divergence_probe.py: the INT4 bf16 seed that diverged at stop 26, then the demo
            # pair's bf16 seeds of stop 23 (their prompts: code_prompts(32, seed))
-           step probe-int4 240 "$PY" scripts/divergence_probe.py --target refs/models/demo-target-int4 --dtype bfloat16 \
+           step probe-int4 240 env PYTHONPATH=. "$PY" scripts/divergence_probe.py --target refs/models/demo-target-int4 --dtype bfloat16 \
              --seed 357993550 --out "$OUT/probe-int4"
-           for sd in 11 12; do step probe-demo-$sd 200 "$PY" scripts/divergence_probe.py --target refs/models/demo-target \
+           for sd in 11 12; do step probe-demo-$sd 200 env PYTHONPATH=. "$PY" scripts/divergence_probe.py --target refs/models/demo-target \
              --dtype bfloat16 --seed $sd --prompt-offset 0 --out "$OUT/probe-demo-$sd"; done ;;
     bf16dbg) # the bf16 DDTree != AR divergences: uninitialized device reads in the engine (initcheck on the
            # smoke, INT4 and demo targets, both dtypes), then the stop-26 seed that diverged, again
