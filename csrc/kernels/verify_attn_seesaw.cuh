@@ -29,6 +29,16 @@
 
 #include "verify_attn_wgmma.cuh"
 
+// The warpgroups' hand-offs: bar.arrive (release: the arriving thread's earlier accesses are
+// performed for the barrier's threads when it completes) on one side, bar.sync on the other.
+// A diagnostic build (-DKD_SEESAW_SYNC_ONLY) makes every arrive a bar.sync: the same order with
+// more waiting, so racecheck on it tells a real race from the tool's view of bar.arrive.
+#ifdef KD_SEESAW_SYNC_ONLY
+#define KD_SEESAW_ARRIVE(id, count) KD_NAMED_BARRIER(id, count)
+#else
+#define KD_SEESAW_ARRIVE(id, count) KD_NAMED_BARRIER_ARRIVE(id, count)
+#endif
+
 namespace kdtree::kern {
 
 struct Bf16AttnSeesaw {
@@ -316,7 +326,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
         m_use[h] = m0[h] == -INFINITY ? 0.0f : m0[h];  // all masked so far: p = 0, no NaN
         if (tig == 0) m_s[row_lo + 8 * h] = m0[h];
       }
-      KD_NAMED_BARRIER_ARRIVE(Cfg::kBarM0, Cfg::kPairThreads);
+      KD_SEESAW_ARRIVE(Cfg::kBarM0, Cfg::kPairThreads);
       ATTN_CLK_LAP(kClkSIssue);
       seesaw_exp(s, m_use, rowsum);
       seesaw_pack(s, kOne, a);
@@ -344,7 +354,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
       seesaw_rescale(o, scale1);
       seesaw_pack(s, scale1, a);  // P_A at the new maximum, for wg1
       seesaw_store_p(ktile[0] + Cfg::kPBlock * W::kBlockBytes, a, row_lo, tig);
-      KD_NAMED_BARRIER_ARRIVE(Cfg::kBarP0, Cfg::kPairThreads);
+      KD_SEESAW_ARRIVE(Cfg::kBarP0, Cfg::kPairThreads);
       ATTN_CLK_LAP(kClkMax);
       mbarrier_wait_parity(&late[1], par);  // K1's blocks 0-3 (wg1's S waited for them too)
       seesaw_pv_smem(o, p_desc[1], v_desc[1]);  // O_L += P_B V_B (left)
@@ -386,7 +396,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
         m_run[h] = m1[h];
       }
       seesaw_store_p(ktile[1] + Cfg::kPBlock * W::kBlockBytes, a, row_lo, tig);
-      KD_NAMED_BARRIER_ARRIVE(Cfg::kBarM1P1, Cfg::kPairThreads);
+      KD_SEESAW_ARRIVE(Cfg::kBarM1P1, Cfg::kPairThreads);
       ATTN_CLK_LAP(kClkCopyIssue);
       seesaw_rescale(o, f);
       seesaw_pv_regs(o, a, v_desc[1]);  // O_R += P_B V_B (right)
