@@ -24,6 +24,15 @@ _HAZARDS_RE = re.compile(r"RACECHECK SUMMARY: (\d+) hazard")
 _CASES_RE = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?\s*$", re.M)
 
 
+# racecheck runs a build of its own with these nvcc flags (build root: the usual one + this
+# suffix). verify_attn's config 10 hands data between its warpgroups with bar.arrive on one side
+# and bar.sync on the other; bar.arrive releases the arriving thread's earlier accesses (PTX ISA,
+# barrier), but racecheck reports hazards there, even across a later __syncthreads (H200, CUDA
+# 13.0: 31-60 on test_verify_attn). With every such arrive a bar.sync (the same accesses in the
+# same order, more waiting) it reports none, so that build is the one racecheck checks.
+RACECHECK_NVCC_FLAGS = ("-DKD_SEESAW_SYNC_ONLY",)
+RACECHECK_BUILD_SUFFIX = "-racecheck"
+
 # Test programs whose cases fail CUDA API calls on purpose (they test the error checks); the
 # sanitizer would count each as an error, while memory and race checking still apply.
 PROVOKES_API_ERRORS = {"test_cuda_check"}
@@ -110,6 +119,26 @@ def sanitize_one(sanitizer: Path, tool: str, program: Path, repo_root: Path, log
     return run
 
 
+def _racecheck_build(request, console) -> Path:
+    """The test programs built with RACECHECK_NVCC_FLAGS, in a build root of their own (ninja
+    does not see flags passed through the environment, so the two builds never share objects)."""
+    from dataclasses import replace
+
+    from .driver import build
+
+    root = request.build_root.with_name(request.build_root.name + RACECHECK_BUILD_SUFFIX)
+    before = os.environ.get("NVCC_APPEND_FLAGS")
+    os.environ["NVCC_APPEND_FLAGS"] = " ".join(filter(None, [before, *RACECHECK_NVCC_FLAGS]))
+    try:
+        console.print(f"[dim]racecheck build ({' '.join(RACECHECK_NVCC_FLAGS)}): {root}[/]", highlight=False)
+        return build(replace(request, build_root=root, targets=("tests",)), console=console).configured.build_dir
+    finally:
+        if before is None:
+            del os.environ["NVCC_APPEND_FLAGS"]
+        else:
+            os.environ["NVCC_APPEND_FLAGS"] = before
+
+
 def run_sanitizers(request, tools: tuple[str, ...], console, out=None, log_dir: Path | None = None) -> list[SanitizerRun]:
     """Build the test programs, run each GPU one (a .cu source) under each tool, print a
     table. The caller checks for a GPU first and decides the exit status."""
@@ -128,11 +157,14 @@ def run_sanitizers(request, tools: tuple[str, ...], console, out=None, log_dir: 
     programs = [p for p in cfg.layout.programs if p.kind == "tests" and p.source.suffix == ".cu"]
     log_dir = log_dir or cfg.build_dir / "test-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
+    build_dirs = {tool: cfg.build_dir for tool in tools}
+    if "racecheck" in tools:
+        build_dirs["racecheck"] = _racecheck_build(request, console)
     runs = []
     for tool in tools:
         for prog in programs:
-            console.print(f"[dim]{tool}: {prog.output}[/]", highlight=False)
-            runs.append(sanitize_one(sanitizer, tool, cfg.build_dir / prog.output, request.repo_root, log_dir))
+            console.print(f"[dim]{tool}: {build_dirs[tool] / prog.output}[/]", highlight=False)
+            runs.append(sanitize_one(sanitizer, tool, build_dirs[tool] / prog.output, request.repo_root, log_dir))
             if not runs[-1].ok:
                 console.print(f"[red]{tool} {prog.name}: {escape(runs[-1].problem or 'errors reported')}[/] "
                               f"(log: {runs[-1].log})", highlight=False)

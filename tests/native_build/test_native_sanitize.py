@@ -81,3 +81,45 @@ def test_no_gpu_is_a_clear_error(monkeypatch, args, what):
 def test_sanitize_needs_native():
     result = CliRunner().invoke(app, ["test", "--sanitize", "memcheck"])
     assert isinstance(result.exception, KdtreeError) and "go with --native" in str(result.exception)
+
+
+def test_racecheck_runs_its_own_build_with_the_sync_only_seesaw(monkeypatch, tmp_path):
+    """racecheck's programs come from a build root of their own compiled with
+    RACECHECK_NVCC_FLAGS (config 10's arrives as syncs); the other tools use the usual build,
+    and NVCC_APPEND_FLAGS is as it was afterwards."""
+    from types import SimpleNamespace
+
+    from kdtree_cli.native_build import driver, sanitize
+    from kdtree_cli.native_build.driver import BuildRequest
+
+    monkeypatch.setenv("NVCC_APPEND_FLAGS", "-lineinfo")
+    builds = []
+
+    def fake_build(request, console=None):
+        builds.append((request.build_root, request.targets, sanitize.os.environ.get("NVCC_APPEND_FLAGS")))
+        prog = SimpleNamespace(kind="tests", source=Path("csrc/tests/test_verify_attn.cu"), output="bin/test_verify_attn",
+                               name="test_verify_attn")
+        cfg = SimpleNamespace(toolchain=SimpleNamespace(cuda=SimpleNamespace(home=None)))
+        return SimpleNamespace(configured=SimpleNamespace(config=cfg, layout=SimpleNamespace(programs=[prog]),
+                                                          build_dir=request.build_root / "release"))
+
+    ran = []
+    monkeypatch.setattr(driver, "build", fake_build)
+    monkeypatch.setattr(sanitize, "find_sanitizer", lambda home: Path("/bin/true"))
+    monkeypatch.setattr(sanitize, "sanitize_one", lambda san, tool, program, root, logs: (
+        ran.append((tool, program)), sanitize.SanitizerRun(tool, program.name, 1.0, 0, "1 passed, 0 failed"))[1])
+    root = tmp_path / "build"
+    runs = sanitize.run_sanitizers(BuildRequest(build_root=root), ("memcheck", "racecheck"), console=_quiet(),
+                                   log_dir=tmp_path)
+    assert [r.ok for r in runs] == [True, True]
+    assert builds == [(root, ("tests",), "-lineinfo"),
+                      (tmp_path / "build-racecheck", ("tests",), "-lineinfo " + " ".join(sanitize.RACECHECK_NVCC_FLAGS))]
+    assert ran == [("memcheck", root / "release" / "bin/test_verify_attn"),
+                   ("racecheck", tmp_path / "build-racecheck" / "release" / "bin/test_verify_attn")]
+    assert sanitize.os.environ["NVCC_APPEND_FLAGS"] == "-lineinfo"
+
+
+def _quiet():
+    from rich.console import Console
+
+    return Console(quiet=True)
