@@ -5,7 +5,7 @@
 # under $OUT; a short table comes last. Usage (repository root, on the GPU machine):
 #   OUT=/tmp/o scripts/gpu_engine_run.sh [steps...]     steps default to all, in order:
 #   build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe
-# and, named only: seesawrace (racecheck of verify_attn as built and with the seesaw's arrives as syncs), probe (scripts/divergence_probe.py on the bf16 seeds that diverged), moeab (bench_moe A/B against .ab/base), topk (the top-K scans' GPU test), topkrace (its racecheck), bf16dbg (initcheck on the engine smoke, the diverging bf16 seed), kab (bench_kernels A/B: scripts/kab_cases.txt), large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
+# and, named only: sweep (scripts/sweep_cases.txt, twice), seesawrace (racecheck of verify_attn as built and with the seesaw's arrives as syncs), probe (scripts/divergence_probe.py on the bf16 seeds that diverged), moeab (bench_moe A/B against .ab/base), topk (the top-K scans' GPU test), topkrace (its racecheck), bf16dbg (initcheck on the engine smoke, the diverging bf16 seed), kab (bench_kernels A/B: scripts/kab_cases.txt), large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
 # tree build: scripts/clk_cases.txt), ncu (source-level Nsight Compute: scripts/ncu_cases.txt), split (the simulated split on one GPU), multigpu (kdtree run --gpus 2 tests),
 # kernels (kdtree bench kernels, the full sweep), benchall (kdtree bench all: build, native tests
 # on fresh large cases, compute-sanitizer, the kernel bench; KDTREE_BENCH_BUDGET_S), int4 (the
@@ -93,6 +93,11 @@ for s in "${STEPS[@]}"; do
     kab) # bench_kernels A/B lines (scripts/kab_cases.txt), twice, in one process each
            for r in 1 2; do step "kab$r" 300 build/release/bin/bench_kernels --cases "${KDTREE_KAB_CASES:-scripts/kab_cases.txt}" \
              --json "$OUT/kab$r.json"; done ;;
+    sweep) # scripts/sweep_cases.txt: verify_attn's split length forced, the tree build's searches; then
+           # the same file with the tree build's level raise (KD_TREE_LEVEL_RAISE=1, read by its plan)
+           step sweep 200 build/release/bin/bench_kernels --cases scripts/sweep_cases.txt --json "$OUT/sweep.json"
+           step sweepraise 200 env KD_TREE_LEVEL_RAISE=1 build/release/bin/bench_kernels --cases scripts/sweep_cases.txt \
+             --json "$OUT/sweepraise.json" ;;
     seesawrace) # racecheck of verify_attn (config 10's hazards at fece477) as built, then with every
            # seesaw bar.arrive a bar.sync (-DKD_SEESAW_SYNC_ONLY, its own build): the numerics and racecheck
            step seesawrace 300 compute-sanitizer --tool racecheck --error-exitcode 9 --print-limit 8 build/release/bin/test_verify_attn
