@@ -31,16 +31,7 @@ from python_engine.ddtree.tree import Tree
 from python_engine.ddtree.visibility import visibility_packed
 from python_engine.demo.code_prompts import code_prompts
 from python_engine.native.engine import NativeEngine, NativeOptions
-
-
-def tree_of(sample: dict) -> Tree:
-    parent = np.asarray(sample["parent"], dtype=np.int32)
-    n = parent.size - 1
-    depth = np.zeros(n + 1, dtype=np.int32)
-    for i in range(1, n + 1):
-        depth[i] = depth[parent[i]] + 1
-    return Tree(n, np.asarray(sample["token"], dtype=np.int64), depth, parent, np.zeros(n + 1, np.float32),
-                [()] * (n + 1))
+from python_engine.native.history_replay import AloneRun, replay_history, tree_of
 
 
 class Probe:
@@ -117,57 +108,6 @@ def replay(eng: NativeEngine, prompt, tokens, before: int, tree: Tree, accepted)
     return out
 
 
-def verify_rows(tree: Tree, start: int, rows: int):
-    """The engine's verify inputs for one request: the tree's rows, then padding up to `rows`
-    (the root's token at the root's position, seeing the root only), as verify_inputs_kernel."""
-    words = (rows + 31) // 32
-    tokens = np.full(rows, tree.tokens[0], dtype=np.int64)
-    positions = np.full(rows, start, dtype=np.int64)
-    vis = np.zeros((rows, words), dtype=np.uint32)
-    vis[:, 0] = 1
-    tokens[:tree.n + 1] = tree.tokens
-    positions[:tree.n + 1] = tree.positions(start)
-    vis[:tree.n + 1] = visibility_packed(tree, words)
-    return tokens, positions, vis
-
-
-def history_replay(eng: NativeEngine, prompt, rounds, rows: int) -> dict:
-    """A request decoded alone, again, through the engine's primitives: the prefill, then each
-    round's recorded tree verified (padded to `rows`, as the decode loop does), walked greedily
-    and compacted (`keep`). Where the walk parts from the engine's own accepted path, the
-    decode loop and the primitives computed different logits from the same history."""
-    eng.slot_reset(0)
-    eng.prefill(0, prompt)
-    start = len(prompt)
-    for k, (rec, sample, _) in enumerate(rounds):
-        if sample is None:
-            return dict(rounds=k, parted=None, why="a round without its tree")
-        tree = tree_of(sample)
-        toks, pos, vis = verify_rows(tree, start, rows)
-        lt, _ = eng.forward(0, toks[None], pos[None], vis[None], commit=False)
-        kids = tree.children()
-        acc = [0]
-        while True:
-            pick = int(lt[0, acc[-1]].argmax())
-            nxt = kids[acc[-1]].get(pick)
-            if nxt is None:
-                break
-            acc.append(nxt)
-        if acc != list(sample["accepted"]):
-            j = next((i for i, (x, y) in enumerate(zip(acc, sample["accepted"])) if x != y), min(len(acc), len(sample["accepted"])))
-            node = acc[j - 1]
-            row = lt[0, node]
-            theirs = sample["accepted"][j] if j < len(sample["accepted"]) else None
-            their_token = int(tree.tokens[theirs]) if theirs is not None else None
-            eng.slot_reset(0)
-            return dict(rounds=k, parted=k, node=int(node), replay_pick=pick, replay_path=acc, engine_path=list(sample["accepted"]),
-                        engine_token=their_token, gap=None if their_token is None else float(row[pick] - row[their_token]))
-        eng.keep(0, acc)
-        start += len(acc)
-    eng.slot_reset(0)
-    return dict(rounds=len(rounds), parted=None)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="refs/models/demo-target-int4")
@@ -216,13 +156,13 @@ def main() -> None:
             k = first_difference(ar[i], alone[0])
             print(f"  alone: {'same as AR' if alone[0] == ar[i] else f'differs at step {k}'}; "
                   f"same as batched DDTree: {alone[0] == dd[i]}")
-            hist = history_replay(eng, prompts[i], alone_rounds[0], args.budget + 1)
-            log(dict(kind="history_replay", prompt=i, **hist))
-            print(f"  history replay of the alone run ({hist['rounds']} rounds through prefill + forward + keep): "
-                  + ("every round's path as the engine's" if hist["parted"] is None and "why" not in hist
-                     else hist.get("why") or f"parts at round {hist['parted']}: replay path {hist['replay_path']} vs "
-                     f"engine {hist['engine_path']}, replay picks {hist['replay_pick']} over the engine's "
-                     f"{hist['engine_token']} by {hist['gap']}"))
+            hist = replay_history(eng, prompts[i], AloneRun(alone[0], [(r, t) for r, t, _ in alone_rounds[0]]),
+                                  args.budget + 1)
+            log(dict(kind="history_replay", prompt=i, **vars(hist)))
+            print(f"  history replay of the alone run ({hist.rounds} rounds through prefill + forward + keep): "
+                  + ("every round's path as the engine's" if hist.same else "a round without its tree"
+                     if hist.missing_tree else f"parts at round {hist.parted}: replay path {hist.replay_path} vs "
+                     f"engine {hist.engine_path} (gap {hist.gap})"))
             target_step = k if k is not None else j
             emitted = 0
             for rec, tree, new in alone_rounds[0]:

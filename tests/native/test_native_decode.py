@@ -26,6 +26,7 @@ from python_engine.testing.random_target import tiny_config, write_random_target
 from python_engine.testing.router_ties import explain_divergence, reference_pick
 from python_engine.model.target_loader import load_target
 from python_engine.native.engine import NativeEngine, NativeOptions
+from python_engine.native.history_replay import decode_alone, replay_history
 from python_engine.native.library import NativeError
 
 BUDGET = 32
@@ -89,7 +90,7 @@ def _torch_choice(tdir, device: str, dtype: torch.dtype, seq: list[int]) -> int:
 
 
 def bf16_near_tie(eng: NativeEngine, prompt: list[int], a: list[int], b: list[int], tdir=None,
-                  device: str = "cpu") -> bool:
+                  device: str = "cpu", history: tuple[int, int] | None = None) -> bool:
     """bf16: where two outputs part, one of three: a third forward (the engine's own prefill of
     the shared prefix) finds the two tokens' logits within a bf16 near-tie; or the choice is
     bf16-sensitive in the torch reference (its float32 and bf16 runs pick the two tokens); or
@@ -98,8 +99,14 @@ def bf16_near_tie(eng: NativeEngine, prompt: list[int], a: list[int], b: list[in
     the other). The last two are router near-ties: one token's expert scores within bf16
     rounding send it to another expert in one path, an O(1) logit jump (seed 945184182 on the
     H200, INT4 demo: the 8th/9th expert 0.47% apart in one layer, and torch picks 505 in
-    float32, 1033 in bf16, each by ~0.9, as native AR and native DDTree did). Every divergence
-    is recorded (the GPU run's record) with the sequences and what explained it."""
+    float32, 1033 in bf16, each by ~0.9, as native AR and native DDTree did).
+
+    With `history` = (max_new, budget), a fourth: the prompt decoded alone is replayed through
+    the engine's primitives (history_replay) and every round takes the engine's path, i.e. the
+    decode loop is exactly its checked primitives on a history that differs from AR's (stop 26's
+    seed 357993550: a 1.96 logit gap in a fresh prefill, no single router boundary, reproduced
+    by the replay; the torch reference's own bf16 DDTree parts from its AR on 14 of 32 prompts).
+    Every divergence is recorded (the GPU run's record) with the sequences and what explained it."""
     j = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
     if j is None:
         return len(a) == len(b)
@@ -125,8 +132,16 @@ def bf16_near_tie(eng: NativeEngine, prompt: list[int], a: list[int], b: list[in
     ex = explain_divergence(_torch_target(tdir, device, torch.float32), seq, a[j], b[j])
     print(f"  router near-tie: {ex.boundary or 'none'} (reference picks {ex.reference_pick}; "
           f"{ex.replayed} boundaries replayed, smallest margin {ex.smallest_margin:.3g})")
-    record(**seen, why=str(ex.boundary) if ex.explained else None, reference_pick=ex.reference_pick)
-    return ex.explained
+    if ex.explained or history is None:
+        record(**seen, why=str(ex.boundary) if ex.explained else None, reference_pick=ex.reference_pick)
+        return ex.explained
+    run = decode_alone(eng, prompt, *history)
+    rep = replay_history(eng, prompt, run, history[1] + 1)
+    print(f"  history replay (alone, {rep.rounds} rounds): "
+          + ("the decode loop equals its primitives" if rep.same else f"parts: {rep}"))
+    record(**seen, why="history rounding (the decode loop equals its primitives)" if rep.same else None,
+           reference_pick=ex.reference_pick, replay=vars(rep))
+    return rep.same
 
 
 @pytest.mark.parametrize("pair,dtype", [("demo", "float32"), ("agree", "float32"), ("demo", "bfloat16")])
@@ -141,7 +156,8 @@ def test_ddtree_equals_native_ar_equals_torch_ar(pair, dtype, native_variant, to
         native_ar, _ = run_all(eng, prompts, DDTREE_TOKENS, ar=True, stop_ids=())
         ddtree, infos = run_all(eng, prompts, DDTREE_TOKENS, budget=BUDGET, stop_ids=())
         if dtype == "bfloat16":
-            ties = [bf16_near_tie(eng, p, a, d, tdir, torch_device) for p, a, d in zip(prompts, native_ar, ddtree)]
+            ties = [bf16_near_tie(eng, p, a, d, tdir, torch_device, history=(DDTREE_TOKENS, BUDGET))
+                    for p, a, d in zip(prompts, native_ar, ddtree)]
     tau = sum(i.accepted for i in infos) / sum(i.rounds for i in infos)
     identical = [a == d for a, d in zip(native_ar, ddtree)]
     if dtype == "float32":
@@ -177,6 +193,23 @@ def test_bf16_near_tie_accepts_a_router_near_tie_and_refuses_a_defect(native_var
         assert not bf16_near_tie(eng, prompt, prefix + [4], prefix + [ranked[19]], DEMO_TARGET_INT4, torch_device)
 
 
+@pytest.mark.parametrize("tdir", [DEMO_TARGET_INT4, DEMO_TARGET], ids=["int4", "demo"])
+def test_bf16_decode_loop_equals_its_primitives(tdir, native_variant, seed):
+    """bf16, one request decoded alone with every round's tree, then replayed through prefill,
+    forward (padded as the loop pads) and keep with the greedy walk done in Python: every round
+    takes the engine's accepted path (history_replay). This is the exact check bf16 allows; a
+    bf16 DDTree != AR divergence rests on it (bf16_near_tie's fourth rule)."""
+    prompt = code_prompts(1, seed + 5)[0]
+    opts = NativeOptions(dtype="bfloat16", max_slots=2, max_tokens=512, max_budget=64)
+    with NativeEngine(tdir, DEMO_DRAFTER, opts, variant=native_variant) as eng:
+        run = decode_alone(eng, prompt, DDTREE_TOKENS, BUDGET)
+        rep = replay_history(eng, prompt, run, BUDGET + 1)
+    record(test="bf16_decode_loop_equals_its_primitives", target=str(tdir), rounds=rep.rounds, same=rep.same)
+    assert len(run.rounds) >= 3 and sum(r.accept_len for r, _ in run.rounds) > len(run.rounds), \
+        "too few rounds, or no round accepted a drafted token: the replay would check little"
+    assert rep.same, rep
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_int4_ddtree_equals_ar(dtype, native_variant, torch_device, seed):
     """The INT4 demo target: float32 (dequantized at load) token for token; bf16 (the W4A16
@@ -192,7 +225,7 @@ def test_int4_ddtree_equals_ar(dtype, native_variant, torch_device, seed):
             if a == d:
                 continue
             assert dtype == "bfloat16", "float32 DDTree != AR"
-            assert bf16_near_tie(eng, p, a, d, DEMO_TARGET_INT4, torch_device)
+            assert bf16_near_tie(eng, p, a, d, DEMO_TARGET_INT4, torch_device, history=(DDTREE_TOKENS, BUDGET))
             ties += 1
     tau = sum(i.accepted for i in infos) / sum(i.rounds for i in infos)
     record(test="int4_ddtree_equals_ar", dtype=dtype, prompts=len(prompts), tokens=DDTREE_TOKENS, tau=tau,
