@@ -2,7 +2,7 @@
 replay of the diverging round through the engine's own primitives.
 
 A GPU debugging tool for the bf16 divergences no near-tie explains (stop 26: the INT4 demo,
-seed 357993550, prompt 2, where DDTree dropped a token AR emitted). It runs the decode test's
+seed 357993550, prompt 4 of the test's 32: AR 569 then 9, DDTree 9). It runs the decode test's
 requests (same prompts, options and concurrency), the DDTree one twice, and checks after every step:
 
   * every running request's cache holds prompt + emitted - 1 rows (the last token is the next
@@ -11,9 +11,12 @@ requests (same prompts, options and concurrency), the DDTree one twice, and chec
     emitted that round.
 
 For each prompt whose DDTree output differs from AR it decodes that prompt again alone with the
-tree of every round, and replays the round that emitted the first differing token: the tree
-through `forward` (the verify pass, ancestor mask) against the engine's prefill of each path
-prefix, and the path alone with a causal mask. JSON lines under --out; a summary is printed.
+tree of every round, replays that whole run through the primitives (history_replay: does every
+round take the engine's path?), and replays the round that emitted the first differing token on
+a fresh prefill: the tree through `forward` (the verify pass, ancestor mask) against the
+engine's prefill of each path prefix, and the path alone with a causal mask. JSON lines under
+--out; a summary is printed. (stop 27, H200: no invariant broken, every history replay equal;
+results/h200/bench/README.md.)
 
   python scripts/divergence_probe.py --target refs/models/demo-target-int4 --dtype bfloat16 \
       --seed 357993550 --out /tmp/probe
