@@ -60,6 +60,8 @@ def test_summary_files_and_status(monkeypatch, tmp_path):
     for step in ("build", "generate cases", "native tests", "sanitize memcheck", "sanitize racecheck",
                  "sanitize initcheck", "bench kernels"):
         assert any(line.startswith(step) and " ok " in line for line in summary.splitlines()), step
+    racecheck = next(line for line in summary.splitlines() if line.startswith("sanitize racecheck"))
+    assert "built with -DKD_SEESAW_SYNC_ONLY" in racecheck, racecheck  # which build racecheck checked
     assert summary.rstrip().splitlines()[-1].startswith("seed 1234;")
     with tarfile.open(out / "logs.tar.gz") as tar:
         names = set(tar.getnames())
