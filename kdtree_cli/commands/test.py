@@ -62,7 +62,9 @@ def test(
     sanitize: Annotated[
         Optional[str], typer.Option("--sanitize", help="With --native: after the tests, run the GPU test programs "
                                     "(small cases) under compute-sanitizer with these tools: memcheck, racecheck, "
-                                    "initcheck, synccheck, comma-separated, or all (the first three). Needs a GPU.",
+                                    "initcheck, synccheck, comma-separated, or all (the first three). racecheck checks a build "
+                                    "of its own (build-racecheck/: verify_attn's seesaw with bar.sync for bar.arrive, "
+                                    "whose hand-offs racecheck misreads). Needs a GPU.",
                                     show_default=False),
     ] = None,
     large: Annotated[
