@@ -131,40 +131,6 @@ KD_DEVICE void seesaw_zero_rows(uint8_t* tile, int valid, int gt) {
   fence_proxy_async_smem();
 }
 
-// Scale into the base-2 domain, mask (keys past `valid`, tree keys by the ancestor bits) and
-// the row maxima of this thread's two rows over the tile.
-KD_DEVICE void seesaw_mask_max(float (&s)[Bf16AttnSeesaw::kSRegs], const KeyTile& tile, const VerifyKernelParams& k,
-                               const int (&vis_row)[2], int tig, float (&mx)[2]) {
-  mx[0] = mx[1] = -INFINITY;
-  if (tile.tail_tile < 0 && tile.valid == Bf16AttnSeesaw::kTileKeys) {  // a full prefix tile: nothing masked
-#pragma unroll
-    for (int j = 0; j < Bf16AttnSeesaw::kSRegs; ++j) {
-      s[j] *= k.scale_log2;
-      mx[(j >> 1) & 1] = fmaxf(mx[(j >> 1) & 1], s[j]);
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < Bf16AttnSeesaw::kSRegs / 4; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = 8 * j + 2 * tig + (e & 1);
-        bool ok = key < tile.valid;
-        if (tile.tail_tile >= 0 && ok) {
-          const int tk = tile.tail_tile * Bf16AttnSeesaw::kTileKeys + key;
-          ok = (k.p.vis[vis_row[e >> 1] + (tk >> 5)] >> (tk & 31)) & 1u;
-        }
-        float& x = s[4 * j + e];
-        x = ok ? x * k.scale_log2 : -INFINITY;
-        mx[e >> 1] = fmaxf(mx[e >> 1], x);
-      }
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFullMask, mx[h], 1));
-    mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFullMask, mx[h], 2));
-  }
-}
-
 // p = exp2(s - m) in place; the f32 row sums of this thread's keys.
 KD_DEVICE void seesaw_exp(float (&s)[Bf16AttnSeesaw::kSRegs], const float (&m_use)[2], float (&rowsum)[2]) {
   rowsum[0] = rowsum[1] = 0.0f;
@@ -318,7 +284,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
       if (ta.valid < Cfg::kTileKeys) seesaw_zero_rows(ktile[0], ta.valid, gt);
       ATTN_CLK_LAP(kClkTop);
       float mx[2], m0[2], m_use[2], alpha[2], rowsum[2];
-      seesaw_mask_max(s, ta, k, vis_row, tig, mx);
+      wgmma_mask_max<Cfg::kTileKeys>(s, ta, k, vis_row, tig, 0, ta.tail_tile < 0 && ta.valid == Cfg::kTileKeys, mx);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         m0[h] = fmaxf(m_run[h], mx[h]);
@@ -374,7 +340,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
       if (tb.valid < Cfg::kTileKeys) seesaw_zero_rows(ktile[1], tb.valid, gt);
       ATTN_CLK_LAP(kClkTop);
       float mx[2], m1[2], m_use[2], f[2], rowsum[2];
-      seesaw_mask_max(s, tb, k, vis_row, tig, mx);
+      wgmma_mask_max<Cfg::kTileKeys>(s, tb, k, vis_row, tig, 0, tb.tail_tile < 0 && tb.valid == Cfg::kTileKeys, mx);
       KD_NAMED_BARRIER(Cfg::kBarM0, Cfg::kPairThreads);  // wg0's m0
       ATTN_CLK_LAP(kClkSIssue);
 #pragma unroll

@@ -273,6 +273,44 @@ KD_DEVICE void tma_load_key_tile(uint8_t* dst, const TmaMap* kv, uint64_t* bar, 
     tma_load_3d(dst + blk * Cfg::kBlockBytes, kv, bar, blk * Cfg::kBlockCols, key0, b);
 }
 
+// Scale S into the base-2 domain and mask it (keys past tile.valid; tree keys by the ancestor
+// bits), then this thread's two rows' maxima over its kRegs accumulators, reduced over the quad
+// (configs 6-10). key_base: the tile column of this thread's first accumulator column block;
+// full: nothing to mask (a whole prefix tile), so no per-key test. kTileKeys: keys a tile (the
+// tree's tiles are numbered in them).
+template <int kTileKeys, int kRegs>
+KD_DEVICE void wgmma_mask_max(float (&s)[kRegs], const KeyTile& tile, const VerifyKernelParams& k,
+                              const int (&vis_row)[2], int tig, int key_base, bool full, float (&mx)[2]) {
+  mx[0] = mx[1] = -INFINITY;
+  if (full) {
+#pragma unroll
+    for (int j = 0; j < kRegs; ++j) {
+      s[j] *= k.scale_log2;
+      mx[(j >> 1) & 1] = fmaxf(mx[(j >> 1) & 1], s[j]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kRegs / 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key_base + 8 * j + 2 * tig + (e & 1);
+        bool ok = key < tile.valid;
+        if (tile.tail_tile >= 0 && ok) {
+          const int tk = tile.tail_tile * kTileKeys + key;
+          ok = (k.p.vis[vis_row[e >> 1] + (tk >> 5)] >> (tk & 31)) & 1u;
+        }
+        float& x = s[4 * j + e];
+        x = ok ? x * k.scale_log2 : -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+      }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFullMask, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFullMask, mx[h], 2));
+  }
+}
+
 // The epilogue's row sums (configs 7-10): this thread's partial sums of its two rows, summed
 // over its quad, into red_sum[group][row] for wgmma_store_rows (after a barrier).
 template <class Cfg>
@@ -471,36 +509,12 @@ KD_DEVICE void wgmma_attn_split(const VerifyKernelParams& k, const AttnTmaMaps* 
     ATTN_CLK_LAP(kClkSWait);
 
     // scale into the base-2 domain and mask; row maxima of this warpgroup's keys
-    float mx[2] = {-INFINITY, -INFINITY};
-    if (kLean && tile.tail_tile < 0 && tile.valid == Cfg::kTileKeys) {  // a full prefix tile: nothing masked
+    float mx[2];
+    wgmma_mask_max<Cfg::kTileKeys>(s, tile, k, vis_row, tig, group * Cfg::kKeysPerGroup,
+                   kLean && tile.tail_tile < 0 && tile.valid == Cfg::kTileKeys, mx);
 #pragma unroll
-      for (int j = 0; j < Cfg::kSRegs; ++j) {
-        s[j] *= k.scale_log2;
-        mx[(j >> 1) & 1] = fmaxf(mx[(j >> 1) & 1], s[j]);
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < Cfg::kSRegs / 4; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = group * Cfg::kKeysPerGroup + 8 * j + 2 * tig + (e & 1);
-          bool ok = key < tile.valid;
-          if (tile.tail_tile >= 0 && ok) {
-            const int tk = tile.tail_tile * Cfg::kTileKeys + key;
-            const uint32_t word = k.p.vis[vis_row[e >> 1] + (tk >> 5)];
-            ok = (word >> (tk & 31)) & 1u;
-          }
-          float& x = s[4 * j + e];
-          x = ok ? x * k.scale_log2 : -INFINITY;
-          mx[e >> 1] = fmaxf(mx[e >> 1], x);
-        }
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFullMask, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFullMask, mx[h], 2));
+    for (int h = 0; h < 2; ++h)
       if (tig == 0) red_max[group * Cfg::kTileRows + row_lo + 8 * h] = mx[h];
-    }
     __syncthreads();  // both halves' maxima in
     ATTN_CLK_LAP(kClkMax);
 
