@@ -141,9 +141,9 @@ def run_gpu_check(out_dir: Path, seed: int | None, budget_s: float, arch: str | 
                     mine = [r for r in runs if r.tool == tool]
                     errs = sum(r.errors or 0 for r in mine)
                     problems = [f"{r.program}: {r.problem or 'errors'}" for r in mine if not r.ok]
-                    built = f" (built with {' '.join(RACECHECK_NVCC_FLAGS)})" if tool == "racecheck" else ""
+                    which = f" (built with {' '.join(RACECHECK_NVCC_FLAGS)})" if tool == "racecheck" else ""
                     steps.append(Step(f"sanitize {tool}", not problems, sum(r.seconds for r in mine),
-                                      f"{len(mine)} programs{built}, {errs} errors" + (f"; {'; '.join(problems)}" if problems else "")))
+                                      f"{len(mine)} programs{which}, {errs} errors" + (f"; {'; '.join(problems)}" if problems else "")))
             else:
                 steps.append(Step("sanitize", None, 0.0, f"skipped: {left():.0f} s left of the budget"))
             if left() > MIN_SECONDS["bench"]:
