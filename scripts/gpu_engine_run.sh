@@ -5,7 +5,7 @@
 # under $OUT; a short table comes last. Usage (repository root, on the GPU machine):
 #   OUT=/tmp/o scripts/gpu_engine_run.sh [steps...]     steps default to all, in order:
 #   build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe
-# and, named only: sweep (scripts/sweep_cases.txt, twice), seesawrace (racecheck of verify_attn as built and with the seesaw's arrives as syncs), probe (scripts/divergence_probe.py on the bf16 seeds that diverged), moeab (bench_moe A/B against .ab/base), topk (the top-K scans' GPU test), topkrace (its racecheck), bf16dbg (initcheck on the engine smoke, the diverging bf16 seed), kab (bench_kernels A/B: scripts/kab_cases.txt), large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
+# and, named only: sweep (scripts/sweep_cases.txt, twice), seesawrace (racecheck of verify_attn as built and with the seesaw's arrives as syncs), probe (scripts/divergence_probe.py on the bf16 seeds that diverged), moeab (bench_moe A/B against .ab/base), attnab (bench_kernels A/B against .ab/base: scripts/attnab_cases.txt), topk (the top-K scans' GPU test), topkrace (its racecheck), bf16dbg (initcheck on the engine smoke, the diverging bf16 seed), kab (bench_kernels A/B: scripts/kab_cases.txt), large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
 # tree build: scripts/clk_cases.txt), ncu (source-level Nsight Compute: scripts/ncu_cases.txt), split (the simulated split on one GPU), multigpu (kdtree run --gpus 2 tests),
 # kernels (kdtree bench kernels, the full sweep), benchall (kdtree bench all: build, native tests
 # on fresh large cases, compute-sanitizer, the kernel bench; KDTREE_BENCH_BUDGET_S), int4 (the
@@ -90,6 +90,15 @@ for s in "${STEPS[@]}"; do
            step topk 300 build/release/bin/test_tree_build topk_random ;;
     topkrace) step topkrace 150 env KDTREE_SANITIZE_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 9 \
              build/release/bin/test_tree_build topk_random ;;
+    attnab) # bench_kernels of the tree in .ab/base (carried: an earlier commit's sources) against this
+           # one's on scripts/attnab_cases.txt, alternating processes, twice each
+           step attnab-build 300 bash -c "cd .ab/base && $PY -m kdtree_cli build -j 16 bench_kernels"
+           for r in 1 2; do for side in base new; do
+             bin=build/release/bin/bench_kernels; [ $side = base ] && bin=.ab/base/build/release/bin/bench_kernels
+             step "attnab-$side$r" 200 "$bin" --cases "${KDTREE_ATTNAB_CASES:-scripts/attnab_cases.txt}" --json "$OUT/attnab-$side$r.json"
+           done; done
+           "$PY" scripts/bench_ab.py base="$OUT/attnab-base1.json,$OUT/attnab-base2.json" \
+             new="$OUT/attnab-new1.json,$OUT/attnab-new2.json" > "$OUT/attnab.txt" 2>&1; cat "$OUT/attnab.txt" ;;
     kab) # bench_kernels A/B lines (scripts/kab_cases.txt), twice, in one process each
            for r in 1 2; do step "kab$r" 300 build/release/bin/bench_kernels --cases "${KDTREE_KAB_CASES:-scripts/kab_cases.txt}" \
              --json "$OUT/kab$r.json"; done ;;

@@ -83,7 +83,7 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
   }
 #endif
   if (!r.ok() || plan.splits == 1) return r;
-  KD_LAUNCH(verify_merge_kernel<__nv_bfloat16>, verify_merge_grid(k), kMergeThreads, 0, stream, k);
+  (void)KD_LAUNCH_OVERLAPPED(true, verify_merge_kernel<__nv_bfloat16>, verify_merge_grid(k), kMergeThreads, 0, stream, k);
   return launch_status("verify_merge_kernel (bf16) launch");
 }
 
