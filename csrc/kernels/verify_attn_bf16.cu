@@ -83,8 +83,8 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
   }
 #endif
   if (!r.ok() || plan.splits == 1) return r;
-  (void)KD_LAUNCH_OVERLAPPED(true, verify_merge_kernel<__nv_bfloat16>, verify_merge_grid(k), kMergeThreads, 0, stream, k);
-  return launch_status("verify_merge_kernel (bf16) launch");
+  launch_verify_merge<__nv_bfloat16>(k, stream);
+  return launch_status("verify_merge (bf16) launch");
 }
 
 }  // namespace kdtree

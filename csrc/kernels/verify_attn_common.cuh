@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "block_scan.cuh"
 #include "device_compat.cuh"
 #include "verify_attn.cuh"
 
@@ -177,59 +178,96 @@ KD_DEVICE void store_out_pair(OutT* at, float x0, float x1) {
 // A row's log-sum-exp as the caller reads it (natural log) from the kernels' base-2 one.
 KD_DEVICE float natural_lse(float lse2) { return lse2 == -INFINITY ? -INFINITY : lse2 / kLog2e; }
 
-// Merge of the splits' partials: one block per (row, quarter of the 512 columns, request),
-// each lane 4 columns, so that even a few rows (decode shapes) spread over many SMs. The
-// 4 warps of a block take every 4th split each, in order, and their sums meet in shared
-// memory. Every warp reduces the splits' lse itself, lanes across the splits. The partial
-// rows are loaded kMergeBatch at a time with nothing between them: each warp first gives its
-// next 32 splits' weights to its lanes, one split each, and takes them back by shuffles, so no
-// load waits on another (one walk through the splits, the lse read and the branch on it before
-// each row, made a decode merge a chain of ~17 dependent DRAM reads per warp: 13.9 us of the
-// 48 us H=64 n=1 32k launch on the H200, ncu, stop 26). Launched as a programmatic dependent
-// of the attention kernel, whose blocks allow that as they start: it waits for the partials.
-constexpr int kMergeWarps = 4;
+// Merge of the splits' partials (normalised O rows and base-2 lse): out = sum_s w_s O_s with
+// w_s = 2^(lse_s - max) / sum 2^(lse_s' - max), splits that saw no key (lse -inf, no partial
+// row written) left out. Two kernels, one launch (launch_verify_merge):
+//   few splits (<= kMergeRowsMaxSplits, verify shapes: many rows): a warp per row, lanes over
+//     the 512 columns, the splits' rows loaded kMergeRowBatch at a time;
+//   more (decode shapes: few rows, 64-130 splits): a block per (row, 128 columns), its
+//     kMergeWarps warps over every kMergeWarps-th split, lanes 4 columns each.
+// Neither waits on one load before issuing the next: the lse values a warp needs are loaded
+// together, the weights travel to the lanes by shuffles, and the partial rows are loaded
+// kMergeBatch (kMergeRowBatch) splits at a time. The first merge (a block per (row, 128
+// columns), 4 warps over the splits) walked them one dependent lse read, branch and partial
+// read at a time: 37 us of H=64 n=64 32k's ~490 us with 2 splits (now 9.5), on the H200, ncu.
+constexpr int kMergeWarps = 8;
 constexpr int kMergeThreads = kMergeWarps * kWarpSize;
-constexpr int kMergeColBlocks = kVerifyLatentDim / (4 * kWarpSize);
-// partial rows a warp has in flight: 8 x 512 bytes, ~16 KB per block and several blocks per SM
+constexpr int kMergeColBlocks = kVerifyLatentDim / (4 * kWarpSize);  // blocks of 128 columns
+// partial rows a warp of the split kernel has in flight: 8 x 512 bytes (16 measured slower on
+// the H200: H=64 n=1 32k's merge 11.3 against 9.0 us, H=8's 6.7 against 6.1, ncu)
 constexpr int kMergeBatch = 8;
-static_assert(kWarpSize % kMergeBatch == 0, "a batch never straddles two groups of 32 splits");
+// lse values a lane holds in registers (32 x this many splits per pass; more take more passes)
+constexpr int kMergeLseRegs = 8;
+// the row kernel: a warp per row, each lane 4 float4 (16 columns) of every split's row, 8
+// splits at a time (128 registers of loads); up to two such batches (beyond, the split kernel's
+// warps over the splits make a shorter chain of loads)
+constexpr int kMergeRowBatch = 8;
+constexpr int kMergeRowsMaxSplits = 2 * kMergeRowBatch;
+constexpr int kMergeRowWarps = 4;
+constexpr int kMergeRowVecs = kVerifyLatentDim / (4 * kWarpSize);
+static_assert(kMergeRowsMaxSplits <= kWarpSize, "the row kernel: lane s holds split s's lse");
 
-inline dim3 verify_merge_grid(const VerifyKernelParams& k) {
-  return dim3(static_cast<unsigned>(k.rows), kMergeColBlocks, static_cast<unsigned>(k.p.batch));
+// Largest lse of row m (over all splits, -inf if none saw a key) and the sum of 2^(lse - top)
+// over the splits that saw one, for every lane of the warp: lanes across the splits, up to
+// 32 x kMergeLseRegs lse values loaded before any is used.
+KD_DEVICE void merge_lse_stats(const float* lse, int S, int rows, float* top_out, float* total_out) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  float top = -INFINITY, total = 0.0f;
+  for (int s0 = 0; s0 < S; s0 += kWarpSize * kMergeLseRegs) {
+    float l[kMergeLseRegs];
+#pragma unroll
+    for (int i = 0; i < kMergeLseRegs; ++i) {
+      const int s = s0 + i * kWarpSize + lane;
+      l[i] = s < S ? lse[static_cast<int64_t>(s) * rows] : -INFINITY;
+    }
+    float chunk_top = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kMergeLseRegs; ++i) chunk_top = fmaxf(chunk_top, l[i]);
+    chunk_top = warp_max(chunk_top);
+    if (chunk_top == -INFINITY) continue;
+    if (chunk_top > top) {  // warp-uniform: rescale what the earlier passes summed
+      total = top == -INFINITY ? 0.0f : total * exp2f(top - chunk_top);
+      top = chunk_top;
+    }
+    float part = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMergeLseRegs; ++i)
+      if (l[i] != -INFINITY) part += exp2f(l[i] - top);
+    total += warp_sum(part);
+  }
+  *top_out = top;
+  *total_out = total;
 }
 
 template <class OutT>
+KD_DEVICE void store_out4(OutT* at, float4 v) {
+  store_out_pair(at, v.x, v.y);
+  store_out_pair(at + 2, v.z, v.w);
+}
+
+// The split kernel (see above): block (row m, 128-column block, request b).
+template <class OutT>
 __global__ void __launch_bounds__(kMergeThreads) verify_merge_kernel(const VerifyKernelParams k) {
   __shared__ float4 warp_acc[kMergeWarps - 1][kWarpSize];
-  grid_dependency_wait();  // the attention kernel's partials (a programmatic dependent launch)
   const int m = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.z);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int S = k.splits;
   const int64_t stride = static_cast<int64_t>(k.rows) * kVerifyLatentDim;  // between splits
   const float* lse = k.part_lse + static_cast<int64_t>(b) * S * k.rows + m;
-  float top = -INFINITY;
-  for (int s = lane; s < S; s += kWarpSize) top = fmaxf(top, lse[static_cast<int64_t>(s) * k.rows]);
-#pragma unroll
-  for (int d = kWarpSize / 2; d > 0; d /= 2) top = fmaxf(top, __shfl_xor_sync(kFullMask, top, d));
-  float total = 0.0f;
-  for (int s = lane; s < S; s += kWarpSize) {
-    const float l = lse[static_cast<int64_t>(s) * k.rows];
-    if (l != -INFINITY) total += exp2f(l - top);
-  }
-#pragma unroll
-  for (int d = kWarpSize / 2; d > 0; d /= 2) total += __shfl_xor_sync(kFullMask, total, d);
+  float top, total;
+  merge_lse_stats(lse, S, k.rows, &top, &total);
   const float inv = total > 0.0f ? 1.0f / total : 0.0f;
   const int col = (static_cast<int>(blockIdx.y) * kWarpSize + lane) * 4;
   const float* o = k.part_o + static_cast<int64_t>(b) * S * stride + static_cast<int64_t>(m) * kVerifyLatentDim + col;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  // this warp's splits warp, warp + 4, ... in groups of 32: lane j holds the j-th one's exp2
-  // weight, or -1 for a split that saw no key (it wrote no partial output)
+  // this warp's splits warp, warp + kMergeWarps, ... in groups of 32: lane j holds the j-th
+  // one's weight (an L1 hit: merge_lse_stats read the same lines), or -1 for one with no key
   for (int s0 = warp; s0 < S; s0 += kMergeWarps * kWarpSize) {
     const int mine = s0 + kMergeWarps * lane;
     float e = -1.0f;
     if (mine < S) {
       const float l = lse[static_cast<int64_t>(mine) * k.rows];
-      if (l != -INFINITY) e = exp2f(l - top);
+      if (l != -INFINITY) e = exp2f(l - top) * inv;
     }
     const int in_group = min(kWarpSize, ceil_div(S - s0, kMergeWarps));
     for (int j0 = 0; j0 < in_group; j0 += kMergeBatch) {
@@ -245,11 +283,10 @@ __global__ void __launch_bounds__(kMergeThreads) verify_merge_kernel(const Verif
 #pragma unroll
       for (int u = 0; u < kMergeBatch; ++u) {
         if (w[u] < 0.0f) continue;
-        const float wgt = w[u] * inv;
-        acc.x += wgt * v[u].x;
-        acc.y += wgt * v[u].y;
-        acc.z += wgt * v[u].z;
-        acc.w += wgt * v[u].w;
+        acc.x += w[u] * v[u].x;
+        acc.y += w[u] * v[u].y;
+        acc.z += w[u] * v[u].z;
+        acc.w += w[u] * v[u].w;
       }
     }
   }
@@ -264,16 +301,73 @@ __global__ void __launch_bounds__(kMergeThreads) verify_merge_kernel(const Verif
     acc.z += v.z;
     acc.w += v.w;
   }
-  OutT* out = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(b) * k.rows + m) * kVerifyLatentDim + col;
-  if constexpr (sizeof(OutT) == 4) {
-    *reinterpret_cast<float4*>(out) = acc;
-  } else {
-    __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(out);
-    o2[0] = __floats2bfloat162_rn(acc.x, acc.y);
-    o2[1] = __floats2bfloat162_rn(acc.z, acc.w);
-  }
+  store_out4(static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(b) * k.rows + m) * kVerifyLatentDim + col, acc);
   if (lane == 0 && blockIdx.y == 0 && k.p.lse)
     k.p.lse[static_cast<int64_t>(b) * k.rows + m] = total > 0.0f ? (top + log2f(total)) / kLog2e : -INFINITY;
+}
+
+// The row kernel (see above): warp `warp` of block (x, 1, b) merges row kMergeRowWarps x + warp,
+// kMergeRowBatch splits' rows loaded at a time.
+template <class OutT>
+__global__ void __launch_bounds__(kMergeRowWarps* kWarpSize) verify_merge_rows_kernel(const VerifyKernelParams k) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int m = static_cast<int>(blockIdx.x) * kMergeRowWarps + warp, b = static_cast<int>(blockIdx.z);
+  if (m >= k.rows) return;  // warp-uniform
+  const int S = k.splits;
+  const int64_t stride = static_cast<int64_t>(k.rows) * kVerifyLatentDim;
+  const float* lse = k.part_lse + static_cast<int64_t>(b) * S * k.rows + m;
+  const float l = lane < S ? lse[static_cast<int64_t>(lane) * k.rows] : -INFINITY;  // lane s: split s
+  const float top = warp_max(l);
+  const float e = l != -INFINITY ? exp2f(l - top) : 0.0f;
+  const float total = warp_sum(e);
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  const float wl = l != -INFINITY ? e * inv : -1.0f;  // lane s: split s's weight, -1 if it saw no key
+  const float* o = k.part_o + static_cast<int64_t>(b) * S * stride + static_cast<int64_t>(m) * kVerifyLatentDim + 4 * lane;
+  float4 acc[kMergeRowVecs];
+#pragma unroll
+  for (int c = 0; c < kMergeRowVecs; ++c) acc[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int s0 = 0; s0 < S; s0 += kMergeRowBatch) {
+    float4 v[kMergeRowBatch][kMergeRowVecs];
+    float w[kMergeRowBatch];
+#pragma unroll
+    for (int u = 0; u < kMergeRowBatch; ++u) {
+      w[u] = __shfl_sync(kFullMask, wl, s0 + u);
+      if (s0 + u >= S) w[u] = -1.0f;
+#pragma unroll
+      for (int c = 0; c < kMergeRowVecs; ++c)
+        v[u][c] = w[u] >= 0.0f ? *reinterpret_cast<const float4*>(o + (s0 + u) * stride + c * 4 * kWarpSize)
+                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int u = 0; u < kMergeRowBatch; ++u) {
+      if (w[u] < 0.0f) continue;
+#pragma unroll
+      for (int c = 0; c < kMergeRowVecs; ++c) {
+        acc[c].x += w[u] * v[u][c].x;
+        acc[c].y += w[u] * v[u][c].y;
+        acc[c].z += w[u] * v[u][c].z;
+        acc[c].w += w[u] * v[u][c].w;
+      }
+    }
+  }
+  OutT* out = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(b) * k.rows + m) * kVerifyLatentDim + 4 * lane;
+#pragma unroll
+  for (int c = 0; c < kMergeRowVecs; ++c) store_out4(out + c * 4 * kWarpSize, acc[c]);
+  if (lane == 0 && k.p.lse)
+    k.p.lse[static_cast<int64_t>(b) * k.rows + m] = total > 0.0f ? (top + log2f(total)) / kLog2e : -INFINITY;
+}
+
+// The merge of a split launch (k.splits > 1), on the stream after the attention kernel (the
+// caller reads the launch's error with launch_status).
+template <class OutT>
+inline void launch_verify_merge(const VerifyKernelParams& k, cudaStream_t stream) {
+  if (k.splits <= kMergeRowsMaxSplits) {
+    const dim3 grid(static_cast<unsigned>(ceil_div(k.rows, kMergeRowWarps)), 1, static_cast<unsigned>(k.p.batch));
+    KD_LAUNCH(verify_merge_rows_kernel<OutT>, grid, kMergeRowWarps * kWarpSize, 0, stream, k);
+  } else {
+    const dim3 grid(static_cast<unsigned>(k.rows), kMergeColBlocks, static_cast<unsigned>(k.p.batch));
+    KD_LAUNCH(verify_merge_kernel<OutT>, grid, kMergeThreads, 0, stream, k);
+  }
 }
 
 }  // namespace kdtree::kern

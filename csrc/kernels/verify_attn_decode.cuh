@@ -1,7 +1,8 @@
 // The bf16 verify_attn kernel for decode-like shapes: at most 32 query rows (T * H, e.g. a
 // tree of 1-3 nodes over 8 heads), where the cache bytes, not the MMAs, set the time. The
 // plan splits the prefix over every SM (verify_attn_plan.h) so each byte of the cache is
-// read once, by one CTA; partial results are merged by verify_merge_kernel.
+// read once, by one CTA; partial results are merged by launch_verify_merge
+// (verify_attn_common.cuh).
 //
 // A CTA: 32 query rows (two m16 row groups) x one key split, 8 warps. Per key tile (cp.async,
 // XOR-swizzled, double-buffered where shared memory allows):
@@ -61,7 +62,6 @@ static_assert(Bf16DecodeSmall::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Deco
 
 template <class Cfg, class OutT>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(const VerifyKernelParams k) {
-  grid_dependents_launch();  // the merge, a programmatic dependent launch, may start (it waits for our partials)
   constexpr int RG = Cfg::kRowGroups;
   KD_DYNAMIC_SMEM(uint8_t, smem);
   uint8_t* q_s = smem + Cfg::kQOff;

@@ -13,9 +13,8 @@ KernelResult launch_verify_attn_f32(const kern::VerifyKernelParams& k, const Ver
   const dim3 grid(plan.m_tiles, plan.splits, k.p.batch);
   KD_LAUNCH(kern::verify_attn_f32_kernel, grid, kern::F32Attn::kThreads, kern::F32Attn::kSmemBytes, stream, k);
   if (KernelResult r = launch_status("verify_attn_f32_kernel launch"); !r.ok() || plan.splits == 1) return r;
-  (void)KD_LAUNCH_OVERLAPPED(true, kern::verify_merge_kernel<float>, kern::verify_merge_grid(k), kern::kMergeThreads, 0,
-                             stream, k);
-  return launch_status("verify_merge_kernel (f32) launch");
+  kern::launch_verify_merge<float>(k, stream);
+  return launch_status("verify_merge (f32) launch");
 }
 
 }  // namespace kdtree

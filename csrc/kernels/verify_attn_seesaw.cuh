@@ -398,7 +398,6 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
 template <class OutT>
 __global__ void __launch_bounds__(Bf16AttnSeesaw::kThreads, 1)
     verify_attn_seesaw_kernel(const VerifyKernelParams k, const __grid_constant__ AttnTmaMaps maps) {
-  grid_dependents_launch();  // the merge, a programmatic dependent launch, may start (it waits for our partials)
 #if defined(KD_WGMMA_DEVICE) || defined(KD_SIMT_EMULATION)
   seesaw_split<OutT>(k, &maps);
 #elif defined(__CUDA_ARCH__)

@@ -617,7 +617,6 @@ KD_DEVICE void wgmma_attn_split(const VerifyKernelParams& k, const AttnTmaMaps* 
 // Configs 6, 7, 8 (cp.async loads).
 template <class OutT, bool kOwnPInRegs, bool kLean = false>
 __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_kernel(const VerifyKernelParams k) {
-  grid_dependents_launch();  // the merge, a programmatic dependent launch, may start (it waits for our partials)
 #if defined(KD_WGMMA_DEVICE) || defined(KD_SIMT_EMULATION)
   wgmma_attn_split<OutT, kOwnPInRegs, kLean, false>(k, nullptr);
 #elif defined(__CUDA_ARCH__)
@@ -630,7 +629,6 @@ __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_
 template <class OutT>
 __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1)
     verify_attn_wgmma_tma_kernel(const VerifyKernelParams k, const __grid_constant__ AttnTmaMaps maps) {
-  grid_dependents_launch();  // the merge, a programmatic dependent launch, may start (it waits for our partials)
 #if defined(KD_WGMMA_DEVICE) || defined(KD_SIMT_EMULATION)
   wgmma_attn_split<OutT, true, true, true>(k, &maps);
 #elif defined(__CUDA_ARCH__)

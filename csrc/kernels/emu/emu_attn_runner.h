@@ -77,7 +77,6 @@ struct EmuAttnRunner {
     const kern::VerifyKernelParams k = kern::make_kernel_params(p, plan, ws);
     const dim3 grid(plan.m_tiles, plan.splits, p.batch);
     using namespace kern;
-    const dim3 merge = verify_merge_grid(k);
     switch (plan.config) {
       case kVerifyF32:
         ::kdemu::launch(grid, dim3(F32Attn::kThreads), F32Attn::kSmemBytes, verify_attn_f32_kernel, k);
@@ -130,8 +129,8 @@ struct EmuAttnRunner {
         break;
     }
     if (plan.splits > 1) {
-      if (plan.config == kVerifyF32) ::kdemu::launch(merge, dim3(kMergeThreads), 0, verify_merge_kernel<float>, k);
-      else ::kdemu::launch(merge, dim3(kMergeThreads), 0, verify_merge_kernel<__nv_bfloat16>, k);
+      if (plan.config == kVerifyF32) launch_verify_merge<float>(k, nullptr);
+      else launch_verify_merge<__nv_bfloat16>(k, nullptr);
     }
     if (io.dtype == AttnDType::kF32) io.out = out_f;
     else

@@ -1,6 +1,8 @@
 // verify_attn (float32 and both bf16 tile configurations, one split and several) on the SIMT
 // emulator (CPU), against refs/verify_attn.kdtr.
 #include <algorithm>
+#include <cmath>
+#include <random>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -79,6 +81,84 @@ KD_TEST(verify_attn_tma_equals_lean_bitwise) {
       }
       KD_EXPECT(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)) == 0);
       KD_EXPECT(std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * sizeof(float)) == 0);
+    }
+}
+
+// The merge's two kernels (a warp per row up to kMergeRowsMaxSplits splits, warps over the
+// splits beyond) against a float64 merge of random partials. Some splits saw no key (lse
+// -inf): their partial rows are NaN, so a kernel that reads one fails; one row saw no key at
+// all (output 0, lse -inf). At <= kMergeRowsMaxSplits the split kernel runs too and agrees.
+KD_TEST(verify_merge_matches_double) {
+  std::mt19937_64 rng(test_seed());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> lse_of(-30.0f, 10.0f);  // base 2: weights from ~1 to ~1e-12
+  for (int S : {2, 3, kern::kMergeRowBatch + 1, kern::kMergeRowsMaxSplits, kern::kMergeRowsMaxSplits + 1, 33, 65, 300})
+    for (int batch : {1, 2}) {
+      const int rows = S <= kern::kMergeRowsMaxSplits ? 37 : 5;  // the row kernel: a partial last block
+      const size_t parts = static_cast<size_t>(batch) * S * rows;
+      std::vector<float> part_o(parts * kVerifyLatentDim), part_lse(parts);
+      for (size_t i = 0; i < parts; ++i) {
+        const bool no_key = i % rows == 3 || rng() % 10 == 0;  // (b, s, m) with i % rows = m: row 3 sees none
+        part_lse[i] = no_key ? -INFINITY : lse_of(rng);
+        for (int c = 0; c < kVerifyLatentDim; ++c)
+          part_o[i * kVerifyLatentDim + c] = part_lse[i] == -INFINITY ? NAN : normal(rng);
+      }
+      // float64 reference
+      std::vector<double> ref(static_cast<size_t>(batch) * rows * kVerifyLatentDim, 0.0), ref_lse(batch * rows);
+      for (int b = 0; b < batch; ++b)
+        for (int m = 0; m < rows; ++m) {
+          double top = -INFINITY, total = 0.0;
+          for (int s = 0; s < S; ++s) top = std::max<double>(top, part_lse[(static_cast<size_t>(b) * S + s) * rows + m]);
+          for (int s = 0; s < S; ++s) {
+            const double l = part_lse[(static_cast<size_t>(b) * S + s) * rows + m];
+            if (l != -INFINITY) total += std::exp2(l - top);
+          }
+          ref_lse[b * rows + m] = total > 0 ? (top + std::log2(total)) / kern::kLog2e : -INFINITY;
+          for (int s = 0; s < S; ++s) {
+            const size_t i = (static_cast<size_t>(b) * S + s) * rows + m;
+            if (part_lse[i] == -INFINITY) continue;
+            const double w = std::exp2(part_lse[i] - top) / total;
+            for (int c = 0; c < kVerifyLatentDim; ++c)
+              ref[(static_cast<size_t>(b) * rows + m) * kVerifyLatentDim + c] += w * part_o[i * kVerifyLatentDim + c];
+          }
+        }
+      kern::VerifyKernelParams k{};
+      k.p.batch = batch;
+      k.rows = rows;
+      k.splits = S;
+      k.part_o = part_o.data();
+      k.part_lse = part_lse.data();
+      std::vector<float> out_f(ref.size()), lse_f(ref_lse.size()), out_split(ref.size());
+      std::vector<__nv_bfloat16> out_b(ref.size());
+      k.p.out = out_f.data();
+      k.p.lse = lse_f.data();
+      kern::launch_verify_merge<float>(k, nullptr);
+      double worst_f = 0, worst_b = 0, worst_lse = 0, worst_split = 0;
+      const auto err = [](double d) { return std::isnan(d) ? INFINITY : d; };  // a NaN is the worst error
+      for (size_t i = 0; i < ref.size(); ++i) worst_f = std::max(worst_f, err(std::abs(out_f[i] - ref[i])));
+      for (size_t i = 0; i < ref_lse.size(); ++i)
+        worst_lse = std::max(worst_lse, ref_lse[i] == -INFINITY ? (lse_f[i] == -INFINITY ? 0.0 : INFINITY)
+                                                                 : err(std::abs(lse_f[i] - ref_lse[i])));
+      k.p.out = out_b.data();
+      k.p.lse = nullptr;
+      kern::launch_verify_merge<__nv_bfloat16>(k, nullptr);
+      for (size_t i = 0; i < ref.size(); ++i)  // one rounding to bf16: half an ulp, <= 2^-8 relative
+        worst_b = std::max(worst_b, err(std::abs(__bfloat162float(out_b[i]) - ref[i]) - std::abs(ref[i]) * 0x1p-8));
+      if (S <= kern::kMergeRowsMaxSplits) {
+        k.p.out = out_split.data();
+        ::kdemu::launch(dim3(rows, kern::kMergeColBlocks, batch), dim3(kern::kMergeThreads), 0,
+                        kern::verify_merge_kernel<float>, k);
+        for (size_t i = 0; i < ref.size(); ++i) worst_split = std::max(worst_split, err(std::abs(out_split[i] - ref[i])));
+      }
+      std::printf("    S %3d B%d rows %2d: max|d| f32 %.2e, bf16 past its rounding %.2e, lse %.2e", S, batch, rows, worst_f,
+                  worst_b, worst_lse);
+      if (S <= kern::kMergeRowsMaxSplits) std::printf(", split kernel %.2e", worst_split);
+      std::printf("\n");
+      // outputs are weighted means of N(0, 1) values: |out| < ~5, so 1e-5 is ~20 float32 ulps
+      KD_EXPECT(worst_f <= 1e-5);
+      KD_EXPECT(worst_b <= 1e-5);
+      KD_EXPECT(worst_lse <= 1e-5);
+      KD_EXPECT(worst_split <= 1e-5);
     }
 }
 
