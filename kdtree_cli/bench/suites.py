@@ -93,7 +93,7 @@ class CompactCase(Case):
 
 
 def sweep(suites: tuple[str, ...] = SUITES, quick: bool = False) -> list[Case]:
-    """The cases to run, in order. quick: a few representative ones per suite (~1 minute)."""
+    """The cases to run, in order. quick: a few representative ones per suite."""
     out: list[Case] = []
     if "ceilings" in suites:
         out += [GemmCase(8192, 8192, 8192), GemmCase(4160, 32768, 576), CopyCase()]

@@ -36,7 +36,7 @@ def kernels(
     suite: Annotated[Optional[str], typer.Option(
         "--suite", "-s", help="Comma-separated suites: ceilings, attn, topk, tree, accept \\[default: all].",
         show_default=False)] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="A few cases per suite and fewer repetitions (~1 minute).")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="A few cases per suite and fewer repetitions (the full sweep took 10-15 s on an H200).")] = False,
     out: Annotated[Optional[Path], typer.Option(
         "--out", help="Output folder \\[default: results/<device>/bench].", file_okay=False, show_default=False)] = None,
     arch: Annotated[Optional[str], typer.Option("--arch", help=ARCH_HELP, show_default=False)] = None,
