@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(kMergeThreads) verify_merge_kernel(const Verif
   const float* o = k.part_o + static_cast<int64_t>(b) * S * stride + static_cast<int64_t>(m) * kVerifyLatentDim + col;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   // this warp's splits warp, warp + kMergeWarps, ... in groups of 32: lane j holds the j-th
-  // one's weight (an L1 hit: merge_lse_stats read the same lines), or -1 for one with no key
+  // one's weight (merge_lse_stats read the same lines just before), or -1 for one with no key
   for (int s0 = warp; s0 < S; s0 += kMergeWarps * kWarpSize) {
     const int mine = s0 + kMergeWarps * lane;
     float e = -1.0f;
