@@ -5,7 +5,7 @@
 # under $OUT; a short table comes last. Usage (repository root, on the GPU machine):
 #   OUT=/tmp/o scripts/gpu_engine_run.sh [steps...]     steps default to all, in order:
 #   build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe
-# and, named only: sweep (scripts/sweep_cases.txt, twice), seesawrace (racecheck of verify_attn as built and with the seesaw's arrives as syncs), probe (scripts/divergence_probe.py on the bf16 seeds that diverged), moeab (bench_moe A/B against .ab/base), attnab (bench_kernels A/B against .ab/base: scripts/attnab_cases.txt), topk (the top-K scans' GPU test), topkrace (its racecheck), bf16dbg (initcheck on the engine smoke, the diverging bf16 seed), kab (bench_kernels A/B: scripts/kab_cases.txt), large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
+# and, named only: sweep (scripts/sweep_cases.txt, twice), probe (scripts/divergence_probe.py on the bf16 seeds that diverged), moeab (bench_moe A/B against .ab/base), attnab (bench_kernels A/B against .ab/base: scripts/attnab_cases.txt), topk (the top-K scans' GPU test), topkrace (its racecheck), bf16dbg (initcheck on the engine smoke, the diverging bf16 seed), kab (bench_kernels A/B: scripts/kab_cases.txt), large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
 # tree build: scripts/clk_cases.txt), ncu (source-level Nsight Compute: scripts/ncu_cases.txt), split (the simulated split on one GPU), multigpu (kdtree run --gpus 2 tests),
 # kernels (kdtree bench kernels, the full sweep), benchall (kdtree bench all: build, native tests
 # on fresh large cases, compute-sanitizer, the kernel bench; KDTREE_BENCH_BUDGET_S), int4 (the
@@ -107,12 +107,6 @@ for s in "${STEPS[@]}"; do
            step sweep 200 build/release/bin/bench_kernels --cases scripts/sweep_cases.txt --json "$OUT/sweep.json"
            step sweepraise 200 env KD_TREE_LEVEL_RAISE=1 build/release/bin/bench_kernels --cases scripts/sweep_cases.txt \
              --json "$OUT/sweepraise.json" ;;
-    seesawrace) # racecheck of verify_attn (config 10's hazards at fece477) as built, then with every
-           # seesaw bar.arrive a bar.sync (-DKD_SEESAW_SYNC_ONLY, its own build): the numerics and racecheck
-           step seesawrace 300 compute-sanitizer --tool racecheck --error-exitcode 9 --print-limit 8 build/release/bin/test_verify_attn
-           step syncbuild 300 env NVCC_APPEND_FLAGS=-DKD_SEESAW_SYNC_ONLY "$PY" -m kdtree_cli build --build-dir build-sync -j 16 test_verify_attn
-           step synctest 120 build-sync/release/bin/test_verify_attn
-           step syncrace 300 compute-sanitizer --tool racecheck --error-exitcode 9 --print-limit 8 build-sync/release/bin/test_verify_attn ;;
     probe) # scripts/divergence_probe.py: the INT4 bf16 seed that diverged at stop 26, then the demo
            # pair's bf16 seeds of stop 23 (their prompts: code_prompts(32, seed))
            step probe-int4 240 env PYTHONPATH=. "$PY" scripts/divergence_probe.py --target refs/models/demo-target-int4 --dtype bfloat16 \

@@ -240,6 +240,10 @@ KD_DEVICE void merge_lse_stats(const float* lse, int S, int rows, float* top_out
   *total_out = total;
 }
 
+// The merged row's lse as the caller reads it (natural log), from merge_lse_stats' values (total
+// > 0: some split saw a key, so top is finite).
+KD_DEVICE float merged_lse(float top, float total) { return total > 0.0f ? (top + log2f(total)) / kLog2e : -INFINITY; }
+
 template <class OutT>
 KD_DEVICE void store_out4(OutT* at, float4 v) {
   store_out_pair(at, v.x, v.y);
@@ -303,8 +307,7 @@ __global__ void __launch_bounds__(kMergeThreads) verify_merge_kernel(const Verif
     acc.w += v.w;
   }
   store_out4(static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(b) * k.rows + m) * kVerifyLatentDim + col, acc);
-  if (lane == 0 && blockIdx.y == 0 && k.p.lse)
-    k.p.lse[static_cast<int64_t>(b) * k.rows + m] = total > 0.0f ? (top + log2f(total)) / kLog2e : -INFINITY;
+  if (lane == 0 && blockIdx.y == 0 && k.p.lse) k.p.lse[static_cast<int64_t>(b) * k.rows + m] = merged_lse(top, total);
 }
 
 // The row kernel (see above): warp `warp` of block (x, 1, b) merges row kMergeRowWarps x + warp,
@@ -354,8 +357,7 @@ __global__ void __launch_bounds__(kMergeRowWarps* kWarpSize) verify_merge_rows_k
   OutT* out = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(b) * k.rows + m) * kVerifyLatentDim + 4 * lane;
 #pragma unroll
   for (int c = 0; c < kMergeRowVecs; ++c) store_out4(out + c * 4 * kWarpSize, acc[c]);
-  if (lane == 0 && k.p.lse)
-    k.p.lse[static_cast<int64_t>(b) * k.rows + m] = total > 0.0f ? (top + log2f(total)) / kLog2e : -INFINITY;
+  if (lane == 0 && k.p.lse) k.p.lse[static_cast<int64_t>(b) * k.rows + m] = merged_lse(top, total);
 }
 
 // The merge of a split launch (k.splits > 1), on the stream after the attention kernel (the

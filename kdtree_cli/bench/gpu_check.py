@@ -34,12 +34,11 @@ from . import report
 from .gpu import device_facts, require_gpu
 from .suites import SUITES
 
-# Seconds a step needs at least to be started (below this it is skipped, not cut off).
-# Seconds a step needs before it starts (a step that starts may run past the budget). Measured
-# on the H200 (results/h200/bench/README.md, stop 28): the three sanitizers 101 s (racecheck 81
-# of them); the full kernel bench 10-15 s, most of it torch's baselines, so the quick one runs
-# only when even that does not fit (stop 28's lease 5 skipped the bench with 44 s left at the
-# old 60 / 200 s).
+# Seconds a step needs left of the budget to be started (below this it is skipped; a step that
+# starts may run past the budget). Measured on the H200 (results/h200/bench/README.md, stop 28):
+# the three sanitizers 101 s (racecheck 81 of them); the full kernel bench 10-15 s, most of it
+# torch's baselines, so the quick one runs only when even that does not fit (stop 28's lease 5
+# skipped the bench with 44 s left at the old 60 / 200 s).
 MIN_SECONDS = {"sanitize": 120.0, "bench": 10.0, "bench_full": 40.0}
 
 
