@@ -5,7 +5,7 @@
 # under $OUT; a short table comes last. Usage (repository root, on the GPU machine):
 #   OUT=/tmp/o scripts/gpu_engine_run.sh [steps...]     steps default to all, in order:
 #   build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe
-# and, named only: sweep (scripts/sweep_cases.txt, twice), probe (scripts/divergence_probe.py on the bf16 seeds that diverged), moeab (bench_moe A/B against .ab/base), attnab (bench_kernels A/B against .ab/base: scripts/attnab_cases.txt), topk (the top-K scans' GPU test), topkrace (its racecheck), bf16dbg (initcheck on the engine smoke, the diverging bf16 seed), kab (bench_kernels A/B: scripts/kab_cases.txt), large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
+# and, named only: moetl (the W4A16 kernel's per-CTA timeline at n = 1 and 8: a -DKD_W4_TIMELINE build of bench_moe), sweep (scripts/sweep_cases.txt, twice), probe (scripts/divergence_probe.py on the bf16 seeds that diverged), moeab (bench_moe A/B against .ab/base), attnab (bench_kernels A/B against .ab/base: scripts/attnab_cases.txt), topk (the top-K scans' GPU test), topkrace (its racecheck), bf16dbg (initcheck on the engine smoke, the diverging bf16 seed), kab (bench_kernels A/B: scripts/kab_cases.txt), large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
 # tree build: scripts/clk_cases.txt), ncu (source-level Nsight Compute: scripts/ncu_cases.txt), split (the simulated split on one GPU), multigpu (kdtree run --gpus 2 tests),
 # kernels (kdtree bench kernels, the full sweep), benchall (kdtree bench all: build, native tests
 # on fresh large cases, compute-sanitizer, the kernel bench; KDTREE_BENCH_BUDGET_S), int4 (the
@@ -84,8 +84,13 @@ for s in "${STEPS[@]}"; do
     moeab) # bench_moe of the tree in .ab/base (carried: an earlier commit's sources) against this one's
            step moeab-build 300 bash -c "cd .ab/base && $PY -m kdtree_cli build -j 16 bench_moe"
            step moeab 400 "$PY" scripts/moe_ab.py base=.ab/base/build/release/bin/bench_moe new=build/release/bin/bench_moe \
-             --tokens 1 8 64 --rounds 2 --impl ${KDTREE_MOEAB_IMPL:-int4 int4_scan int4_nopf int4_pf14 int4_pf21 int4_serial} \
+             --tokens 1 8 64 --rounds "${KDTREE_MOEAB_ROUNDS:-2}" --impl ${KDTREE_MOEAB_IMPL:-int4 int4_scan int4_nopf int4_pf14 int4_pf21 int4_serial} \
              --json "$OUT/moeab.json" ;;
+    moetl) # the W4A16 timeline (moe_w4a16_timeline.cuh): a measuring build of bench_moe, n = 1 and 8
+           step moetl-build 300 env NVCC_APPEND_FLAGS=-DKD_W4_TIMELINE "$PY" -m kdtree_cli build --build-dir build-tl -j 16 bench_moe
+           step moetl-routing 60 "$PY" -c "from kdtree_cli.bench.moe import MoeShape, routing_tensors; \
+from python_engine.kdtr import write_kdtr; write_kdtr('$OUT/moetl-routing.kdtr', routing_tensors(MoeShape(), (1, 8), 4, 0))"
+           step moetl 300 bash -c "build-tl/release/bin/bench_moe --routing '$OUT/moetl-routing.kdtr' --reps 20 > '$OUT/moetl.jsonl'" ;;
     topk) # topk_logprobs' scans on the GPU (every variant, the random styles and a 448 x 163840 case), racecheck
            step topk 300 build/release/bin/test_tree_build topk_random ;;
     topkrace) step topkrace 150 env KDTREE_SANITIZE_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 9 \

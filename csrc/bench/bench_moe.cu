@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "common/kdtr.h"
 #include "kernels/moe_gemm.cuh"
 #include "kernels/moe_gemm_w4a16.cuh"
+#include "kernels/moe_w4a16_timeline.cuh"
 
 using namespace kdtree;
 
@@ -162,6 +164,82 @@ std::string timing_json(const Timing& t) {
 
 int64_t scalar_of(const KdtrFile& f, const char* name) { return f.get(name).as<int64_t>()[0]; }
 
+#ifdef KD_W4_TIMELINE
+// One layer's W4A16 launches laid out in time (moe_w4a16_timeline.cuh): per form, percentiles
+// of each point over the CTAs in us from the layer's first CTA start, and how many CTAs stream
+// weights (first block landed, last not yet consumed) in each microsecond.
+void emit_timeline(const std::string& impl, int n, int run) {
+  static const char* kPoints[kW4TlPoints] = {"entry", "expert", "ready", "first_block", "loop_end", "exit"};
+  std::vector<W4TimelineRecord> rec[2];
+  uint64_t t0 = UINT64_MAX, t_end = 0;
+  for (int form = 0; form < 2; ++form) {
+    std::vector<W4TimelineRecord> all(kW4TimelineCtas);
+    check(moe_w4a16_timeline_read(form, all.data(), kW4TimelineCtas));
+    for (size_t i = 0; i < all.size(); ++i)
+      if (const W4TimelineRecord& r = all[i]; r.ns[kW4TlExit]) {
+        rec[form].push_back(r);
+        rec[form].back().cta = static_cast<uint32_t>(i);
+        t0 = std::min(t0, r.ns[kW4TlEntry]);
+        t_end = std::max(t_end, r.ns[kW4TlExit]);
+      }
+  }
+  if (t0 == UINT64_MAX) return;
+  std::string json = "{\"kind\": \"timeline\", \"impl\": \"" + impl + "\", \"tokens\": " + std::to_string(n) +
+                     ", \"run\": " + std::to_string(run) + ", \"span_us\": " + std::to_string((t_end - t0) * 1e-3);
+  const double qs[] = {0.0, 0.1, 0.5, 0.9, 1.0};
+  for (int form = 0; form < 2; ++form) {
+    const char* name = form == 0 ? "gate_up" : "down";
+    json += std::string(", \"") + name + "\": {\"ctas\": " + std::to_string(rec[form].size());
+    std::fprintf(stderr, "timeline %s n=%d run %d %s (%zu CTAs), us from the first start: p0 p10 p50 p90 p100\n",
+                 impl.c_str(), n, run, name, rec[form].size());
+    if (rec[form].empty()) {
+      json += "}";
+      continue;
+    }
+    for (int pt = 0; pt < kW4TlPoints; ++pt) {
+      std::vector<double> v;
+      for (const W4TimelineRecord& r : rec[form])
+        if (r.ns[pt]) v.push_back((r.ns[pt] - t0) * 1e-3);
+      std::sort(v.begin(), v.end());
+      json += std::string(", \"") + kPoints[pt] + "\": [";
+      std::fprintf(stderr, "  %-12s", kPoints[pt]);
+      for (size_t i = 0; i < std::size(qs); ++i) {
+        const double x = v.empty() ? -1.0 : v[static_cast<size_t>(qs[i] * (v.size() - 1) + 0.5)];
+        json += (i ? ", " : "") + std::to_string(x);
+        std::fprintf(stderr, " %7.2f", x);
+      }
+      json += "]";
+      std::fprintf(stderr, "\n");
+    }
+    // CTAs streaming in each microsecond
+    const int bins = static_cast<int>((t_end - t0) / 1000) + 1;
+    std::vector<int> streaming(bins, 0);
+    for (const W4TimelineRecord& r : rec[form]) {
+      if (!r.ns[kW4TlFirstBlock] || !r.ns[kW4TlLoopEnd]) continue;
+      for (uint64_t b = (r.ns[kW4TlFirstBlock] - t0) / 1000; b <= (r.ns[kW4TlLoopEnd] - t0) / 1000; ++b) ++streaming[b];
+    }
+    json += ", \"streaming_per_us\": [";
+    std::fprintf(stderr, "  streaming CTAs per us:");
+    for (int b = 0; b < bins; ++b) {
+      json += (b ? ", " : "") + std::to_string(streaming[b]);
+      std::fprintf(stderr, " %d", streaming[b]);
+    }
+    std::fprintf(stderr, "\n");
+    // every CTA: [cta, smid, expert, the points in 10 ns units from the first start (-1: not reached)]
+    json += "], \"raw\": [";
+    for (size_t i = 0; i < rec[form].size(); ++i) {
+      const W4TimelineRecord& r = rec[form][i];
+      json += (i ? ", [" : "[") + std::to_string(r.cta) + ", " + std::to_string(r.smid) + ", " + std::to_string(r.expert);
+      for (int pt = 0; pt < kW4TlPoints; ++pt)
+        json += ", " + std::to_string(r.ns[pt] ? static_cast<long long>((r.ns[pt] - t0) / 10) : -1LL);
+      json += "]";
+    }
+    json += "]}";
+  }
+  emit(json + "}");
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -288,7 +366,7 @@ int main(int argc, char** argv) {
       auto pick = [&](int i) { cur = &routes[i % sets]; };
       struct Case {
         std::string impl;
-        std::function<void()> gate_up, down;
+        std::function<void(bool pair)> gate_up, down;  // pair: the layer's two launches, not one alone
       };
       std::vector<Case> cases;
       // the automatic choice as the engine launches it, then each row tile and each slice count
@@ -302,7 +380,11 @@ int main(int argc, char** argv) {
         W4XSource x_gate_up, x_down;
         int cta_warps = 0;
         bool scan_offsets = false;  // each CTA finds its expert in offsets, not in the active list
+        bool slot_sync = true;  // the pair hands off per expert slot (MoeW4a16Params::slot_sync), as the engine
       };
+      // the slot hand-off's words: zero, and left zero by every pair
+      Dev<uint32_t> slot_sync(static_cast<size_t>(moe_w4a16_slot_sync_words(experts, max_rows)), "slot_sync");
+      KD_CUDA_CHECK(cudaMemset(slot_sync.p, 0, slot_sync.n * 4));
       constexpr W4RowTile kAutoTile = W4RowTile::kAuto;
       constexpr W4XSource kAutoX = W4XSource::kAuto, kShared = W4XSource::kShared, kGlobal = W4XSource::kGlobal;
       const Int4Variant variants[] = {
@@ -314,40 +396,68 @@ int main(int argc, char** argv) {
           {"int4_slices2", kAutoTile, 2, 2, true, kAutoX, kAutoX},
           {"int4_slices4", kAutoTile, 4, 4, true, kAutoX, kAutoX},
           {"int4_gate_up_slices2", kAutoTile, 2, 0, true, kAutoX, kAutoX},
-          {"int4_serial", kAutoTile, 0, 0, false, kAutoX, kAutoX},
+          {"int4_serial", kAutoTile, 0, 0, false, kAutoX, kAutoX, 0, false, false},
           {"int4_xglobal", kAutoTile, 0, 0, true, kGlobal, kGlobal},
           {"int4_xshared", kAutoTile, 0, 0, true, kShared, kShared},
           {"int4_down_xshared", kAutoTile, 0, 0, true, kAutoX, kShared},
           {"int4_cta8", kAutoTile, 0, 0, true, kAutoX, kAutoX, 8},
           {"int4_scan", kAutoTile, 0, 0, true, kAutoX, kAutoX, 0, true},
-          {"int4_cta4", kAutoTile, 0, 0, true, kAutoX, kAutoX, 4}};
+          {"int4_cta4", kAutoTile, 0, 0, true, kAutoX, kAutoX, 4},
+          {"int4_gridwait", kAutoTile, 0, 0, true, kAutoX, kAutoX, 0, false, false}};
       for (const Int4Variant& v : variants) {
-        auto launch = [&, v](bool gate_up) {
+        auto launch = [&, v](bool gate_up, bool pair) {
           MoeW4a16Params p = int4_params(*cur, gate_up, v.tile, gate_up ? v.slices_gate_up : v.slices_down, v.overlap,
                                          gate_up ? v.x_gate_up : v.x_down);
           p.cta_warps = v.cta_warps;
           if (v.scan_offsets) p.active_experts = nullptr;
+          if (v.slot_sync && pair) p.slot_sync = slot_sync.p;  // a launch alone has no partner to hand off to
           check(moe_gemm_w4a16(p, nullptr));
         };
-        cases.push_back({v.name, [launch] { launch(true); }, [launch] { launch(false); }});
+        auto gu = [launch](bool pair) { launch(true, pair); };
+        auto dn = [launch](bool pair) { launch(false, pair); };
+        cases.push_back({v.name, gu, dn});
       }
-      cases.push_back({"bf16", [&] { check(moe_gemm(bf16_params(*cur, true), nullptr)); },
-                       [&] { check(moe_gemm(bf16_params(*cur, false), nullptr)); }});
+      cases.push_back({"bf16", [&](bool) { check(moe_gemm(bf16_params(*cur, true), nullptr)); },
+                       [&](bool) { check(moe_gemm(bf16_params(*cur, false), nullptr)); }});
       // every case once on every routing set before any is timed, so that no case is timed on
       // weights and kernels the cases before it have warmed (in a run without this pass, the first
       // INT4 variant at n = 1 ran 2-4 us behind later variants of identical configuration)
       for (const Case& c : cases)
         for (int i = 0; i < sets; ++i) {
           pick(i);
-          c.gate_up();
-          c.down();
+          c.gate_up(true);
+          c.down(true);
         }
       KD_CUDA_CHECK(cudaDeviceSynchronize());
+      {  // the slot hand-off changes no bit of either output, and leaves its words zero
+        auto outputs = [&](const char* impl) {
+          for (const Case& c : cases)
+            if (c.impl == impl) {
+              pick(0);
+              KD_CUDA_CHECK(cudaMemset(act.p, 0xff, act.n * 2));
+              KD_CUDA_CHECK(cudaMemset(out.p, 0xff, out.n * 2));
+              c.gate_up(true);
+              c.down(true);
+            }
+          KD_CUDA_CHECK(cudaDeviceSynchronize());
+          std::vector<uint16_t> h(act.n + out.n);
+          KD_CUDA_CHECK(cudaMemcpy(h.data(), act.p, act.n * 2, cudaMemcpyDeviceToHost));
+          KD_CUDA_CHECK(cudaMemcpy(h.data() + act.n, out.p, out.n * 2, cudaMemcpyDeviceToHost));
+          return h;
+        };
+        const std::vector<uint16_t> synced = outputs("int4"), plain = outputs("int4_gridwait");
+        std::vector<uint32_t> words(slot_sync.n);
+        KD_CUDA_CHECK(cudaMemcpy(words.data(), slot_sync.p, slot_sync.n * 4, cudaMemcpyDeviceToHost));
+        const bool same = plain == synced, zero = std::all_of(words.begin(), words.end(), [](uint32_t w) { return !w; });
+        emit("{\"kind\": \"slot_sync_check\", \"tokens\": " + std::to_string(n) + ", \"identical\": " +
+             (same ? "true" : "false") + ", \"words_zero\": " + (zero ? "true" : "false") + "}");
+        if (!same || !zero) throw CudaError("int4's slot hand-off: outputs differ from int4_gridwait's or its words are not zero again");
+      }
       for (const Case& c : cases) {
         const int r = c.impl == "bf16" ? std::max(3, reps / 4) : reps;  // the SIMT bf16 kernel is slow
-        const Timing layer = time_runs([&](int i) { pick(i); c.gate_up(); c.down(); }, warm, r);
-        const Timing gu = time_runs([&](int i) { pick(i); c.gate_up(); }, warm, r);
-        const Timing dn = time_runs([&](int i) { pick(i); c.down(); }, warm, r);
+        const Timing layer = time_runs([&](int i) { pick(i); c.gate_up(true); c.down(true); }, warm, r);
+        const Timing gu = time_runs([&](int i) { pick(i); c.gate_up(false); }, warm, r);
+        const Timing dn = time_runs([&](int i) { pick(i); c.down(false); }, warm, r);
         char buf[512];
         std::snprintf(buf, sizeof buf,
                       "{\"kind\": \"moe\", \"impl\": \"%s\", \"tokens\": %d, \"rows\": %d, \"distinct_experts\": %.2f, "
@@ -355,6 +465,19 @@ int main(int argc, char** argv) {
                       c.impl.c_str(), n, n * topk, distinct, most, timing_json(layer).c_str(), gu.ms, dn.ms, r);
         emit(buf);
         std::fprintf(stderr, "bench_moe: n=%d %s %.4f ms\n", n, c.impl.c_str(), layer.ms);
+#ifdef KD_W4_TIMELINE
+        // a few layers, each laid out alone (decode sizes: the records hold one wave's CTAs)
+        if (n <= 8 && (c.impl == "int4" || c.impl == "int4_gridwait" || c.impl == "int4_serial"))
+          for (int run = 0; run < 3; ++run) {
+            check(moe_w4a16_timeline_clear());
+            pick(run + 1);
+            bench::launch_blocker(nullptr);  // both launches queued, as when timed
+            c.gate_up(true);
+            c.down(true);
+            KD_CUDA_CHECK(cudaDeviceSynchronize());
+            emit_timeline(c.impl, n, run);
+          }
+#endif
       }
     }
   } catch (const std::exception& e) {

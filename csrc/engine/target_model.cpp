@@ -155,6 +155,9 @@ void TargetModel::declare(Workspace* ws) {
     ws->declare(&topk_weights_, pairs * sizeof(float));
     ws->declare(&expert_offsets_, (t.experts + 1) * sizeof(int32_t));
     ws->declare(&active_experts_, t.local_experts() * sizeof(int32_t));  // this rank's, for the W4A16 GEMMs
+    // the W4A16 pair's slot hand-off: zero at rest, every pair leaves it zero
+    ws->declare(&moe_slot_sync_, moe_w4a16_slot_sync_words(t.local_experts(), static_cast<int>(pairs)) * sizeof(uint32_t),
+                /*zeroed=*/true);
     ws->declare(&row_token_, pairs * sizeof(int32_t));
     ws->declare(&pair_row_, pairs * sizeof(int32_t));
     ws->declare(&expert_act_, pairs * t.moe_inter * el);
@@ -492,6 +495,7 @@ void TargetModel::moe_ffn(const Layer& w, int rows, const void* hn, void* out_ro
     up.w_expert_stride = moe_w4a16_expert_words(t.moe_inter, t.hidden);
     up.out = expert_act_;
     up.out_stride = t.moe_inter;
+    up.slot_sync = moe_slot_sync_;  // decode sizes: the down CTAs wait per expert slot, not for the grid
     check_kernel(moe_gemm_w4a16(up, stream));
     MoeW4a16Params down = up;
     down.n = t.hidden;

@@ -103,6 +103,7 @@ class TargetModel {
   int32_t *topk_ids_ = nullptr, *expert_offsets_ = nullptr, *active_experts_ = nullptr, *row_token_ = nullptr,
           *pair_row_ = nullptr;
   void *expert_act_ = nullptr, *expert_out_ = nullptr;
+  uint32_t* moe_slot_sync_ = nullptr;  // MoeW4a16Params::slot_sync of the W4A16 pair
   float* logits_ = nullptr;
   void* features_ = nullptr;
   void* attn_workspace_ = nullptr;

@@ -15,7 +15,10 @@
 // grouped rows per pass over the weights) is a template parameter; passes repeat for experts
 // with more rows. The slices' partial sums meet in shared memory, added in slice order, so a
 // row's result depends on neither the tile, nor the CTA's warps, nor where x is read from,
-// nor the other rows.
+// nor the other rows. At decode sizes a gate/up + down pair hands off per expert slot
+// (MoeW4a16Params::slot_sync): the gate/up CTAs of one slot count themselves done, the slot's
+// last publishes a mark, and the down CTAs of that slot wait for it instead of for the whole
+// gate/up grid (griddepcontrol.wait).
 //
 // Bytes: each weight byte is read once per pass (once per forward when an expert owns <= 32
 // rows), and the x rows of an expert once per CTA. Instructions: the dequantization costs ~1.9
@@ -33,6 +36,7 @@
 #include <type_traits>
 
 #include "moe_gemm_w4a16.cuh"
+#include "moe_w4a16_timeline.cuh"
 #include "launch_support.h"
 #include "model_dtype.cuh"
 #include "moe_route.cuh"
@@ -70,6 +74,31 @@ constexpr uint32_t kNibbleMask2 = 0x000f000fu;
 constexpr uint32_t kBf16x2Magic128 = 0x43004300u;
 constexpr uint32_t kBf16x2Minus136 = 0x43084308u;
 
+#ifdef KD_W4_TIMELINE
+__device__ W4TimelineRecord g_w4_timeline[2][kW4TimelineCtas];
+KD_DEVICE uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// thread 0 stamps `point` of its CTA's record (form 0 SwiGLU, 1 plain)
+#define KD_W4_MARK(point)                                                                   \
+  do {                                                                                      \
+    const unsigned cta_ = blockIdx.y * gridDim.x + blockIdx.x;                              \
+    if (threadIdx.x == 0 && cta_ < kW4TimelineCtas) g_w4_timeline[kSwiglu ? 0 : 1][cta_].ns[point] = global_ns(); \
+  } while (0)
+#else
+#define KD_W4_MARK(point) ((void)0)
+#endif
+
+// ring depths (blocks in flight per warp); -D overrides are for measuring builds only
+#ifndef KD_W4_SWIGLU_STAGES
+#define KD_W4_SWIGLU_STAGES 4
+#endif
+#ifndef KD_W4_PLAIN_STAGES
+#define KD_W4_PLAIN_STAGES 8
+#endif
+
 template <bool kSwiglu, int kWarpsN, int kWarpsK, int kFrags>
 struct W4Tile {
   static constexpr int kMats = kSwiglu ? 2 : 1;
@@ -77,7 +106,7 @@ struct W4Tile {
   // blocks in flight per warp: ~4.6 KB of weights per warp either way, ~37 KB per CTA, so
   // two or more CTAs per SM keep > 70 KB per SM in flight; the estimate of what an H200
   // needs (Little's law: ~20 B/clk/SM of DRAM bandwidth x ~1.5 K clk of loaded latency) is ~30 KB
-  static constexpr int kStages = kSwiglu ? 4 : 8;
+  static constexpr int kStages = kSwiglu ? KD_W4_SWIGLU_STAGES : KD_W4_PLAIN_STAGES;
   static constexpr int kPassRows = 8 * kFrags;
   static constexpr int kRingWords = kWarps * kStages * kMats * kW4BlockWords;
   // partial sums: [slice][row tile][matrix][frag][lane][4] floats
@@ -144,6 +173,42 @@ KD_DEVICE uint4 load_x16(const void* p) {
   else return __ldg(reinterpret_cast<const uint4*>(p));
 }
 
+// The slot hand-off of a gate/up + down pair (MoeW4a16Params::slot_sync): words [0, slots) the
+// slots' ready marks, [slots, 2 slots) their finished gate/up CTAs, [2 slots, 3 slots) the down
+// CTAs past their wait (the last one zeroes the slot's three words).
+enum W4SlotSyncPart : int { kW4SyncReady = 0, kW4SyncDone = 1, kW4SyncPassed = 2 };
+// how long a waiting down CTA's thread 0 sleeps between polls of its slot's mark: short against
+// the microseconds a gate/up CTA streams, so the poll adds little to the hand-off
+constexpr unsigned kW4SyncPollNs = 100;
+
+KD_DEVICE uint32_t load_acquire_gpu(const uint32_t* p) {
+#if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+#else
+  return *p;
+#endif
+}
+KD_DEVICE void fence_gpu() {
+#if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
+  __threadfence();
+#endif
+}
+KD_DEVICE void poll_pause() {
+#if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
+  __nanosleep(kW4SyncPollNs);
+#endif
+}
+// 16 bytes from L2, past this SM's L1: x written by a kernel still running (the slot hand-off)
+KD_DEVICE uint4 load_l2_16(const void* p) {
+#if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
+  return __ldcg(reinterpret_cast<const uint4*>(p));
+#else
+  return *reinterpret_cast<const uint4*>(p);
+#endif
+}
+
 // Staged x rows sit this many bf16 apart in shared memory: the row, zeros up to the next whole
 // 64-column chunk (what the mma loop reads past k), and 16 bytes, so that the 8 rows of a B
 // fragment start 4 banks apart instead of on the same bank
@@ -161,6 +226,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
   __shared__ unsigned owns_rows[kW4MaxExpertWords];  // bit e % 32 of word e / 32: expert e has rows
   // a launch with p.overlap_previous after this one may start as our last blocks start
   grid_dependents_launch();
+  KD_W4_MARK(kW4TlEntry);
   const int tid = static_cast<int>(threadIdx.x), warp = tid / kWarpSize, lane = tid % kWarpSize;
 
   // which expert: the blockIdx.y-th one that owns rows, from moe_group's list when given (one
@@ -189,6 +255,16 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
     }
   }
   if (e < 0) return;  // fewer experts own rows than there are slots (uniform over the CTA)
+#ifdef KD_W4_TIMELINE
+  KD_W4_MARK(kW4TlExpert);
+  if (tid == 0 && blockIdx.y * gridDim.x + blockIdx.x < kW4TimelineCtas) {
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    auto& rec = g_w4_timeline[kSwiglu ? 0 : 1][blockIdx.y * gridDim.x + blockIdx.x];
+    rec.smid = smid;
+    rec.expert = static_cast<uint32_t>(e);
+  }
+#endif
 
   const int wn = warp % kWarpsN, wk = warp / kWarpsN;
   const int g = lane / 4, quad = lane % 4;
@@ -239,7 +315,10 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
     // the weights first: their addresses depend on nothing loaded (the x_row lookups below do).
     // Issuing the first pass's fill before the expert's rows are read (one load earlier) was
     // part of a change measured no faster at n = 1 and slower at n = 8 on the H200: the
-    // decode kernels spilled
+    // decode kernels spilled. (Loading x's first batch before the fill, stop 29: gate/up 39.6
+    // -> 42.9 us at n = 1, and the timeline showed x ready no sooner: what holds the CTAs for
+    // ~4 us at the start is the fill's own issue, which waits while the SMs' first requests,
+    // ~14 MB in all, are served)
 #pragma unroll
     for (int j = 0; j < kStages - 1; ++j) {
       issue(src, j, j, j < my_chunks);
@@ -260,7 +339,27 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
 
     // everything above read only the weights, offsets and x_row; x may come from the kernel
     // this launch overlaps (p.overlap_previous)
-    if (r0 == row_begin) grid_dependency_wait();
+    // (with the slot hand-off and staged x: until this slot's gate/up CTAs have all stored)
+    const bool slot_wait = !kSwiglu && p.slot_sync;  // the pair's down launch
+    if (r0 == row_begin) {
+      uint32_t* const sync = slot_wait ? p.slot_sync + blockIdx.y : nullptr;
+      const int slots = static_cast<int>(gridDim.y);
+      if (slot_wait && kXShared) {
+        if (tid == 0) {
+          while (!load_acquire_gpu(sync + kW4SyncReady * slots)) poll_pause();
+          fence_gpu();
+        }
+        __syncthreads();
+      } else {
+        grid_dependency_wait();
+      }
+      if (slot_wait && tid == 0 && atomicAdd(sync + kW4SyncPassed * slots, 1u) == gridDim.x - 1) {
+        // every down CTA of this slot is past its wait and every gate/up CTA has counted: rearm
+        sync[kW4SyncReady * slots] = 0;
+        sync[kW4SyncDone * slots] = 0;
+        sync[kW4SyncPassed * slots] = 0;
+      }
+    }
     if constexpr (kXShared) {
       // the pass's rows in 16-byte pieces (k % 32 == 0), zeros past k up to the whole chunk,
       // through registers rather than as a cp.async group: a group committed after the ring's
@@ -275,7 +374,9 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
           v[u] = make_uint4(0, 0, 0, 0);
           if (i < total && c < inside) {
             const int row = p.x_row ? p.x_row[r0 + rr] : r0 + rr;
-            v[u] = *reinterpret_cast<const uint4*>(x + row * p.x_stride + 8 * c);
+            const __nv_bfloat16* from = x + row * p.x_stride + 8 * c;
+            // x written by a gate/up launch that may still run (the hand-off): past this SM's L1
+            v[u] = slot_wait ? load_l2_16(from) : *reinterpret_cast<const uint4*>(from);
           }
         }
 #pragma unroll
@@ -285,6 +386,13 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
         }
       }
       __syncthreads();
+    }
+    if (r0 == row_begin) {
+      KD_W4_MARK(kW4TlReady);
+#ifdef KD_W4_TIMELINE
+      cp_async_wait<kStages - 2>();  // block 0 (waiting twice for it is harmless)
+      KD_W4_MARK(kW4TlFirstBlock);
+#endif
     }
     // block j sits in slot j % kStages: the loop runs kStages blocks per trip, unrolled;
     // trip_src points at block j0 of the trip
@@ -371,6 +479,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
       step(j0 + slot, slot, my_chunks - (kStages - 1) - j0, std::true_type{});
     }
     cp_async_wait<0>();
+    KD_W4_MARK(kW4TlLoopEnd);
 
     // partial sums of the slices -> shared memory (the ring is free once everyone is here)
     __syncthreads();
@@ -410,6 +519,18 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
     }
     __syncthreads();  // the next pass reuses the shared memory
   }
+  if (kSwiglu && p.slot_sync && tid == 0) {
+    // the gate/up side of the hand-off: every thread's stores are behind the barrier above;
+    // the slot's last CTA to count publishes the mark (fence, count, fence, mark)
+    uint32_t* const sync = p.slot_sync + blockIdx.y;
+    const int slots = static_cast<int>(gridDim.y);
+    fence_gpu();
+    if (atomicAdd(sync + kW4SyncDone * slots, 1u) == gridDim.x - 1) {
+      fence_gpu();
+      atomicExch(sync + kW4SyncReady * slots, 1u);
+    }
+  }
+  KD_W4_MARK(kW4TlExit);
 }
 
 // A launch's CTA shape and staging, chosen on the host (moe_gemm_w4a16 below).
@@ -522,6 +643,24 @@ inline int auto_k_slices(int k) {
 
 }  // namespace kern
 
+#ifdef KD_W4_TIMELINE
+KernelResult moe_w4a16_timeline_read(int form, W4TimelineRecord* out, int count) {
+  if (form < 0 || form > 1 || count < 0 || count > kW4TimelineCtas || (count > 0 && !out))
+    return KernelResult::invalid("moe_w4a16_timeline_read: form must be 0 or 1 and count 0.." +
+                                 std::to_string(kW4TimelineCtas));
+  const size_t offset = static_cast<size_t>(form) * kW4TimelineCtas * sizeof(W4TimelineRecord);
+  if (cudaMemcpyFromSymbol(out, kern::g_w4_timeline, count * sizeof(W4TimelineRecord), offset) != cudaSuccess)
+    return launch_status("moe_w4a16_timeline_read");
+  return KernelResult::success();
+}
+KernelResult moe_w4a16_timeline_clear() {
+  static const W4TimelineRecord zero[2 * kW4TimelineCtas] = {};
+  if (cudaMemcpyToSymbol(kern::g_w4_timeline, zero, sizeof zero) != cudaSuccess)
+    return launch_status("moe_w4a16_timeline_clear");
+  return KernelResult::success();
+}
+#endif
+
 KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
   if (KernelResult r = check_moe_w4a16_params(p); !r.ok()) return r;
   if (p.rows == 0) return KernelResult::success();
@@ -536,6 +675,11 @@ KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
   // kW4SmallTileMaxTokens (prefill chunks, unmeasured) a tile that covers the bound reads the
   // weights once.
   const int most = p.max_rows_per_expert > 0 ? std::min(p.max_rows_per_expert, p.rows) : p.rows;
+  if (p.slot_sync && most > kW4SlotSyncMaxRows) {  // both launches of the pair decide alike
+    MoeW4a16Params q = p;
+    q.slot_sync = nullptr;
+    return moe_gemm_w4a16(q, stream);
+  }
   const int auto_rows = most <= kW4SmallTileMaxTokens ? std::min(most, 8) : most;
   const int pass_rows = p.row_tile != W4RowTile::kAuto ? static_cast<int>(p.row_tile) : auto_rows;
   const int slots = std::min(p.experts, p.rows);  // experts that can own rows

@@ -43,11 +43,22 @@ constexpr int kW4BlockWords = kW4WeightWords + kW4ScaleWords;
 // kAuto takes the 8-row tile up to this many tokens (decode and verify sizes, where each
 // expert gets a few rows): the largest size the tile choice was measured at (moe_gemm_w4a16.cu)
 constexpr int kW4SmallTileMaxTokens = 128;
+// MoeW4a16Params::slot_sync applies up to this many rows per expert: single-token decode. On
+// the H200 (one Kimi layer, results/h200/bench/stop29, two A/B runs) it took n = 1 from 61.1
+// to 60.6 us and from 61.8 to 61.4; at n = 8 one run gained 1.1 us and the other lost 2.6
+// (365.7 vs 366.8, 372.9 vs 370.3 us), and at n = 64 it lost (1.766 vs 1.678 ms: down CTAs
+// that wait hold room that later gate/up waves need)
+constexpr int kW4SlotSyncMaxRows = 1;
 
 // uint32 words of one expert's repacked [n, k] weight (its slice of the stacked buffer).
 inline int64_t moe_w4a16_expert_words(int n, int k) {
   const int64_t tiles = (n + kW4TileRows - 1) / kW4TileRows, chunks = (k + kW4TileCols - 1) / kW4TileCols;
   return tiles * chunks * kW4BlockWords;
+}
+
+// Words of MoeW4a16Params::slot_sync: per expert slot a ready mark and two CTA counters.
+inline int64_t moe_w4a16_slot_sync_words(int experts, int rows) {
+  return 3 * static_cast<int64_t>(experts < rows ? experts : rows);
 }
 
 // Repack one expert's checkpoint tensors into the tile layout (host memory to host memory):
@@ -94,6 +105,17 @@ struct MoeW4a16Params {
   // dependent launch, sm_90+), find its expert and fill its weight ring, then wait for it
   // before the first x load. The engine sets it on the down GEMM, after the gate/up GEMM.
   bool overlap_previous = false;
+  // Optional, on both launches of a gate/up (SwiGLU) + down (plain) pair, the down launched
+  // after the gate/up one (with overlap_previous for the hand-off to gain anything), or on
+  // neither, with the same experts, rows and max_rows_per_expert on both:
+  // [moe_w4a16_slot_sync_words(experts, rows)] words, zero before the pair (the down launch
+  // leaves them zero again; no other pair may use them meanwhile). At single-token decode
+  // (max_rows_per_expert <= kW4SlotSyncMaxRows; above it both launches ignore it) the gate/up
+  // launch marks each expert slot once all of its CTAs have stored, and a down CTA waits for
+  // its own slot's mark instead of the whole gate/up grid (when it stages x; else it waits for
+  // the grid): the slots' gate/up CTAs finish in launch order, ~10 us apart at n = 1, so the
+  // first slots' down CTAs stream while the last gate/up CTAs finish. Results do not depend on it.
+  uint32_t* slot_sync = nullptr;
   const void* x = nullptr;         // bf16; grouped row r reads x row (x_row ? x_row[r] : r)
   int64_t x_stride = 0;            // elements, a multiple of 8 (16-byte row loads); x 16-byte aligned
   const int32_t* x_row = nullptr;  // [rows] or null

@@ -3,7 +3,8 @@
 // checkpoint-layout weights (compressed-tensors pack-quantized, repacked by
 // moe_w4a16_repack), random x rows, ragged per-expert row counts (0, 1, > 16, > 32), both
 // forms, padding tails (n % 16, k % 64 == 32), Kimi K2.6 shapes, the row tiles agreeing bit
-// for bit, exact one-hot rows, and the launcher's argument errors.
+// for bit, exact one-hot rows, a gate/up + down pair's slot hand-off agreeing bit for bit with
+// the grid wait, and the launcher's argument errors.
 //
 // Also compiled for the CPU with the SIMT emulator by tests/kernels/test_moe_w4a16_emulated.py
 // (KDTREE_SANITIZE_QUICK=1 there skips the K2.6-sized case).
@@ -400,6 +401,79 @@ KD_GPU_TEST(kimi_k26_shapes) {
     Problem pb{&down, nullptr, &act, inter, &rt, hidden, tokens};
     pb.active_list = true;
     expect_matches_reference("down 7168x2048", pb, run_gpu(pb));
+  }
+}
+
+// A gate/up + down pair with the slot hand-off (MoeW4a16Params::slot_sync) against the same pair
+// waiting for the whole gate/up grid: the same bits in both outputs, for several pairs back to
+// back on one set of words (each pair must leave them zero for the next), decode routings of 1
+// token (the hand-off) and 4 (above kW4SlotSyncMaxRows: both launches ignore the words) over
+// K2.6-wide layers (smaller ones on the emulator)
+KD_GPU_TEST(pair_slot_handoff_matches_the_grid_wait) {
+  const uint64_t seed = test_seed();
+  std::mt19937_64 rng(seed);
+  const bool quick = quick_mode();
+  const int experts = quick ? 12 : 24, hidden = quick ? 256 : 7168, inter = quick ? 128 : 2048, topk = 8;
+  const Int4Experts gate = random_experts(experts, inter, hidden, rng), up = random_experts(experts, inter, hidden, rng);
+  const Int4Experts down = random_experts(experts, hidden, inter, rng);
+  DeviceBuffer<uint32_t> dg(gate.repacked), du(up.repacked), dd(down.repacked);
+  for (int tokens : {1, 4}) {
+    const Routing rt = topk_routing(tokens, experts, topk, rng);
+    const int rows = rt.rows();
+    DeviceBuffer<uint16_t> x(random_x(tokens, hidden, rng));
+    DeviceBuffer<int32_t> x_row(rt.x_row), offsets(rt.offsets), active(active_list_of(rt.offsets));
+    DeviceBuffer<uint16_t> act(std::vector<uint16_t>(static_cast<size_t>(rows) * inter, kPoisonBf16));
+    DeviceBuffer<uint16_t> out(std::vector<uint16_t>(static_cast<size_t>(rows) * hidden, kPoisonBf16));
+    DeviceBuffer<uint32_t> sync(std::vector<uint32_t>(moe_w4a16_slot_sync_words(experts, rows), 0));
+    auto pair = [&](bool handoff) {
+      MoeW4a16Params g;
+      g.experts = experts;
+      g.rows = rows;
+      g.n = inter;
+      g.k = hidden;
+      g.max_rows_per_expert = tokens;
+      g.x = x.get();
+      g.x_stride = hidden;
+      g.x_row = x_row.get();
+      g.offsets = offsets.get();
+      g.active_experts = active.get();
+      g.w = dg.get();
+      g.w_up = du.get();
+      g.w_expert_stride = gate.words;
+      g.out = act.get();
+      g.out_stride = inter;
+      g.slot_sync = handoff ? sync.get() : nullptr;
+      MoeW4a16Params d = g;
+      d.n = hidden;
+      d.k = inter;
+      d.x = act.get();
+      d.x_stride = inter;
+      d.x_row = nullptr;
+      d.w = dd.get();
+      d.w_up = nullptr;
+      d.w_expert_stride = down.words;
+      d.out = out.get();
+      d.out_stride = hidden;
+      d.overlap_previous = true;  // as the engine launches it
+      for (const MoeW4a16Params* q : {&g, &d})
+        if (const KernelResult r = moe_gemm_w4a16(*q, nullptr); !r.ok()) throw std::runtime_error(r.message);
+      KD_CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<uint16_t> a(act.size()), o(out.size());
+      act.download(a);
+      out.download(o);
+      a.insert(a.end(), o.begin(), o.end());
+      return a;
+    };
+    const std::vector<uint16_t> want = pair(false);
+    KD_EXPECT(std::find(want.begin(), want.end(), kPoisonBf16) == want.end());
+    for (int round = 0; round < (quick ? 2 : 6); ++round) {
+      if (pair(true) != want)
+        report_failure(nullptr, 0, "seed " + std::to_string(seed) + ", " + std::to_string(tokens) + " tokens, pair " +
+                                       std::to_string(round) + ": the hand-off changed an output");
+      std::vector<uint32_t> words(sync.size());
+      sync.download(words);
+      KD_EXPECT(std::all_of(words.begin(), words.end(), [](uint32_t w) { return w == 0; }));
+    }
   }
 }
 

@@ -396,7 +396,7 @@ def test_native_test_program_on_emulator(built):
                           env={**os.environ, "KDTREE_SANITIZE_QUICK": "1"})
     out = proc.stdout + proc.stderr
     last = [line for line in out.splitlines() if line.strip()][-1]
-    assert proc.returncode == 0 and last.startswith("6 passed, 0 failed"), out[-4000:]
+    assert proc.returncode == 0 and last.startswith("7 passed, 0 failed"), out[-4000:]
 
 
 def test_bench_program_on_emulator(built, tmp_path, seed):
@@ -421,7 +421,7 @@ def test_bench_program_on_emulator(built, tmp_path, seed):
         (n, impl) for n in tokens for impl in ("int4", "int4_tile8", "int4_tile16", "int4_tile32", "int4_slices1",
                                               "int4_slices2", "int4_slices4", "int4_gate_up_slices2", "int4_serial",
                                               "int4_xglobal", "int4_xshared", "int4_down_xshared", "int4_cta8",
-                                              "int4_scan", "int4_cta4", "bf16")}
+                                              "int4_scan", "int4_cta4", "int4_gridwait", "bf16")}
     for r in moe_recs:
         ids = [routing[f"n{r['tokens']}.s{s}.topk_ids"] for s in range(sets)]
         assert r["distinct_experts"] == pytest.approx(np.mean([len(np.unique(i)) for i in ids]), abs=0.01)
