@@ -10,7 +10,9 @@
 // [T] tokens; int32 [n, topk] n<n>.s<s>.topk_ids for every n in tokens and s < sets. Each
 // timed run uses the next routing set (sets rotate) so the active experts' weights come from
 // DRAM, not from L2. Weights are random: INT4 words and scales in the repacked layout, bf16
-// values ~U(-0.02, 0.02). Output: one JSON object a line on stdout, progress on stderr.
+// values ~U(-0.02, 0.02). Output: one JSON object a line on stdout, progress on stderr. Built
+// with -DKD_W4_TIMELINE (scripts/gpu_engine_run.sh moetl) it also lays out a few layers at
+// n <= 8 per CTA in time ("kind": "timeline", kernels/moe_w4a16_timeline.cuh).
 #include <cuda_bf16.h>
 
 #include <algorithm>
