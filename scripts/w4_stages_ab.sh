@@ -7,12 +7,14 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/o}; mkdir -p "$OUT"
 { date -u +%FT%TZ; echo "commit ${KDTREE_COMMIT:-?}"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } > "$OUT/env.txt"
+# sSP: SwiGLU ring S blocks, plain P (the default is s48); d816: deep rings, so fewer CTAs fit
+# an SM and the block scheduler spreads the later waves over the SMs that free first
 declare -A FL=([s48]="" [s44]="-DKD_W4_PLAIN_STAGES=4" [s34]="-DKD_W4_SWIGLU_STAGES=3 -DKD_W4_PLAIN_STAGES=4"
-               [tl]="-DKD_W4_TIMELINE")
+               [d816]="-DKD_W4_SWIGLU_STAGES=8 -DKD_W4_PLAIN_STAGES=16" [tl]="-DKD_W4_TIMELINE")
 t0=$(date +%s)
 VARIANTS=${W4AB_VARIANTS:-s48 s44 s34 tl}
 for v in $VARIANTS; do
-  targets=bench_moe; [ "$v" = s48 ] && targets="bench_moe test_moe_w4a16"
+  targets="bench_moe test_moe_w4a16"; [ "$v" = tl ] && targets=bench_moe
   ( env NVCC_APPEND_FLAGS="${FL[$v]}" python3 -m kdtree_cli build --build-dir "build-$v" -j 3 $targets > "$OUT/build-$v.log" 2>&1
     echo "rc=$?" >> "$OUT/build-$v.log" ) &
 done
@@ -21,8 +23,9 @@ done
 [ "${W4AB_ENGINE:-0}" = 1 ] && ( python3 -m kdtree_cli build -j 6 > "$OUT/build-engine.log" 2>&1; echo "rc=$?" >> "$OUT/build-engine.log" ) &
 wait
 echo "builds $(( $(date +%s) - t0 )) s"; for f in "$OUT"/build-*.log; do echo "$f $(tail -n1 "$f")"; done
-for seed in 1 2; do KDTREE_TEST_SEED=$seed timeout 120 build-s48/release/bin/test_moe_w4a16 > "$OUT/test-seed$seed.log" 2>&1
-  echo "test seed $seed: rc=$? $(tail -n1 "$OUT/test-seed$seed.log")"; done
+for v in $VARIANTS; do [ "$v" = tl ] && continue
+  for seed in 1 2; do KDTREE_TEST_SEED=$seed timeout 120 "build-$v/release/bin/test_moe_w4a16" > "$OUT/test-$v-$seed.log" 2>&1
+    echo "test $v seed $seed: rc=$? $(tail -n1 "$OUT/test-$v-$seed.log")"; done; done
 builds=(base=.ab/base/build/release/bin/bench_moe)
 for v in $VARIANTS; do [ "$v" != tl ] && builds+=("$v=build-$v/release/bin/bench_moe"); done
 timeout 400 python3 scripts/moe_ab.py "${builds[@]}" --tokens 1 8 64 --rounds 3 \
@@ -38,3 +41,6 @@ if [ "${W4AB_ENGINE:-0}" = 1 ]; then
   echo "int4 decode tests rc=$? $(tail -n1 "$OUT/int4-decode.log") $(( $(date +%s) - t0 )) s"
 fi
 grep -v "^round" "$OUT/stages.log"
+# everything in one archive beside env.txt and the A/B table (the device tool returns 8 files)
+cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude='*.kdtr' ./* 2>/dev/null
+find . -type f ! -name logs.tgz ! -name env.txt ! -name stages.log -delete
