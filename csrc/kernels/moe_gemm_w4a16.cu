@@ -15,7 +15,7 @@
 // grouped rows per pass over the weights) is a template parameter; passes repeat for experts
 // with more rows. The slices' partial sums meet in shared memory, added in slice order, so a
 // row's result depends on neither the tile, nor the CTA's warps, nor where x is read from,
-// nor the other rows. At decode sizes a gate/up + down pair hands off per expert slot
+// nor the other rows. At single-token decode a gate/up + down pair hands off per expert slot
 // (MoeW4a16Params::slot_sync): the gate/up CTAs of one slot count themselves done, the slot's
 // last publishes a mark, and the down CTAs of that slot wait for it instead of for the whole
 // gate/up grid (griddepcontrol.wait).
