@@ -292,6 +292,9 @@ int main(int argc, char** argv) {
     KD_LAUNCH(fill_bf16, fill_blocks(x.n), kFillThreads, 0, nullptr, x.p, x.n, seed++);
     KD_CHECK_LAUNCH();
     KD_CUDA_CHECK(cudaDeviceSynchronize());
+    // the slot hand-off's words (MoeW4a16Params::slot_sync): zero, and left zero by every pair
+    Dev<uint32_t> slot_sync(static_cast<size_t>(moe_w4a16_slot_sync_words(experts, max_rows)), "slot_sync");
+    KD_CUDA_CHECK(cudaMemset(slot_sync.p, 0, slot_sync.n * 4));
     const double int4_expert_bytes = 4.0 * (2 * gate_words + down_words);
     const double bf16_expert_bytes = 2.0 * 3 * bf16_elems;
     emit("{\"kind\": \"shape\", \"experts\": " + std::to_string(experts) +
@@ -384,9 +387,6 @@ int main(int argc, char** argv) {
         bool scan_offsets = false;  // each CTA finds its expert in offsets, not in the active list
         bool slot_sync = true;  // the pair hands off per expert slot (MoeW4a16Params::slot_sync), as the engine
       };
-      // the slot hand-off's words: zero, and left zero by every pair
-      Dev<uint32_t> slot_sync(static_cast<size_t>(moe_w4a16_slot_sync_words(experts, max_rows)), "slot_sync");
-      KD_CUDA_CHECK(cudaMemset(slot_sync.p, 0, slot_sync.n * 4));
       constexpr W4RowTile kAutoTile = W4RowTile::kAuto;
       constexpr W4XSource kAutoX = W4XSource::kAuto, kShared = W4XSource::kShared, kGlobal = W4XSource::kGlobal;
       const Int4Variant variants[] = {

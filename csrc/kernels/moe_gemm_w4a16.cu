@@ -183,6 +183,10 @@ enum W4SlotSyncPart : int { kW4SyncReady = 0, kW4SyncDone = 1, kW4SyncPassed = 2
 // how long a waiting down CTA's thread 0 sleeps between polls of its slot's mark: short against
 // the microseconds a gate/up CTA streams, so the poll adds little to the hand-off
 constexpr unsigned kW4SyncPollNs = 100;
+// word `part` of this CTA's slot (blockIdx.y) in the hand-off's words
+KD_DEVICE uint32_t* slot_sync_word(const MoeW4a16Params& p, W4SlotSyncPart part) {
+  return p.slot_sync + static_cast<int>(part) * gridDim.y + blockIdx.y;
+}
 
 KD_DEVICE uint32_t load_acquire_gpu(const uint32_t* p) {
 #if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
@@ -345,22 +349,18 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
     // (with the slot hand-off and staged x: until this slot's gate/up CTAs have all stored)
     const bool slot_wait = !kSwiglu && p.slot_sync;  // the pair's down launch
     if (r0 == row_begin) {
-      uint32_t* const sync = slot_wait ? p.slot_sync + blockIdx.y : nullptr;
-      const int slots = static_cast<int>(gridDim.y);
       if (slot_wait && kXShared) {
         if (tid == 0) {
-          while (!load_acquire_gpu(sync + kW4SyncReady * slots)) poll_pause();
+          while (!load_acquire_gpu(slot_sync_word(p, kW4SyncReady))) poll_pause();
           fence_gpu();
         }
         __syncthreads();
       } else {
         grid_dependency_wait();
       }
-      if (slot_wait && tid == 0 && atomicAdd(sync + kW4SyncPassed * slots, 1u) == gridDim.x - 1) {
+      if (slot_wait && tid == 0 && atomicAdd(slot_sync_word(p, kW4SyncPassed), 1u) == gridDim.x - 1) {
         // every down CTA of this slot is past its wait and every gate/up CTA has counted: rearm
-        sync[kW4SyncReady * slots] = 0;
-        sync[kW4SyncDone * slots] = 0;
-        sync[kW4SyncPassed * slots] = 0;
+        for (W4SlotSyncPart part : {kW4SyncReady, kW4SyncDone, kW4SyncPassed}) *slot_sync_word(p, part) = 0;
       }
     }
     if constexpr (kXShared) {
