@@ -2,7 +2,8 @@
 # One lease for the W4A16 decode pair (stop 29): bench_moe builds of this tree (its ring depths
 # by -D, one with the per-CTA timeline) and of .ab/base (carried: an earlier commit's sources),
 # built in parallel; the GPU test of the pair; scripts/moe_ab.py over the builds; the timeline.
-# Usage (repository root, GPU machine): OUT=/tmp/o [W4AB_VARIANTS="s48 s44 s34 tl"] scripts/w4_stages_ab.sh
+# Usage (repository root, GPU machine): OUT=/tmp/o [W4AB_VARIANTS="s48 s44 s34 tl"] [W4AB_IMPL="int4 int4_gridwait"]
+#   [W4AB_TOKENS="1 8 64"] [W4AB_ROUNDS=3] [W4AB_ENGINE=1] scripts/w4_stages_ab.sh
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/o}; mkdir -p "$OUT"
@@ -28,8 +29,8 @@ for v in $VARIANTS; do [ "$v" = tl ] && continue
     echo "test $v seed $seed: rc=$? $(tail -n1 "$OUT/test-$v-$seed.log")"; done; done
 builds=(base=.ab/base/build/release/bin/bench_moe)
 for v in $VARIANTS; do [ "$v" != tl ] && builds+=("$v=build-$v/release/bin/bench_moe"); done
-timeout 400 python3 scripts/moe_ab.py "${builds[@]}" --tokens 1 8 64 --rounds 3 \
-  --impl int4 int4_gridwait --json "$OUT/stages.json" > "$OUT/stages.log" 2>&1
+timeout 400 python3 scripts/moe_ab.py "${builds[@]}" --tokens ${W4AB_TOKENS:-1 8 64} --rounds ${W4AB_ROUNDS:-3} \
+  --impl ${W4AB_IMPL:-int4 int4_gridwait} --json "$OUT/stages.json" > "$OUT/stages.log" 2>&1
 echo "ab rc=$? $(( $(date +%s) - t0 )) s"
 [[ " $VARIANTS " == *" tl "* ]] && python3 -c "from kdtree_cli.bench.moe import MoeShape, routing_tensors; from python_engine.kdtr import write_kdtr; \
 write_kdtr('$OUT/tl-routing.kdtr', routing_tensors(MoeShape(), (1, 8), 4, 0))"

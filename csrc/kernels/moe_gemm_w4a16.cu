@@ -694,7 +694,11 @@ KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
   l.warps_k = slices;
   l.warps_n = kern::kW4Warps / slices;
   if (l.frags == 1 && slices == 4 && p.cta_warps == kern::kW4SmallCtaWarps) l.warps_n = 1;  // one tile x 4 slices
-  if (l.frags == 1 && slices == 1 && p.cta_warps != kern::kW4Warps) {
+  // With the slot hand-off the 8-warp CTAs stay: the down GEMM alone is slower with them, but
+  // the layer is faster, since fewer, larger down CTAs overlap the gate/up tail better (H200,
+  // one Kimi layer at n = 1: 59.9 against 61.0 us in one A/B run, results/h200/bench/stop30)
+  if (l.frags == 1 && slices == 1 && p.cta_warps != kern::kW4Warps &&
+      (!p.slot_sync || p.cta_warps == kern::kW4SmallCtaWarps)) {
     const double ctas = static_cast<double>(kern::ceil_div(kern::ceil_div(p.n, kW4TileRows), l.warps_n)) * slots;
     const double waves = ctas / (static_cast<double>(d.sms) * kern::w4_min_blocks(kern::kW4Warps, 1));
     if (p.cta_warps == kern::kW4SmallCtaWarps || waves < kern::kW4SmallGridWaves) l.warps_n = kern::kW4SmallCtaWarps;
