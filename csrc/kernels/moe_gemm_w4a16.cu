@@ -633,7 +633,8 @@ KernelResult x_stage_rows_for(const MoeW4a16Params& p, const DeviceLimits& d, co
 
 // A 1-slice launch of the 8-row tile whose 8-warp CTAs would fill fewer than this many waves
 // runs 4-warp CTAs instead: twice the CTAs spread the rows evenly over the SMs (Kimi's decode
-// down GEMM: 448 CTAs of 8 warps put 4 on some SMs and 3 on the rest; 896 of 4 put 6 or 7)
+// down GEMM: 448 CTAs of 8 warps put 4 on some SMs and 3 on the rest; 896 of 4 put 6 or 7),
+// unless the pair hands off per slot (moe_gemm_w4a16 says why)
 constexpr double kW4SmallGridWaves = 2.0;
 
 // slices for k input columns when not forced (see kW4MinChunksPerSlice)
@@ -694,14 +695,17 @@ KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
   l.warps_k = slices;
   l.warps_n = kern::kW4Warps / slices;
   if (l.frags == 1 && slices == 4 && p.cta_warps == kern::kW4SmallCtaWarps) l.warps_n = 1;  // one tile x 4 slices
-  // With the slot hand-off the 8-warp CTAs stay: the down GEMM alone is slower with them, but
-  // the layer is faster, since fewer, larger down CTAs overlap the gate/up tail better (H200,
-  // one Kimi layer at n = 1: 59.9 against 61.0 us in one A/B run, results/h200/bench/stop30)
-  if (l.frags == 1 && slices == 1 && p.cta_warps != kern::kW4Warps &&
-      (!p.slot_sync || p.cta_warps == kern::kW4SmallCtaWarps)) {
-    const double ctas = static_cast<double>(kern::ceil_div(kern::ceil_div(p.n, kW4TileRows), l.warps_n)) * slots;
-    const double waves = ctas / (static_cast<double>(d.sms) * kern::w4_min_blocks(kern::kW4Warps, 1));
-    if (p.cta_warps == kern::kW4SmallCtaWarps || waves < kern::kW4SmallGridWaves) l.warps_n = kern::kW4SmallCtaWarps;
+  if (l.frags == 1 && slices == 1) {
+    bool small_ctas = p.cta_warps == kern::kW4SmallCtaWarps;
+    // auto picks by waves, but under the slot hand-off 8-warp CTAs stay: the down GEMM alone is
+    // slower with them, the layer faster, since fewer, larger down CTAs overlap the gate/up tail
+    // better (H200, one Kimi layer at n = 1: 59.9 against 61.0 us, results/h200/bench/stop30)
+    if (p.cta_warps == 0 && !p.slot_sync) {
+      const double ctas = static_cast<double>(kern::ceil_div(kern::ceil_div(p.n, kW4TileRows), l.warps_n)) * slots;
+      const double waves = ctas / (static_cast<double>(d.sms) * kern::w4_min_blocks(kern::kW4Warps, 1));
+      small_ctas = waves < kern::kW4SmallGridWaves;
+    }
+    if (small_ctas) l.warps_n = kern::kW4SmallCtaWarps;
   }
   if (KernelResult r = p.w_up ? kern::x_stage_rows_for<true>(p, d, l, pass_rows, &l.x_stage_rows)
                               : kern::x_stage_rows_for<false>(p, d, l, pass_rows, &l.x_stage_rows);
