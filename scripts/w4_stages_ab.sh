@@ -9,9 +9,11 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/o}; mkdir -p "$OUT"
 { date -u +%FT%TZ; echo "commit ${KDTREE_COMMIT:-?}"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } > "$OUT/env.txt"
 # sSP: SwiGLU ring S blocks, plain P (the default is s48); d816: deep rings, so fewer CTAs fit
-# an SM and the block scheduler spreads the later waves over the SMs that free first
+# an SM and the block scheduler spreads the later waves over the SMs that free first; hsS: the
+# down GEMM in S slices under the slot hand-off (hs4 changes its bits: the pair's test fails)
 declare -A FL=([s48]="" [s44]="-DKD_W4_PLAIN_STAGES=4" [s34]="-DKD_W4_SWIGLU_STAGES=3 -DKD_W4_PLAIN_STAGES=4"
-               [d816]="-DKD_W4_SWIGLU_STAGES=8 -DKD_W4_PLAIN_STAGES=16" [tl]="-DKD_W4_TIMELINE")
+               [d816]="-DKD_W4_SWIGLU_STAGES=8 -DKD_W4_PLAIN_STAGES=16" [tl]="-DKD_W4_TIMELINE"
+               [hs1]="-DKD_W4_HANDOFF_DOWN_SLICES=1" [hs4]="-DKD_W4_HANDOFF_DOWN_SLICES=4")
 t0=$(date +%s)
 VARIANTS=${W4AB_VARIANTS:-s48 s44 s34 tl}
 for v in $VARIANTS; do

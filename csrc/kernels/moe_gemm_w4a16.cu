@@ -16,9 +16,9 @@
 // with more rows. The slices' partial sums meet in shared memory, added in slice order, so a
 // row's result depends on neither the tile, nor the CTA's warps, nor where x is read from,
 // nor the other rows. At single-token decode a gate/up + down pair hands off per expert slot
-// (MoeW4a16Params::slot_sync): the gate/up CTAs of one slot count themselves done, the slot's
-// last publishes a mark, and the down CTAs of that slot wait for it instead of for the whole
-// gate/up grid (griddepcontrol.wait).
+// (MoeW4a16Params::slot_sync): the gate/up CTAs of one slot count themselves done, and the
+// down CTAs of that slot wait for the full count instead of for the whole gate/up grid
+// (griddepcontrol.wait).
 //
 // Bytes: each weight byte is read once per pass (once per forward when an expert owns <= 32
 // rows), and the x rows of an expert once per CTA. Instructions: the dequantization costs ~1.9
@@ -28,7 +28,8 @@
 // (results/h200/bench/README.md): x loaded a block ahead, a second mma chain, 10-deep plain /
 // 6-deep SwiGLU rings, an L2 256-byte prefetch hint, L2 prefetches of blocks past the ring or
 // of the down weights from the gate/up launch (also, stop 26, of just the down warps' ring
-// fills, asked as each decode gate/up CTA ends: 61.4 vs 61.0 us at n = 1), bulk copies
+// fills, asked as each decode gate/up CTA ends: 61.4 vs 61.0 us at n = 1; stop 31, of the rest
+// of each waiting down warp's slice, one bulk prefetch per warp: 68.4 vs 59.7 us), bulk copies
 // (cp.async.bulk) into the ring.
 #include <algorithm>
 #include <cmath>
@@ -110,8 +111,15 @@ struct W4Tile {
   static constexpr int kStages = kSwiglu ? KD_W4_SWIGLU_STAGES : KD_W4_PLAIN_STAGES;
   static constexpr int kPassRows = 8 * kFrags;
   static constexpr int kRingWords = kWarps * kStages * kMats * kW4BlockWords;
-  // partial sums: [slice][row tile][matrix][frag][lane][4] floats
-  static constexpr int kRedFloats = kWarpsK * kWarpsN * kMats * kFrags * kWarpSize * 4;
+  // Partial sums by chunk class: chunk c adds to class c % kSumClasses, one mma chain per class,
+  // and the classes meet in class order. A plain GEMM of one slice keeps two chains (chunks even,
+  // odd), so one and two slices give the same bits and the planner may pick either for a launch
+  // (the down GEMM under the slot hand-off runs 2); otherwise a class is a slice.
+  static constexpr int kSumClasses = kWarpsK == 1 && !kSwiglu ? 2 : kWarpsK;
+  static constexpr int kAccs = kSumClasses / kWarpsK;  // chains per warp
+  static_assert(kStages % kAccs == 0, "a ring slot's chunks must stay in one class");
+  // partial sums: [class][row tile][matrix][frag][lane][4] floats
+  static constexpr int kRedFloats = kSumClasses * kWarpsN * kMats * kFrags * kWarpSize * 4;
   static constexpr size_t kSmemBytes = 4 * static_cast<size_t>(kRingWords > kRedFloats ? kRingWords : kRedFloats);
   // the default depths keep the ring under the limit that needs no opt-in (and far under
   // sm_120's ~99 KB); deeper rings (-D, measuring builds) may reach sm_90's opt-in maximum
@@ -176,16 +184,38 @@ KD_DEVICE uint4 load_x16(const void* p) {
   else return __ldg(reinterpret_cast<const uint4*>(p));
 }
 
-// The slot hand-off of a gate/up + down pair (MoeW4a16Params::slot_sync): words [0, slots) the
-// slots' ready marks, [slots, 2 slots) their finished gate/up CTAs, [2 slots, 3 slots) the down
-// CTAs past their wait (the last one zeroes the slot's three words).
-enum W4SlotSyncPart : int { kW4SyncReady = 0, kW4SyncDone = 1, kW4SyncPassed = 2 };
-// how long a waiting down CTA's thread 0 sleeps between polls of its slot's mark: short against
+// The slot hand-off of a gate/up + down pair (MoeW4a16Params::slot_sync): words [0, slots) count
+// the slots' finished gate/up CTAs, words [slots, 2 slots) the down CTAs past their wait (the last
+// one zeroes the slot's two words). Every gate/up CTA adds 1 to its slot's count with a release
+// reduction, which it does not wait for, and CTA 0 of the slot also adds the slot's CTA count
+// shifted by kW4SyncTotalShift: a down CTA sees its slot done when the low half equals a nonzero
+// high half. Against a count returned to each CTA and a mark published by the last (stop 30),
+// that takes two round trips through a loaded memory system off the path from a slot's last
+// gate/up store to its down CTAs' first mma, and one off each gate/up CTA's exit.
+enum W4SlotSyncPart : int { kW4SyncDone = 0, kW4SyncPassed = 1 };
+constexpr int kW4SyncTotalShift = 16;
+constexpr uint32_t kW4SyncCountMask = (1u << kW4SyncTotalShift) - 1;
+// how long a waiting down CTA's thread 0 sleeps between polls of its slot's count: short against
 // the microseconds a gate/up CTA streams, so the poll adds little to the hand-off
 constexpr unsigned kW4SyncPollNs = 100;
 // word `part` of this CTA's slot (blockIdx.y) in the hand-off's words
 KD_DEVICE uint32_t* slot_sync_word(const MoeW4a16Params& p, W4SlotSyncPart part) {
   return p.slot_sync + static_cast<int>(part) * gridDim.y + blockIdx.y;
+}
+// a slot's count word once all of its gate/up CTAs have added to it
+KD_DEVICE bool slot_done(uint32_t word) {
+  const uint32_t total = word >> kW4SyncTotalShift;
+  return total != 0 && (word & kW4SyncCountMask) == total;
+}
+
+// *p += v with release semantics at GPU scope: this thread's earlier writes, and those ordered
+// before it by a barrier, are visible before the sum is; nothing is returned, so nothing waits
+KD_DEVICE void red_release_gpu_add(uint32_t* p, uint32_t v) {
+#if defined(__CUDA_ARCH__) && !defined(KD_SIMT_EMULATION)
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#else
+  atomicAdd(p, v);
+#endif
 }
 
 KD_DEVICE uint32_t load_acquire_gpu(const uint32_t* p) {
@@ -342,7 +372,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
       xp[f] = kXShared ? x_staged + (r - r0) * x_staged_stride : x + row * p.x_stride;
       xp[f] += 16 * quad + wk * kW4TileCols;
     }
-    float acc[kMats][kFrags][4] = {};
+    float acc[Tile::kAccs][kMats][kFrags][4] = {};  // chunk class wk + a * kWarpsK in acc[a]
 
     // everything above read only the weights, offsets and x_row; x may come from the kernel
     // this launch overlaps (p.overlap_previous)
@@ -351,16 +381,12 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
     if (r0 == row_begin) {
       if (slot_wait && kXShared) {
         if (tid == 0) {
-          while (!load_acquire_gpu(slot_sync_word(p, kW4SyncReady))) poll_pause();
+          while (!slot_done(load_acquire_gpu(slot_sync_word(p, kW4SyncDone)))) poll_pause();
           fence_gpu();
         }
         __syncthreads();
       } else {
         grid_dependency_wait();
-      }
-      if (slot_wait && tid == 0 && atomicAdd(slot_sync_word(p, kW4SyncPassed), 1u) == gridDim.x - 1) {
-        // every down CTA of this slot is past its wait and every gate/up CTA has counted: rearm
-        for (W4SlotSyncPart part : {kW4SyncReady, kW4SyncDone, kW4SyncPassed}) *slot_sync_word(p, part) = 0;
       }
     }
     if constexpr (kXShared) {
@@ -456,7 +482,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
             if (f > 0 && f >= frags) continue;  // frags >= 1: fragment 0 always runs
             const uint4& v = xv[f][s / 2];
             const uint32_t b0 = (s % 2) ? v.z : v.x, b1 = (s % 2) ? v.w : v.y;
-            mma_bf16_16816(acc[m][f], a, b0, b1);
+            mma_bf16_16816(acc[slot % Tile::kAccs][m][f], a, b0, b1);
           }
         }
       }
@@ -467,10 +493,12 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
 #pragma unroll
       for (int f = 0; f < kFrags; ++f) xp[f] += kStages * (kWarpsK * kW4TileCols);
     };
-    // whole trips with no per-block bound checks while blocks remain after them (so the last
-    // block, which may be the tail chunk, is always in the final trip below)
+    // whole trips with no per-block bound checks, up to the last block when k has no tail chunk
+    // (Kimi's GEMMs: every trip is whole) and else short of it, so that the tail chunk is in the
+    // final trip below
+    const int whole_end = tail_chunk < 0 ? my_chunks : my_chunks - 1;
     int j0 = 0;
-    for (; j0 + kStages < my_chunks; j0 += kStages) {
+    for (; j0 + kStages <= whole_end; j0 += kStages) {
       const int refills = my_chunks - (kStages - 1) - j0;
 #pragma unroll
       for (int slot = 0; slot < kStages; ++slot) step(j0 + slot, slot, refills, std::false_type{});
@@ -486,15 +514,22 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
 
     // partial sums of the slices -> shared memory (the ring is free once everyone is here)
     __syncthreads();
+    // a down CTA under the hand-off counts itself past its wait (it is past its mmas), the old
+    // value read at the CTA's end: the round trip overlaps the epilogue, not the mma loop
+    const bool count_passed = slot_wait && r0 == row_begin && tid == 0;
+    const uint32_t passed_before = count_passed ? atomicAdd(slot_sync_word(p, kW4SyncPassed), 1u) : 0u;
     float* red = reinterpret_cast<float*>(smem);
 #pragma unroll
-    for (int m = 0; m < kMats; ++m)
+    for (int a = 0; a < Tile::kAccs; ++a)
 #pragma unroll
-      for (int f = 0; f < kFrags; ++f) {
-        float* d = red + ((((wk * kWarpsN + wn) * kMats + m) * kFrags + f) * kWarpSize + lane) * 4;
+      for (int m = 0; m < kMats; ++m)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) d[i] = acc[m][f][i];
-      }
+        for (int f = 0; f < kFrags; ++f) {
+          const int cls = wk + a * kWarpsK;
+          float* d = red + ((((cls * kWarpsN + wn) * kMats + m) * kFrags + f) * kWarpSize + lane) * 4;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) d[i] = acc[a][m][f][i];
+        }
     __syncthreads();
     // element (row tile, frag, lane, i) of the mma D fragment: output feature 16 tile + g + 8 (i / 2),
     // grouped row r0 + 8 frag + 2 quad + i % 2
@@ -510,7 +545,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
         sum[m] = 0.0f;
-        for (int s = 0; s < kWarpsK; ++s)
+        for (int s = 0; s < Tile::kSumClasses; ++s)
           sum[m] += red[((((s * kWarpsN + tn) * kMats + m) * kFrags + f) * kWarpSize + l) * 4 + i];
       }
       float v = sum[0];
@@ -520,18 +555,16 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
       }
       out[static_cast<int64_t>(r) * p.out_stride + col] = __float2bfloat16_rn(v);
     }
+    if (count_passed && passed_before == gridDim.x - 1) {
+      // every down CTA of this slot is past its mmas, so every gate/up CTA has counted: rearm
+      for (W4SlotSyncPart part : {kW4SyncDone, kW4SyncPassed}) *slot_sync_word(p, part) = 0;
+    }
     __syncthreads();  // the next pass reuses the shared memory
   }
   if (kSwiglu && p.slot_sync && tid == 0) {
-    // the gate/up side of the hand-off: every thread's stores are behind the barrier above;
-    // the slot's last CTA to count publishes the mark (fence, count, fence, mark)
-    uint32_t* const sync = p.slot_sync + blockIdx.y;
-    const int slots = static_cast<int>(gridDim.y);
-    fence_gpu();
-    if (atomicAdd(sync + kW4SyncDone * slots, 1u) == gridDim.x - 1) {
-      fence_gpu();
-      atomicExch(sync + kW4SyncReady * slots, 1u);
-    }
+    // the gate/up side of the hand-off: every thread's stores are behind the barrier above
+    const uint32_t total = blockIdx.x == 0 ? gridDim.x << kW4SyncTotalShift : 0u;
+    red_release_gpu_add(slot_sync_word(p, kW4SyncDone), total + 1u);
   }
   KD_W4_MARK(kW4TlExit);
 }
@@ -637,6 +670,17 @@ KernelResult x_stage_rows_for(const MoeW4a16Params& p, const DeviceLimits& d, co
 // unless the pair hands off per slot (moe_gemm_w4a16 says why)
 constexpr double kW4SmallGridWaves = 2.0;
 
+// Slices of the down GEMM under the slot hand-off when not forced: its CTAs of a late slot start
+// their mmas when the slot's last gate/up CTA has stored, with only their ring's fill landed, and
+// with one slice each warp then streams the other 3/4 of its 32 chunks (Kimi, k = 2048) at the
+// loaded memory system's round trips; with 2 slices half of them, in twice the CTAs (H200, one
+// Kimi layer at n = 1, results/h200/bench/README.md, stop 31: 59.7 -> 58.7 us). -D overrides are
+// for measuring builds only.
+#ifndef KD_W4_HANDOFF_DOWN_SLICES
+#define KD_W4_HANDOFF_DOWN_SLICES 2
+#endif
+constexpr int kW4HandOffDownSlices = KD_W4_HANDOFF_DOWN_SLICES;
+
 // slices for k input columns when not forced (see kW4MinChunksPerSlice)
 inline int auto_k_slices(int k) {
   const int chunks = ceil_div(k, kW4TileCols);
@@ -679,7 +723,10 @@ KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
   // kW4SmallTileMaxTokens (prefill chunks, unmeasured) a tile that covers the bound reads the
   // weights once.
   const int most = p.max_rows_per_expert > 0 ? std::min(p.max_rows_per_expert, p.rows) : p.rows;
-  if (p.slot_sync && most > kW4SlotSyncMaxRows) {  // both launches of the pair decide alike
+  // both launches of the pair decide alike: the gate/up's features are the down's inputs, and
+  // its CTAs per slot are at most its row tiles
+  const int pair_features = p.w_up ? p.n : p.k;
+  if (p.slot_sync && (most > kW4SlotSyncMaxRows || kern::ceil_div(pair_features, kW4TileRows) > kW4SlotSyncMaxCtas)) {
     MoeW4a16Params q = p;
     q.slot_sync = nullptr;
     return moe_gemm_w4a16(q, stream);
@@ -687,7 +734,10 @@ KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
   const int auto_rows = most <= kW4SmallTileMaxTokens ? std::min(most, 8) : most;
   const int pass_rows = p.row_tile != W4RowTile::kAuto ? static_cast<int>(p.row_tile) : auto_rows;
   const int slots = std::min(p.experts, p.rows);  // experts that can own rows
-  const int slices = p.k_slices ? p.k_slices : kern::auto_k_slices(p.k);
+  int slices = p.k_slices ? p.k_slices : kern::auto_k_slices(p.k);
+  // (the slices must leave each warp whole chunks: chunks >= slices)
+  if (!p.k_slices && p.slot_sync && !p.w_up && kern::ceil_div(p.k, kW4TileCols) >= kern::kW4HandOffDownSlices)
+    slices = std::max(slices, kern::kW4HandOffDownSlices);
   DeviceLimits d;
   if (KernelResult r = current_device_limits(&d); !r.ok()) return r;
   kern::W4Launch l;

@@ -56,10 +56,14 @@ inline int64_t moe_w4a16_expert_words(int n, int k) {
   return tiles * chunks * kW4BlockWords;
 }
 
-// Words of MoeW4a16Params::slot_sync: per expert slot a ready mark and two CTA counters.
+// Words of MoeW4a16Params::slot_sync: per expert slot two CTA counters (finished gate/up CTAs,
+// down CTAs past their wait).
 inline int64_t moe_w4a16_slot_sync_words(int experts, int rows) {
-  return 3 * static_cast<int64_t>(experts < rows ? experts : rows);
+  return 2 * static_cast<int64_t>(experts < rows ? experts : rows);
 }
+// ... and up to this many gate/up CTAs per slot, the most its count word's 16-bit halves hold
+// (Kimi's 2048 intermediate features make 64)
+constexpr int kW4SlotSyncMaxCtas = 65535;
 
 // Repack one expert's checkpoint tensors into the tile layout (host memory to host memory):
 //   weight_packed  int32 [n, k / 8]   (compressed-tensors pack-quantized, docs/int4.md)
@@ -111,8 +115,8 @@ struct MoeW4a16Params {
   // [moe_w4a16_slot_sync_words(experts, rows)] words, zero before the pair (the down launch
   // leaves them zero again; no other pair may use them meanwhile). At single-token decode
   // (max_rows_per_expert <= kW4SlotSyncMaxRows; above it both launches ignore it) the gate/up
-  // launch marks each expert slot once all of its CTAs have stored, and a down CTA waits for
-  // its own slot's mark instead of the whole gate/up grid (when it stages x; else it waits for
+  // CTAs count themselves done per expert slot once they have stored, and a down CTA waits for
+  // its own slot's count instead of the whole gate/up grid (when it stages x; else it waits for
   // the grid): the slots' gate/up CTAs finish in launch order, ~10 us apart at n = 1, so the
   // first slots' down CTAs stream while the last gate/up CTAs finish. Results do not depend on it.
   uint32_t* slot_sync = nullptr;

@@ -407,8 +407,9 @@ KD_GPU_TEST(kimi_k26_shapes) {
 // A gate/up + down pair with the slot hand-off (MoeW4a16Params::slot_sync) against the same pair
 // waiting for the whole gate/up grid: the same bits in both outputs, for several pairs back to
 // back on one set of words (each pair must leave them zero for the next), decode routings of 1
-// token (the hand-off) and 4 (above kW4SlotSyncMaxRows: both launches ignore the words) over
-// K2.6-wide layers (smaller ones on the emulator)
+// token (the hand-off, whose down GEMM runs 2 slices where the grid wait's runs 1) and 4 (above
+// kW4SlotSyncMaxRows: both launches ignore the words) over K2.6-wide layers (smaller ones on the
+// emulator)
 KD_GPU_TEST(pair_slot_handoff_matches_the_grid_wait) {
   const uint64_t seed = test_seed();
   std::mt19937_64 rng(seed);

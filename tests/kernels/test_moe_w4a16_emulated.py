@@ -271,6 +271,41 @@ def test_row_tiles_and_gather_do_not_change_results(w4, seed):
     check_against_reference(outs["auto"], x, np.arange(rows, dtype=np.int32), offsets, gate, up, n)
 
 
+@pytest.mark.parametrize("k", [256, 224], ids=["k%64=0", "k%64=32"])
+def test_plain_gemm_one_or_two_slices_give_the_same_bits(w4, seed, k):
+    """The plain GEMM sums its chunks in two interleaved classes with one slice as with two, so
+    the planner may run either for a launch (the down GEMM under the slot hand-off runs two at
+    single-token decode, one at verify sizes: DDTree == AR needs the same bits)."""
+    rng = np.random.default_rng(seed)
+    gen = torch.Generator().manual_seed(seed)
+    experts, n = 6, 48
+    down = random_experts(gen, experts, n, k)
+    # chunk 2 (columns 128..191) cancels chunk 0 exactly at 2^14 times the other chunks'
+    # magnitude: summed in one chain, chunk 1 is added to chunk 0's large partial sum and loses
+    # its low bits, in two classes it is not, so a kernel that kept one chain would differ
+    q = down.q.clone()
+    q[..., 128:192] = q[..., 0:64]
+    scale = down.scale.clone()
+    scale[..., 4:6] = scale[..., 0:2]
+    packed = pack_int4(q)
+    down = Experts(q, packed, scale, dequantize_int4(packed, scale, k))
+    w = w4.repack(down.packed, down.scale, k)
+    offsets = np.concatenate([[0], np.cumsum(ragged_counts(rng, experts))]).astype(np.int32)
+    x = torch.randn(int(offsets[-1]), k, generator=gen)
+    x[:, 0:64] *= 2.0**14
+    x = x.to(torch.bfloat16)
+    x[:, 128:192] = -x[:, 0:64]
+    outs = {}
+    for slices in (1, 2):
+        for name, tile in ROW_TILES.items():
+            status, message, outs[slices, name] = w4.gemm(x=x, x_row=None, offsets=offsets, w=w, w_up=None, n=n, k=k,
+                                                          k_slices=slices, row_tile=tile)
+            assert status == 0, message
+    for key, out in outs.items():
+        assert torch.equal(out.view(torch.int16), outs[1, "auto"].view(torch.int16)), f"slices, row tile {key}"
+    check_against_reference(outs[1, "auto"], x, np.arange(x.shape[0], dtype=np.int32), offsets, down, None, n)
+
+
 X_SOURCES = {"auto": 0, "global": 1, "shared": 2}
 
 
