@@ -90,7 +90,12 @@ KD_DEVICE void tree_clk_report(int budget) {
 KD_DEVICE void tree_clk_report(int) {}
 #endif
 
-constexpr int kTreeBuildThreads = 512;              // threads per request block
+// threads per request block; -D overrides are for measuring builds only (256 was slower at
+// every measured shape, NOTES.md; 128 breaks N = 1024 trees on the emulator)
+#ifndef KD_TREE_BUILD_THREADS
+#define KD_TREE_BUILD_THREADS 512
+#endif
+constexpr int kTreeBuildThreads = KD_TREE_BUILD_THREADS;
 constexpr int kTreeBuildWarps = kTreeBuildThreads / kWarpSize;
 constexpr int kTreeWindow = 2 * kTreeMaxNodes;      // a probe set this small ends the bisection
 constexpr int kTreePoolCap = kTreeWindow + 1;       // node slots: the root and the window
