@@ -30,8 +30,7 @@ for v in variants:
         if not path.exists(): continue
         for line in path.read_text().splitlines():
             rec = json.loads(line)
-            key = rec.get("case") or rec.get("name") or str(rec.get("label"))
-            rows.setdefault((key, v), []).append(rec)
+            rows.setdefault((rec["case"], v), []).append(rec)
 print(f"{'case':<52} {'threads':>7} {'us':>8} {'graph us':>9} {'differ':>6}")
 for (key, v), recs in sorted(rows.items()):
     ms = statistics.median(x.get("ms", float("nan")) for x in recs)

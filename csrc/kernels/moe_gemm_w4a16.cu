@@ -13,9 +13,10 @@
 // occupancy (staged once per pass, beside the ring's fill), else straight from global memory
 // (16-byte loads, L1/L2 hits across the CTA's warps and CTAs). The row tile (8, 16 or 32
 // grouped rows per pass over the weights) is a template parameter; passes repeat for experts
-// with more rows. The slices' partial sums meet in shared memory, added in slice order, so a
-// row's result depends on neither the tile, nor the CTA's warps, nor where x is read from,
-// nor the other rows. At single-token decode a gate/up + down pair hands off per expert slot
+// with more rows. The partial sums of the chunk classes (W4Tile::kSumClasses: the slices, or a
+// plain GEMM's even and odd chunks) meet in shared memory, added in class order, so a row's
+// result depends on neither the tile, nor the CTA's warps, nor where x is read from, nor the
+// other rows, nor (plain GEMM) 1 or 2 slices. At single-token decode a gate/up + down pair hands off per expert slot
 // (MoeW4a16Params::slot_sync): the gate/up CTAs of one slot count themselves done, and the
 // down CTAs of that slot wait for the full count instead of for the whole gate/up grid
 // (griddepcontrol.wait).
