@@ -21,7 +21,7 @@ KernelResult tree_build(const TreeBuildParams& p, cudaStream_t stream) {
   auto* kernel = kern::tree_build_kernel_for(plan.staged, plan.level_raise);
   if (KernelResult r = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), plan.smem_bytes, "tree_build"); !r.ok())
     return r;
-  KD_LAUNCH(kernel, plan.blocks, plan.threads, plan.smem_bytes, stream, p);
+  KD_LAUNCH(kernel, plan.blocks, plan.threads, plan.smem_bytes, stream, p, plan.onepass);
   return launch_status("tree_build_kernel launch");
 }
 

@@ -1,5 +1,9 @@
 // Device code of tree_build (the host API is tree_build.cuh; the plan tree_build_plan.h).
 //
+// A request within its limits (N <= 256, K >= N, D <= 15, rows staged) first tries the one-pass
+// search (tree_build_onepass.cuh), which grows the tree once; when it gives up, or outside its
+// limits, the searches below run (the sweep, A, and the bisection, B).
+//
 // The tree is the first N nodes of the total order (score desc, rank path asc), and every
 // set {score >= t} is closed under parents (logp <= 0). One block per request grows such a
 // set level by level into a node pool in shared memory: a node's children with score >= t
@@ -47,56 +51,11 @@
 #include "device_compat.cuh"
 #include "ordered_float.cuh"
 #include "tree_build.cuh"
+#include "tree_build_common.cuh"
+#include "tree_build_onepass.cuh"
 
 namespace kdtree::kern {
 
-// Per-phase cycle counts on the GPU (a measuring build only: -DKD_TREE_PHASE_CLOCKS, e.g.
-// through NVCC_APPEND_FLAGS): thread 0 of block 0 sums clock64() deltas per phase over
-// launches and prints the averages every kTreeClkEvery launches. Off: no code at all.
-#if defined(KD_TREE_PHASE_CLOCKS) && defined(__CUDACC__) && !defined(KD_SIMT_EMULATION)
-constexpr int kTreeClkSlots = 16;
-constexpr unsigned kTreeClkEvery = 40;
-__device__ unsigned long long g_tree_clk[kTreeClkSlots];
-__device__ unsigned g_tree_clk_launches;
-KD_DEVICE bool tree_clk_on() { return threadIdx.x == 0 && blockIdx.x == 0; }
-#define TREE_CLK_BEGIN(var) long long var = tree_clk_on() ? clock64() : 0
-#define TREE_CLK_RESTART(var) var = tree_clk_on() ? clock64() : 0
-#define TREE_CLK_END(var, slot)                                                          \
-  do {                                                                                   \
-    if (tree_clk_on()) g_tree_clk[slot] += static_cast<unsigned long long>(clock64() - var); \
-  } while (0)
-KD_DEVICE void tree_clk_report(int budget) {
-  if (!tree_clk_on()) return;
-  g_tree_clk[15] += 1;
-  if (++g_tree_clk_launches % kTreeClkEvery != 0) return;
-  const double c = static_cast<double>(g_tree_clk[15]);
-  printf("tree_clk B=%d N=%d launches=%.0f | stage %.0f sweep %.0f (grow %.0f x%.1f, raise %.0f x%.1f, compact %.0f) "
-         "bisect %.0f ties %.0f narrow %.0f keys %.0f sort %.0f emit %.0f vis %.0f | total %.0f cycles\n",
-         gridDim.x, budget, c, g_tree_clk[0] / c, g_tree_clk[1] / c, g_tree_clk[9] / c, g_tree_clk[11] / c,
-         g_tree_clk[10] / c, g_tree_clk[12] / c, g_tree_clk[13] / c, g_tree_clk[2] / c, g_tree_clk[3] / c,
-         g_tree_clk[4] / c, g_tree_clk[5] / c, g_tree_clk[6] / c, g_tree_clk[7] / c, g_tree_clk[8] / c,
-         g_tree_clk[14] / c);
-  for (int i = 0; i < kTreeClkSlots; ++i) g_tree_clk[i] = 0;
-}
-#define TREE_CLK_COUNT(slot) \
-  do {                       \
-    if (tree_clk_on()) g_tree_clk[slot] += 1; \
-  } while (0)
-#else
-#define TREE_CLK_BEGIN(var) ((void)0)
-#define TREE_CLK_RESTART(var) ((void)0)
-#define TREE_CLK_END(var, slot) ((void)0)
-#define TREE_CLK_COUNT(slot) ((void)0)
-KD_DEVICE void tree_clk_report(int) {}
-#endif
-
-// threads per request block; -D overrides are for measuring builds only (256 was slower at
-// every measured shape, NOTES.md; 128 breaks N = 1024 trees on the emulator)
-#ifndef KD_TREE_BUILD_THREADS
-#define KD_TREE_BUILD_THREADS 512
-#endif
-constexpr int kTreeBuildThreads = KD_TREE_BUILD_THREADS;
-constexpr int kTreeBuildWarps = kTreeBuildThreads / kWarpSize;
 constexpr int kTreeWindow = 2 * kTreeMaxNodes;      // a probe set this small ends the bisection
 constexpr int kTreePoolCap = kTreeWindow + 1;       // node slots: the root and the window
 constexpr int kTreeSortCap = kTreeWindow;           // power of two >= any candidate count
@@ -165,6 +124,7 @@ struct TreeBuildSmem {
 // Dynamic shared memory of one request block, and whether the logp rows are staged in it
 // too (they are read from global memory otherwise).
 constexpr size_t kTreeBuildBaseSmem = (sizeof(TreeBuildSmem) + 15) / 16 * 16;
+static_assert(sizeof(TreeOnePassSmem) <= sizeof(TreeBuildSmem), "the one-pass search uses the sweep's space");
 inline size_t tree_build_base_smem() { return kTreeBuildBaseSmem; }
 inline size_t tree_build_stage_bytes(int depth, int topk, int max_budget) {
   const int k = topk < max_budget ? topk : max_budget;
@@ -173,32 +133,6 @@ inline size_t tree_build_stage_bytes(int depth, int topk, int max_budget) {
 inline size_t tree_build_smem_size(int depth, int topk, int max_budget, size_t smem_limit) {
   const size_t staged = tree_build_base_smem() + tree_build_stage_bytes(depth, topk, max_budget);
   return staged <= smem_limit ? staged : tree_build_base_smem();
-}
-
-// How many leading indices of [0, n) satisfy `pass` (true on a prefix, then false). Steps of
-// four: three probes per step whose loads are in flight together, so about half the dependent
-// steps of a binary search (the latency between barriers is what a launch costs).
-template <class Pass>
-KD_DEVICE int count_leading(int n, Pass pass) {
-  if (n <= 0) return 0;
-  int s = 1 << ((31 - __clz(n)) & ~1);  // the largest power of 4 <= n: the answer (0..n) fits in 4 s values
-  int pos = 0;  // every index < pos passes
-  for (; s > 0; s >>= 2) {
-    const int a = pos + s - 1, b = a + s, c = b + s;
-    const bool pa = a < n && pass(a), pb = b < n && pass(b), pc = c < n && pass(c);
-    pos += (static_cast<int>(pa) + static_cast<int>(pb) + static_cast<int>(pc)) * s;  // a prefix of the three
-  }
-  return pos;
-}
-
-// Children k of a node with score s (row = the sorted logp of the children's depth) whose
-// score fadd(s, row[k]) passes t: a prefix of the row (K: its length, or any known upper bound
-// of the count).
-KD_DEVICE int count_passing(float s, const float* row, int K, float t, bool strict) {
-  return count_leading(K, [&](int k) {
-    const float v = __fadd_rn(s, row[k]);
-    return strict ? v > t : v >= t;
-  });
 }
 
 // The root alone in the pool.
@@ -214,22 +148,8 @@ KD_DEVICE void pool_reset(TreeBuildSmem& s) {
   __syncthreads();
 }
 
-// The threshold histograms' bins: ordered bits of the scores from t up to `best` in
-// kTreeHistBins bins (scores below t are not counted; the top bin takes everything above).
-struct HistBins {
-  uint32_t lo;
-  int shift;
-  // shift: the smallest with (hi - lo) >> shift < kTreeHistBins (the range's bit width less 10)
-  KD_DEVICE HistBins(float t, float best) : lo(float_to_ordered(t)) {
-    const uint32_t range = float_to_ordered(best) - lo;
-    shift = max(0, (32 - __clz(static_cast<int>(range))) - kTreeHistBits);
-  }
-  KD_DEVICE uint32_t bin(uint32_t key) const {
-    return min((key - lo) >> shift, static_cast<uint32_t>(kTreeHistBins - 1));
-  }
-  // the lower edge of bin b: at least n scores reach it when b is their n-th best's bin
-  KD_DEVICE float edge(int b) const { return ordered_to_float(lo + (static_cast<uint32_t>(b) << shift)); }
-};
+// The threshold histograms' bins: ordered bits of the scores from t up to `best`.
+using HistBins = ThresholdBins<kTreeHistBits>;
 
 // Warp-collective (all 32 lanes): the first bin of h from the top where the count from the
 // top reaches n, or 0 when none does.
@@ -886,55 +806,16 @@ KD_DEVICE float bisection_search(TreeBuildSmem& s, const float* L, int ldl, int 
   return -INFINITY;
 }
 
-// Rank of this thread's key among the block's keys (one per thread; the keys of threads >=
-// `count` are ~0, the real ones distinct and smaller), for count <= kTreeBuildThreads. Each warp
-// sorts its 32 keys in registers (shuffles, no barrier) and stores them as a sorted run;
-// a key's rank is then the number of smaller keys in every run, found by binary searches that
-// are independent of each other (all in flight at once). Two barriers, against a bitonic
-// network's ~40 dependent steps. `runs` must hold kTreeBuildThreads keys; the returned rank
-// is meaningful for tid < count. Ends with a barrier: the caller may then overwrite `runs`.
-KD_DEVICE int rank_sort_keys(uint64_t* runs, uint64_t key, int count) {
-  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
-  const int nruns = ceil_div(count, kWarpSize);  // warps past them hold padding only: idle
-  if (tid / kWarpSize < nruns) {  // warp-uniform
-    uint64_t r[1] = {key};
-    for (int k = 2; k <= kWarpSize; k <<= 1) sort_detail::register_steps<1>(r, tid, k, k >> 1);
-    // the bitonic network sorts runs of odd warps descending (element index bit 5 set): store
-    // every run ascending
-    const bool descending = (tid & kWarpSize) != 0;
-    runs[tid - lane + (descending ? kWarpSize - 1 - lane : lane)] = r[0];
-  }
-  __syncthreads();
-  int rank = 0;
-  if (tid < count) {
-    // kRankBatch searches in flight at a time (more would spill registers)
-    constexpr int kRankBatch = 8;
-    for (int v0 = 0; v0 < nruns; v0 += kRankBatch) {
-      int pos[kRankBatch];
-#pragma unroll
-      for (int v = 0; v < kRankBatch; ++v) pos[v] = 0;
-#pragma unroll
-      for (int step = kWarpSize / 2; step >= 1; step >>= 1)
-#pragma unroll
-        for (int v = 0; v < kRankBatch; ++v)
-          if (v0 + v < nruns && runs[(v0 + v) * kWarpSize + pos[v] + step - 1] < key) pos[v] += step;
-#pragma unroll
-      for (int v = 0; v < kRankBatch; ++v)
-        if (v0 + v < nruns) rank += pos[v] + (runs[(v0 + v) * kWarpSize + pos[v]] < key ? 1 : 0);
-    }
-  }
-  __syncthreads();  // the runs are read; the caller may overwrite them
-  return rank;
-}
-
 // One block per request. Dynamic shared memory: TreeBuildSmem, then (when staged) the
 // request's logp rows [D, min(max_budget, topk)].
 // kStaged: the rows are read from shared memory (known at compile time, so the searches use
 // shared-memory loads rather than generic ones, with 32-bit addresses). kLevelRaise: the sweep
 // raises t every level (LevelRaise; opt-in, TreeBuildPlan::level_raise); off, only when a
-// level overflows.
+// level overflows. onepass: try the one-pass search first where it applies
+// (tree_build_onepass.cuh; TreeBuildPlan::onepass), and fall back to these when it gives up.
 template <bool kStaged, bool kLevelRaise>
-KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
+KD_DEVICE void tree_build_block(const TreeBuildParams& p, bool onepass, uint8_t* smem_raw) {
+  tree_clk_start();
   TREE_CLK_BEGIN(clk_total);
   TreeBuildSmem& s = *reinterpret_cast<TreeBuildSmem*>(smem_raw);
 
@@ -950,10 +831,20 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
   const int32_t start = p.start_pos ? p.start_pos[b] : 0;
   const int64_t tok0 = static_cast<int64_t>(b) * D * p.topk;  // this request's rows
   const int k_stage = min(p.topk, p.max_budget);  // columns staged per row (tree_build_stage_bytes)
+  const bool valid = budget >= 0 && budget <= p.max_budget;
+  // the one-pass search: its own budget and depth limits, and staged rows of >= N columns
+  const bool try_onepass = kStaged && onepass && valid && budget >= 1 && budget <= kOnePassMaxBudget &&
+                           p.topk >= budget && D >= 1 && D <= kOnePassMaxDepth;  // block-uniform
   TREE_CLK_BEGIN(clk_stage);
   // the threshold histograms start at zero: zeroed before the staging barrier, which publishes
-  // it for the root's sample (sweep_search) that fills one before the first grow
-  hist_clear(s);
+  // it for the root's sample (sweep_search) that fills one before the first grow, or for the
+  // one-pass search's first level
+  TreeOnePassSmem& ops = *reinterpret_cast<TreeOnePassSmem*>(smem_raw);
+  if (try_onepass) {
+    for (int i = tid; i < kOnePassBins; i += threads) ops.cum[0][i] = ops.lvl[1][i] = ops.lvl[2][i] = 0;
+  } else {
+    hist_clear(s);
+  }
   bool synced = false;  // a barrier since hist_clear
   if constexpr (kStaged) {
     if (D > 0 && k_stage > 0) {  // block-uniform (logp is non-null then: check_tree_build_params)
@@ -981,7 +872,18 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
     }
   }
   TREE_CLK_END(clk_stage, 0);
-  const bool valid = budget >= 0 && budget <= p.max_budget;
+  if (try_onepass) {  // (staged: k_stage >= budget columns, and a barrier since the zeros)
+    KD_PHASE("onepass");
+    const float* Ls = reinterpret_cast<const float*>(smem_raw + kTreeBuildBaseSmem);
+    if (onepass_tree(p, ops, Ls, k_stage, D, budget, b, tok0, root_token, start)) {
+      TREE_CLK_END(clk_total, 14);
+      tree_clk_report(p.max_budget);
+      return;  // block-uniform
+    }
+    KD_EVENT("onepass_gave_up", budget, 0);
+    hist_clear(s);  // the one-pass search used the sweep's space: start it clean
+    __syncthreads();
+  }
   const int K = valid ? min(budget, p.topk) : 0;  // ranks >= N are never used
 
   int n = valid ? 0 : -1;  // nodes besides the root
@@ -1127,73 +1029,29 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
   // emit every row of the request's output (rows past n are padding)
   KD_PHASE("emit");
   TREE_CLK_BEGIN(clk_emit);
-  const int rows = p.max_nodes + 1;
-  const int64_t row0 = static_cast<int64_t>(b) * rows;
-  for (int i = tid; i < rows; i += threads) {
-    int32_t token = -1, dep = -1, par = -1;
-    float sc = 0.0f;
-    if (i == 0 && n >= 0) {
-      token = root_token;
-      dep = 0;
-    } else if (i <= n) {
-      if (i <= chosen) {
-        const int slot = static_cast<int>(static_cast<uint32_t>(s.u.keys[i - 1]) & 0xffffu);
-        dep = s.depth[slot];
-        par = s.final_idx[s.parent[slot]];
-        sc = s.score[slot];
-        token = tokens_staged ? s.nkids[slot] : p.tok[tok0 + static_cast<int64_t>(dep - 1) * p.topk + s.rank[slot]];
-      } else {
-        const int g = i - chosen - 1;
-        dep = s.tie_depth[g];
-        const int code = s.tie_parent[g];
-        par = code >= kTreeTieSlot ? chosen + 1 + (code - kTreeTieSlot) : s.final_idx[code];
-        sc = tstar;
-        token = p.tok[tok0 + static_cast<int64_t>(dep - 1) * p.topk + s.tie_rank[g]];
-      }
+  emit_tree_rows(p, b, n, root_token, start, s.out_parent, [&](int i) {
+    TreeRow r;
+    if (i <= chosen) {
+      const int slot = static_cast<int>(static_cast<uint32_t>(s.u.keys[i - 1]) & 0xffffu);
+      r.depth = s.depth[slot];
+      r.parent = s.final_idx[s.parent[slot]];
+      r.score = s.score[slot];
+      r.token = tokens_staged ? s.nkids[slot] : p.tok[tok0 + static_cast<int64_t>(r.depth - 1) * p.topk + s.rank[slot]];
+    } else {
+      const int g = i - chosen - 1;
+      r.depth = s.tie_depth[g];
+      const int code = s.tie_parent[g];
+      r.parent = code >= kTreeTieSlot ? chosen + 1 + (code - kTreeTieSlot) : s.final_idx[code];
+      r.score = tstar;
+      r.token = p.tok[tok0 + static_cast<int64_t>(r.depth - 1) * p.topk + s.tie_rank[g]];
     }
-    if (i <= n) s.out_parent[i] = static_cast<int16_t>(par);
-    p.tokens[row0 + i] = token;
-    p.depth_out[row0 + i] = dep;
-    p.parent[row0 + i] = par;
-    if (p.score) p.score[row0 + i] = sc;
-    if (p.positions) p.positions[row0 + i] = dep >= 0 ? start + dep : -1;
-  }
-  if (tid == 0) p.n_out[b] = n;
-  __syncthreads();
+    return r;
+  });
   TREE_CLK_END(clk_emit, 7);
   TREE_CLK_BEGIN(clk_vis);
-
-  // visibility: a thread per row walks its ancestors (indices fall along the walk), filling
-  // the row's words from the last down, into shared memory (the sort keys' space, free after
-  // the emit); the rows then go out as contiguous words. Written straight from the walk, each
-  // word of a warp's store landed in its own 32-byte sector (~30x the bytes).
-  const int vw = p.vis_words;
-  auto row_bits = [&](int i, uint32_t* out) {
-    int a = i <= n ? i : -1;
-    for (int w = vw - 1; w >= 0; --w) {
-      uint32_t bits = 0;
-      while (a >= 0 && (a >> 5) == w) {
-        bits |= 1u << (a & 31);
-        a = a == 0 ? -1 : s.out_parent[a];
-      }
-      out[w] = bits;
-    }
-  };
-  constexpr int kVisBufWords = static_cast<int>(sizeof(s.u.keys) / sizeof(uint32_t));
-  uint32_t* buf = reinterpret_cast<uint32_t*>(s.u.keys);
-  const int chunk = vw <= kVisBufWords ? kVisBufWords / vw : 0;  // rows per pass through buf
-  if (chunk == 0) {  // rows wider than the buffer: straight out
-    for (int i = tid; i < rows; i += threads) row_bits(i, p.vis + (row0 + i) * vw);
-  } else {
-    for (int r0 = 0; r0 < rows; r0 += chunk) {
-      const int nr = min(chunk, rows - r0);
-      for (int i = tid; i < nr; i += threads) row_bits(r0 + i, buf + i * vw);
-      __syncthreads();
-      uint32_t* dst = p.vis + (row0 + r0) * vw;
-      for (int j = tid; j < nr * vw; j += threads) dst[j] = buf[j];
-      if (r0 + chunk < rows) __syncthreads();  // buf is rewritten by the next pass
-    }
-  }
+  // visibility: into the sort keys' space, free after the emit
+  emit_vis_rows(p, b, n, s.out_parent, reinterpret_cast<uint32_t*>(s.u.keys),
+                static_cast<int>(sizeof(s.u.keys) / sizeof(uint32_t)));
   TREE_CLK_END(clk_vis, 8);
   TREE_CLK_END(clk_total, 14);
   tree_clk_report(p.max_budget);
@@ -1202,13 +1060,13 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, uint8_t* smem_raw) {
 // Two blocks per SM (64 registers): a batch of up to 2 x SMs requests runs in one wave. One
 // kernel per kStaged (a single body per kernel: with both in one, registers spill far more).
 template <bool kStaged, bool kLevelRaise>
-__global__ void __launch_bounds__(kTreeBuildThreads, 2) tree_build_kernel(const TreeBuildParams p) {
+__global__ void __launch_bounds__(kTreeBuildThreads, 2) tree_build_kernel(const TreeBuildParams p, bool onepass) {
   KD_DYNAMIC_SMEM(uint8_t, smem_raw);
-  tree_build_block<kStaged, kLevelRaise>(p, smem_raw);
+  tree_build_block<kStaged, kLevelRaise>(p, onepass, smem_raw);
 }
 
 // The kernel a plan launches (TreeBuildPlan::staged, level_raise).
-inline void (*tree_build_kernel_for(bool staged, bool level_raise))(const TreeBuildParams) {
+inline void (*tree_build_kernel_for(bool staged, bool level_raise))(const TreeBuildParams, bool) {
   if (level_raise) return staged ? tree_build_kernel<true, true> : tree_build_kernel<false, true>;
   return staged ? tree_build_kernel<true, false> : tree_build_kernel<false, false>;
 }

@@ -23,6 +23,9 @@ struct TreeBuildPlan {
   bool level_raise = false;  // the sweep raises its threshold every level (tree_build_kernels.cuh,
                             //   LevelRaise): env KD_TREE_LEVEL_RAISE=1; off by default until timed
                             //   faster on the H200 (NOTES.md, tree_build)
+  bool onepass = true;      // requests within its limits try the one-pass search first
+                            //   (tree_build_onepass.cuh); env KD_TREE_SEARCH=sweep turns it off
+                            //   (tests and A/B timing of the searches it falls back to)
 };
 
 struct TopkLogprobsPlan {
@@ -50,6 +53,11 @@ inline KernelResult make_tree_build_plan(const TreeBuildParams& p, size_t smem_o
     return v && v[0] == '1';
   }();
   pl.level_raise = level_raise;
+  static const bool sweep_only = [] {
+    const char* v = std::getenv("KD_TREE_SEARCH");
+    return v && std::string(v) == "sweep";
+  }();
+  pl.onepass = !sweep_only;
   *plan = pl;
   return KernelResult::success();
 }

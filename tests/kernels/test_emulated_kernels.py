@@ -60,33 +60,54 @@ def _run(exe: Path, *args: str, env: dict[str, str] | None = None) -> str:
     return out
 
 
-# tree_build's two searches (KD_TREE_LEVEL_RAISE, read by the plan): the default, and the level raise
-LEVEL_RAISE = ["0", "1"]
+# tree_build's searches (read by the plan from the environment): the one-pass search (the
+# default where it applies: N <= 256, K >= N, D <= 15), and the sweep it falls back to, with and
+# without its level raise (KD_TREE_SEARCH=sweep turns the one-pass search off)
+SEARCHES = {
+    "onepass": {},
+    "sweep": {"KD_TREE_SEARCH": "sweep", "KD_TREE_LEVEL_RAISE": "0"},
+    "sweep-level-raise": {"KD_TREE_SEARCH": "sweep", "KD_TREE_LEVEL_RAISE": "1"},
+}
+FUZZ_CASES = 200  # enough for every search path to be taken (one-pass: ~25 tie runs, ~20 hand-overs)
 
 
-@pytest.mark.parametrize("level_raise", LEVEL_RAISE)
-def test_tree_build_on_emulator(emulated, seed, level_raise):
+def _onepass_tally(out: str, what: str) -> tuple[int, int, int]:
+    """The emulated test's one-pass line for `what`: (built, tie runs re-ordered, gave up)."""
+    line = next(x for x in out.splitlines() if x.strip().startswith(f"{what}: one-pass"))
+    nums = [int(w) for w in line.replace("(", " ").replace(")", " ").replace(",", " ").split() if w.isdigit()]
+    return nums[0], nums[1], nums[2]
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_tree_build_on_emulator(emulated, seed, search):
     out = _run(emulated["emu_tree_build_test"], "tree_build_single", "tree_build_batches", "tree_build_bad",
-               "topk_random", "exp_nonpositive", env={"KD_SEED": str(seed), "KD_TREE_LEVEL_RAISE": level_raise})
+               "topk_random", "exp_nonpositive", env={"KD_SEED": str(seed), **SEARCHES[search]})
     assert "5 passed" in out
+    built, _, _ = _onepass_tally(out, "batches")
+    assert (built > 0) == (search == "onepass"), out  # the bundle's batches go through the search under test
 
 
-@pytest.mark.parametrize("level_raise", LEVEL_RAISE)
-def test_tree_build_fuzz_on_emulator(emulated, tmp_path, seed, level_raise):
-    bundle = write_fuzz_bundle(tmp_path / "fuzz.kdtr", 60, seed)
-    out = _run(emulated["emu_tree_build_test"], "tree_build_fuzz",
-               env={"KD_TREE_FUZZ": str(bundle), "KD_TREE_LEVEL_RAISE": level_raise})
+@pytest.mark.parametrize("search", SEARCHES)
+def test_tree_build_fuzz_on_emulator(emulated, tmp_path, seed, search):
+    bundle = write_fuzz_bundle(tmp_path / "fuzz.kdtr", FUZZ_CASES, seed)
+    out = _run(emulated["emu_tree_build_test"], "tree_build_fuzz", env={"KD_TREE_FUZZ": str(bundle), **SEARCHES[search]})
     assert "1 passed" in out
+    built, ties, gave_up = _onepass_tally(out, "fuzz cases")
+    if search == "onepass":
+        # every path of the one-pass search was taken, and its trees equal the reference's: its
+        # own order, its re-ordering of exact score ties by rank path, its hand-over to the sweep
+        assert built > 0 and ties > 0 and gave_up > 0, out
+    else:
+        assert built == 0 and gave_up == 0, out
 
 
-@pytest.mark.parametrize("level_raise", LEVEL_RAISE)
-def test_tree_build_barrier_budget_and_heap_agreement(emulated, level_raise):
+@pytest.mark.parametrize("search", SEARCHES)
+def test_tree_build_barrier_budget_and_heap_agreement(emulated, search):
     """The profile tool's trees equal the C++ reference heap's on bench_kernels' inputs, and the
-    barriers per request stay near what NOTES.md states (the one-sweep search at N <= 256;
-    before it, 260 barriers per request at N=256 on flat rows). Barriers count rounds of the
-    search, not time (NOTES.md), but more of them would mean the search regressed."""
+    barriers per request stay near what NOTES.md states. Barriers count rounds of the search,
+    not time (NOTES.md), but more of them would mean the search regressed."""
     proc = subprocess.run([str(emulated["emu_tree_build_profile"]), "2"], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "KD_TREE_LEVEL_RAISE": level_raise})
+                          env={**os.environ, **SEARCHES[search]})
     assert proc.returncode == 0, proc.stderr
     rows = [line for line in proc.stdout.splitlines() if "barriers/request" in line]
     assert len(rows) == 15
@@ -96,7 +117,12 @@ def test_tree_build_barrier_budget_and_heap_agreement(emulated, level_raise):
         row = next(r for r in rows if r.startswith(kind) and f"N={n} " in r)
         return float(row.split("barriers/request")[1].split("|")[0])
 
-    if level_raise == "0":
+    if search == "onepass":
+        # one barrier per level, 5 before and after (the sweep at N=256: 33/16.5/41); N > 256
+        # is the sweep's
+        assert barriers("flat", 256) < 14 and barriers("logits", 256) < 10 and barriers("peaky", 256) < 17
+        assert barriers("flat", 16) < 10 and "gave up in 0 of 2" in rows[2]
+    elif search == "sweep":
         # at 5b8da44: 56/22/60 (8 requests); at d5b15fd 36/17/46 (the raise's deeper sample,
         # compaction instead of a second sweep, two barriers per level and per raise); now
         # 33/16.5/41: the last, small levels grown by warp 0 alone (warp_tail)

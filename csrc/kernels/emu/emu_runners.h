@@ -34,7 +34,7 @@ struct EmuTreeRunner {
     const TreeBuildParams p = tree_build_params(io, host_data);
     TreeBuildPlan plan;
     if (KernelResult r = make_tree_build_plan(p, smem_limit, &plan); !r.ok()) return r;
-    ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged, plan.level_raise), p);
+    ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged, plan.level_raise), p, plan.onepass);
     return KernelResult::success();
   }
 };

@@ -110,7 +110,7 @@ void profile_case(const std::string& kind, int requests, int N, int D) {
   profile::barriers.clear();
   profile::entered.clear();
   profile::per_request.clear();
-  ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged, plan.level_raise), p);
+  ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged, plan.level_raise), p, plan.onepass);
   int max_depth = 0, differ = 0;
   for (int32_t d : depth) max_depth = std::max(max_depth, static_cast<int>(d));
   bench::TreeHeap heap;
@@ -127,11 +127,11 @@ void profile_case(const std::string& kind, int requests, int N, int D) {
   for (const auto& [ph, c] : profile::barriers) total += c;
   std::printf("%-7s N=%-5d D=%-3d depth %2d | barriers/request %6.1f |", kind.c_str(), N, D, max_depth,
               static_cast<double>(total) / requests);
-  for (const char* ph : {"start", "sweep", "bisection", "ties", "order", "emit"})
+  for (const char* ph : {"start", "onepass", "sweep", "bisection", "ties", "order", "emit"})
     if (profile::barriers.count(ph)) std::printf(" %s %.1f", ph, static_cast<double>(profile::barriers[ph]) / requests);
   // per request (a batch's time is its slowest request's): mean/max
   std::printf(" | per request mean/max:");
-  for (const char* ev : {"barrier", "grow", "raise", "compact"}) {
+  for (const char* ev : {"barrier", "onepass_level", "grow", "raise", "compact"}) {
     long sum = 0, most = 0;
     for (const auto& [blk, m] : profile::per_request) {
       const auto it = m.find(ev);
@@ -141,8 +141,10 @@ void profile_case(const std::string& kind, int requests, int N, int D) {
     }
     std::printf(" %s %.1f/%ld", ev, static_cast<double>(sum) / requests, most);
   }
-  std::printf(" | bisection in %ld of %d | trees differing from the heap: %d\n", profile::entered["bisection"], requests,
-              differ);
+  long gave_up = 0;
+  for (const auto& [blk, m] : profile::per_request) gave_up += m.count("onepass_gave_up") ? 1 : 0;
+  std::printf(" | one-pass gave up in %ld of %ld | bisection in %ld of %d | trees differing from the heap: %d\n", gave_up,
+              profile::entered["onepass"], profile::entered["bisection"], requests, differ);
 }
 
 }  // namespace

@@ -2,8 +2,27 @@
 // Built and run by tests/kernels/test_emulated_kernels.py; no GPU needed.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
+
+// The one-pass search's outcomes (tree_build_onepass.cuh's events, thread 0 of each request),
+// printed after the cases that run tree_build, so that the Python test can see that the
+// cases went through it, its tie ordering and its hand-over to the sweep.
+namespace onepass_tally {
+inline long built = 0, ties = 0, gave_up = 0;
+inline void event(const char* name, unsigned tid) {
+  if (tid != 0) return;
+  if (!std::strcmp(name, "onepass_cands")) ++built;
+  if (!std::strcmp(name, "onepass_ties")) ++ties;
+  if (!std::strcmp(name, "onepass_gave_up")) ++gave_up;
+}
+inline void report(const char* what) {
+  std::printf("    %s: one-pass %ld (tie runs re-ordered in %ld), gave up %ld\n", what, built, ties, gave_up);
+  built = ties = gave_up = 0;
+}
+}  // namespace onepass_tally
+#define KD_EVENT(name, a, b) ::onepass_tally::event(name, threadIdx.x)
 
 #include "emu_runners.h"
 #include "kernels/exp_f64.cuh"
@@ -26,12 +45,14 @@ KD_TEST(tree_build_single_cases) {
     if (only && std::atoi(only) != i) continue;
     run_single_case(runner, bundle(), i, i % 2 == 0 ? 0 : 3);
   }
+  onepass_tally::report("single cases");
 }
 
 KD_TEST(tree_build_batches) {
   EmuTreeRunner runner;
   const int n = static_cast<int>(scalar(bundle(), "num_batches"));
   for (int j = 0; j < n; ++j) run_batch_case(runner, bundle(), j);
+  onepass_tally::report("batches");
 }
 
 KD_TEST(tree_build_bad_budgets) {
@@ -51,6 +72,7 @@ KD_TEST(tree_build_fuzz) {
     run_single_case(runner, f, i, i % 3);
     if (failures_in_case() != before) std::printf("    (fuzz case c%d failed)\n", i);
   }
+  onepass_tally::report("fuzz cases");
 }
 
 // topk_logprobs on fresh random rows (seed from KD_SEED or the clock, printed) against the
