@@ -109,6 +109,17 @@ KD_DEVICE int count_leading_small(int n, Pass pass) {
   return lo + count_leading(min(hi, n) - lo, [&](int x) { return pass(lo + x); });
 }
 
+// Warp-collective: the lane whose items hold position `at` of the warp's concatenated items,
+// given each lane's inclusive prefix count `incl` (the lanes before it have all their items
+// before `at`): a halving search over the lanes' prefixes.
+KD_DEVICE int lane_holding(int incl, int at) {
+  int q = 0;
+#pragma unroll
+  for (int step = kWarpSize / 2; step >= 1; step >>= 1)
+    if (__shfl_sync(kFullMask, incl, q + step - 1) <= at) q += step;
+  return q;
+}
+
 // Children k of a node with score s (row = the sorted logp of the children's depth) whose
 // score fadd(s, row[k]) passes t: a prefix of the row (K: its length, or any known upper bound
 // of the count).

@@ -568,10 +568,7 @@ KD_DEVICE bool warp_tail(TreeBuildSmem& s, const float* L, int ldl, int D, int K
     for (int at0 = 0; at0 < total; at0 += kWarpSize) {  // warp-uniform trips
       const int at = at0 + lane;  // position in the next level
       // the parent's lane: lanes before it have all their children before `at`
-      int p = 0;
-#pragma unroll
-      for (int step = kWarpSize / 2; step >= 1; step >>= 1)
-        if (__shfl_sync(kFullMask, incl, p + step - 1) <= at) p += step;
+      const int p = lane_holding(incl, at);
       const int first_p = __shfl_sync(kFullMask, incl - c, p);
       if (at < total) {
         const int par = lb + p, k = at - first_p, slot = le + at;

@@ -83,11 +83,12 @@ struct TreeOnePassSmem {
   uint32_t cum[2][kOnePassBins];   // C: the samples of the levels before the last (see above)
   uint32_t lvl[3][kOnePassBins];   // X: one level's samples
   int16_t order[kOnePassCands];    // the candidates' slots: by bin, then in the total order
-  int32_t token[kOnePassMaxBudget + 1];  // tokens of the first N in order
+  int16_t out_parent[kOnePassMaxBudget + 1];  // the rows' parents (emit_tree_rows)
   int16_t final_idx[kOnePassPoolCap];    // node index of a chosen slot
   uint32_t vis[(kOnePassMaxBudget + 1) * ceil_div(kOnePassMaxBudget + 1, kWarpSize)];  // rows on their way out
   int32_t grown[3];  // children taken per level, by level % 3: one counted, one read, one zeroed
-  int32_t first_bin;  // the N-th best's bin, the candidates' count, and whether a bin is crowded
+  int32_t first_bin;  // the N-th best's bin, the candidates' count, and the largest bin's count when over
+                      //   kOnePassBinCrowd (else 0): warp 0's findings for the block
   int32_t cands;
   int32_t crowded;
   int32_t warp_grown;  // nodes the warps grew alone (below kOnePassSyncDepth)
@@ -116,8 +117,10 @@ KD_DEVICE void add_lane_bins(uint32_t (&v)[kOnePassBinsPerLane], const uint32_t*
 // the top reaches n (-1 when none does), and in *cnt (when not null) that bin's count. Lane l
 // holds bins [8 l, 8 l + 8); each lane also finds the bin it would answer with before the warp
 // knows which lane holds the n-th best, so the chain is the loads, one suffix scan and one
-// shuffle. v keeps this lane's bin counts for the caller.
-KD_DEVICE int onepass_nth_bin(const uint32_t* h1, const uint32_t* h2, int n, uint32_t (&v)[kOnePassBinsPerLane]) {
+// shuffle. v keeps this lane's bin counts for the caller, *above_out (when not null) the count
+// in the bins above this lane's.
+KD_DEVICE int onepass_nth_bin(const uint32_t* h1, const uint32_t* h2, int n, uint32_t (&v)[kOnePassBinsPerLane],
+                              int* above_out = nullptr) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
 #pragma unroll
   for (int i = 0; i < kOnePassBinsPerLane; ++i) v[i] = 0;
@@ -132,6 +135,7 @@ KD_DEVICE int onepass_nth_bin(const uint32_t* h1, const uint32_t* h2, int n, uin
     const int o = __shfl_down_sync(kFullMask, above, d);
     if (lane + d < kWarpSize) above += o;
   }
+  if (above_out) *above_out = above - sum;
   int acc = above - sum, local = 0;
   bool found = false;
 #pragma unroll
@@ -188,6 +192,11 @@ KD_DEVICE float rectangle_bound(const float* L, int ldl, int D, int N) {
     bound = v;
   }
   return warp_max(bound);
+}
+
+// Children of a node scoring sf that reach t (row: the children's depth's), usually few.
+KD_DEVICE int children_reaching(float sf, const float* row, int N, float t) {
+  return count_leading_small(N, [&](int k) { return __fadd_rn(sf, row[k]) >= t; });
 }
 
 // The rank path of pool slot `slot` as a 128-bit key (a byte per depth from depth 1, the most
@@ -278,7 +287,7 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
       TREE_CLK_END(clk_step, kClk + 2);
       TREE_CLK_RESTART(clk_step);
       const float sf = mine ? s.score[lb + i] : 0.0f;
-      const int c = mine ? count_leading_small(N, [&](int k) { return __fadd_rn(sf, row[k]) >= t; }) : 0;
+      const int c = mine ? children_reaching(sf, row, N, t) : 0;
       TREE_CLK_END(clk_step, kClk + 3);
       TREE_CLK_RESTART(clk_step);
       const int incl = warp_inclusive_sum(c);
@@ -292,11 +301,7 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
       if (base + total > kOnePassPoolCap) continue;  // overflow: the level's count says so after the barrier
       for (int at0 = 0; at0 < total; at0 += kWarpSize) {  // warp-uniform trips
         const int at = at0 + lane;
-        // the parent's lane: lanes whose children all come before `at`
-        int q = 0;
-#pragma unroll
-        for (int step = kWarpSize / 2; step >= 1; step >>= 1)
-          if (__shfl_sync(kFullMask, incl, q + step - 1) <= at) q += step;
+        const int q = lane_holding(incl, at);  // the parent's lane
         const int first_q = __shfl_sync(kFullMask, incl - c, q);
         const float sq = __shfl_sync(kFullMask, sf, q);
         const int k = at - first_q;
@@ -358,11 +363,10 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
     int F = le - lb > warp ? ceil_div(le - lb - warp, stride) : 0;
     for (int d = last + 1; d <= D && F > 0; ++d) {  // warp-uniform
       const float* row = L + static_cast<int64_t>(d - 1) * ldl;
-      auto count = [&](float sf) { return count_leading_small(N, [&](int k) { return __fadd_rn(sf, row[k]) >= tb; }); };
       int total = 0, c_first = 0;
       for (int i0 = 0; i0 < F; i0 += kWarpSize) {  // warp-uniform
         const int i = i0 + lane;
-        const int c = i < F ? count(s.score[fb + i * stride]) : 0;
+        const int c = i < F ? children_reaching(s.score[fb + i * stride], row, N, tb) : 0;
         if (i0 == 0) c_first = c;
         total += warp_sum(c);
       }
@@ -379,15 +383,12 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
         const int i = i0 + lane;
         const int f = fb + i * stride;
         const float sf = i < F ? s.score[f] : 0.0f;
-        const int c = i0 == 0 ? c_first : i < F ? count(sf) : 0;
+        const int c = i0 == 0 ? c_first : i < F ? children_reaching(sf, row, N, tb) : 0;
         const int incl = warp_inclusive_sum(c);
         const int tot = __shfl_sync(kFullMask, incl, kWarpSize - 1);
         for (int at0 = 0; at0 < tot; at0 += kWarpSize) {  // warp-uniform
           const int at = at0 + lane;
-          int q = 0;
-#pragma unroll
-          for (int step = kWarpSize / 2; step >= 1; step >>= 1)
-            if (__shfl_sync(kFullMask, incl, q + step - 1) <= at) q += step;
+          const int q = lane_holding(incl, at);  // the parent's lane
           const int k = at - __shfl_sync(kFullMask, incl - c, q);
           const float sq = __shfl_sync(kFullMask, sf, q);
           const int fq = __shfl_sync(kFullMask, f, q);
@@ -426,18 +427,9 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
   TREE_CLK_BEGIN(clk_select);
   TREE_CLK_RESTART(clk_step);
   if (warp == 0) {
-    const int first = onepass_nth_bin(h1, h2, N, v);
-    // place[b]: candidates in the bins above b (this lane's bins from its top one down)
-    int sum = 0;
-#pragma unroll
-    for (int i = 0; i < kOnePassBinsPerLane; ++i) sum += static_cast<int>(v[i]);
-    int above = sum;
-#pragma unroll
-    for (int dd = 1; dd < kWarpSize; dd <<= 1) {
-      const int o = __shfl_down_sync(kFullMask, above, dd);
-      if (lane + dd < kWarpSize) above += o;
-    }
-    int acc = above - sum, crowd = 0, cands = 0;
+    int acc = 0;  // place[b]: candidates in the bins above b (this lane's bins from its top one down)
+    const int first = onepass_nth_bin(h1, h2, N, v, &acc);
+    int crowd = 0, cands = 0;
 #pragma unroll
     for (int j = kOnePassBinsPerLane - 1; j >= 0; --j) {
       const int bin = lane * kOnePassBinsPerLane + j;
@@ -520,57 +512,51 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
   if (__syncthreads_or(walked)) KD_EVENT("onepass_ties", cands, 0);
   TREE_CLK_END(clk_sort, 6);
 
-  // the rows, and the visibility rows' first words (the rest are zero) into s.vis: a thread per
-  // row walks its ancestors (node indices fall along the walk), filling its words from the
-  // last down; its token's global load is in flight meanwhile
+  // the rows (emit_tree_rows), and the visibility rows' first words (the rest are zero) into
+  // s.vis: a thread per row walks its ancestors (node indices fall along the walk), filling its
+  // words from the last down, while its token's global load is in flight
   TREE_CLK_BEGIN(clk_emit);
   const int rows = p.max_nodes + 1, vw = p.vis_words;
   const int wn = ceil_div(N + 1, kWarpSize);  // words with bits in them
-  const int64_t row0 = static_cast<int64_t>(b) * rows;
-  for (int i = tid; i < rows; i += threads) {
-    int32_t token = -1, dep = -1, par = -1;
-    float sc = 0.0f;
-    if (i <= N) {
-      const int slot = i == 0 ? 0 : s.order[i - 1];
-      const uint32_t m = s.meta[slot];
-      if (i == 0) {
-        token = root_token;
-        dep = 0;
-      } else {
-        dep = meta_depth(m);
-        token = p.tok[tok0 + static_cast<int64_t>(dep - 1) * p.topk + meta_rank(m)];
-        par = s.final_idx[meta_parent(m)];
-        sc = s.score[slot];
-      }
-      int a = slot, idx = i;  // the walk: pool slot and node index of the current ancestor
-      for (int w = wn - 1; w >= 0; --w) {
-        uint32_t bits = 0;
-        while (idx >= 0 && (idx >> 5) == w) {
-          bits |= 1u << (idx & 31);
-          if (a == 0) {
-            idx = -1;
-          } else {
-            a = meta_parent(s.meta[a]);
-            idx = s.final_idx[a];
-          }
+  if (tid < wn) s.vis[tid] = tid == 0 ? 1u : 0u;  // the root's row: itself
+  emit_tree_rows(p, b, N, root_token, start, s.out_parent, [&](int i) {
+    const int slot = s.order[i - 1];
+    const uint32_t m = s.meta[slot];
+    TreeRow r;
+    r.depth = meta_depth(m);
+    r.token = p.tok[tok0 + static_cast<int64_t>(r.depth - 1) * p.topk + meta_rank(m)];
+    r.parent = s.final_idx[meta_parent(m)];
+    r.score = s.score[slot];
+    int a = slot, idx = i;  // the walk: pool slot and node index of the current ancestor
+    for (int w = wn - 1; w >= 0; --w) {
+      uint32_t bits = 0;
+      while (idx >= 0 && (idx >> 5) == w) {
+        bits |= 1u << (idx & 31);
+        if (a == 0) {
+          idx = -1;
+        } else {
+          a = meta_parent(s.meta[a]);
+          idx = s.final_idx[a];
         }
-        s.vis[i * wn + w] = bits;
       }
+      s.vis[i * wn + w] = bits;
     }
-    p.tokens[row0 + i] = token;
-    p.depth_out[row0 + i] = dep;
-    p.parent[row0 + i] = par;
-    if (p.score) p.score[row0 + i] = sc;
-    if (p.positions) p.positions[row0 + i] = dep >= 0 ? start + dep : -1;
-  }
-  if (tid == 0) p.n_out[b] = N;
-  __syncthreads();
+    return r;
+  });
   TREE_CLK_END(clk_emit, 7);
   TREE_CLK_BEGIN(clk_vis);
-  uint32_t* dst = p.vis + row0 * vw;
+  // out contiguously; each thread's (row, word) steps along with j, no division per word
+  uint32_t* dst = p.vis + static_cast<int64_t>(b) * rows * vw;
+  int row = tid / vw, w = tid - row * vw;
+  const int row_step = threads / vw, w_step = threads - row_step * vw;
   for (int j = tid; j < rows * vw; j += threads) {
-    const int row = j / vw, w = j - row * vw;
     dst[j] = row <= N && w < wn ? s.vis[row * wn + w] : 0u;
+    row += row_step;
+    w += w_step;
+    if (w >= vw) {
+      w -= vw;
+      ++row;
+    }
   }
   TREE_CLK_END(clk_vis, 8);
   return true;
