@@ -5,12 +5,17 @@
 // regrew levels after raises and needed two barriers per level (NOTES.md).
 //
 // t is always a lower bound of t* (the N-th best score): the N-th best, to a histogram bin's
-// lower edge, of a set of distinct real nodes. The set: every node grown, and below each one
-// its chain of rank-0 descendants (x0, x00, ...) while they reach t. A node is its "sample
-// root" (node 0 of depth 1 for the root's chain, else the last node of rank >= 1 on its path)
-// followed by zeros, and only sample roots add themselves and their chains, so each real node
-// is counted at most once: a node of rank 0 that is grown was counted in its sample root's
-// chain, since it reaches today's t, which is at least the t it was counted at. Each level's
+// lower edge, of a set of distinct real nodes. The set: the "spine family" (spine_count: the
+// root's rank-0 chain, and each node one rank >= 1 off it with its first kSpineChain rank-0
+// descendants; known before any level is grown, it makes the first t ~-1.2 on flat rows where
+// the rectangle's is ~-3), then every node grown with two ranks >= 1 or more on its path, and
+// below each one its chain of rank-0 descendants (x0, x00, ...) while they reach t. A node is
+// its "sample root" (the last node of rank >= 1 on its path) followed by zeros, and only sample
+// roots add themselves and their chains (for a root one rank off the spine, its family chain
+// ends after kSpineChain zeros and the node one further down goes on as a root:
+// spine_sample_root), so each real node is counted at most once: a node of rank 0 that is grown
+// was counted in its sample root's chain, since it reaches today's t, which is at least the t
+// it was counted at. Each level's
 // samples go into a histogram of their own (X, three taking turns: one filled, one read, one
 // zeroed), and the levels before are summed in another (C, two taking turns: level d reads one
 // and writes the other as C + X of level d - 1), so no histogram is read and added to in one
@@ -22,9 +27,9 @@
 // warp's lanes by a shuffle search), then samples them; then the block barrier. Consecutive
 // frontier nodes go to different warps: a level's first nodes, which often hold most of its
 // children, do not all land in one warp. Below kOnePassSyncDepth each warp goes on alone with
-// its share (see there). The first t is the better of two bounds known without a search: the
-// N-th best depth-1 score, and the "rectangle" of the first depth-1 nodes and their first
-// rank-0 descendants (rectangle_bound), which keeps level 1's chains short on flat rows.
+// its share (see there). The family's floor (its histogram's lower end) is the better of two
+// bounds known without a search: the N-th best depth-1 score, and the "rectangle" of the first
+// depth-1 nodes and their first rank-0 descendants (rectangle_bound).
 //
 // When the last level is empty, every node >= t* is in the pool (its parent scored at least
 // as much, so it was grown at every t <= t*), and it was sampled: the histogram's bins at and
@@ -58,6 +63,14 @@ constexpr int kOnePassBinCrowd = 192;  // more candidates in one bin: give up (e
 // the pool grows by ~10%; freezing it after depth 3 grows the pool tenfold (a Python model of
 // the search).
 constexpr int kOnePassSyncDepth = 4;
+// -DKD_ONEPASS_WARP_T_RISE: below kOnePassSyncDepth a warp raises its own t from the live pool
+// histogram (hb) before a level whose frontier has at least KD_ONEPASS_WARP_T_MIN_F nodes (an
+// A/B build; not the default: not timed on the GPU yet)
+#ifndef KD_ONEPASS_WARP_T_MIN_F
+#define KD_ONEPASS_WARP_T_MIN_F 1
+#endif
+// -DKD_ONEPASS_NO_SPINE: the first t without the spine family (the search before it; for A/B
+// builds, scripts/tree_variants_ab.sh)
 constexpr int kOnePassBinsPerLane = kOnePassBins / kWarpSize;
 static_assert(kOnePassBinsPerLane == 8, "a lane reads its bins of a histogram as two uint4");
 static_assert(kOnePassCands >= 2 * kOnePassMaxBudget, "the candidates (~N) fit one per thread");
@@ -75,7 +88,20 @@ KD_DEVICE int meta_parent(uint32_t m) { return static_cast<int>(m & ((1u << kMet
 KD_DEVICE int meta_rank(uint32_t m) {
   return static_cast<int>(m >> kMetaRankShift & ((1u << (kMetaDepthShift - kMetaRankShift)) - 1));
 }
-KD_DEVICE int meta_depth(uint32_t m) { return static_cast<int>(m >> kMetaDepthShift); }
+KD_DEVICE int meta_depth(uint32_t m) { return static_cast<int>(m >> kMetaDepthShift & 0xFu); }
+// How far a node's path leaves the spine (spine_count, spine_sample): bits 24-25 its ranks >= 1, counted to 2
+// (kOffSpine*), bits 26-29 the depth of its rank >= 1 when there is exactly one
+constexpr int kMetaOffShift = 24, kMetaOffDepthShift = 26;
+constexpr uint32_t kOffSpineNone = 0, kOffSpineOne = 1, kOffSpineMore = 2;
+KD_DEVICE uint32_t meta_off(uint32_t m) { return m >> kMetaOffShift & 3u; }
+KD_DEVICE int meta_off_depth(uint32_t m) { return static_cast<int>(m >> kMetaOffDepthShift & 0xFu); }
+// the off-spine bits of a child of rank k at depth d whose parent's meta is mp
+KD_DEVICE uint32_t child_off_bits(uint32_t mp, int k, int d) {
+  const uint32_t off = meta_off(mp);
+  if (k == 0) return mp & (0xFu << kMetaOffDepthShift | 3u << kMetaOffShift);  // the parent's
+  if (off == kOffSpineNone) return kOffSpineOne << kMetaOffShift | static_cast<uint32_t>(d) << kMetaOffDepthShift;
+  return kOffSpineMore << kMetaOffShift;
+}
 
 struct TreeOnePassSmem {
   float score[kOnePassPoolCap];    // slot 0 the root, then levels as they are grown
@@ -84,7 +110,8 @@ struct TreeOnePassSmem {
   uint32_t lvl[3][kOnePassBins];   // X: one level's samples
   int16_t order[kOnePassCands];    // the candidates' slots: by bin, then in the total order
   int16_t out_parent[kOnePassMaxBudget + 1];  // the rows' parents (emit_tree_rows)
-  int16_t final_idx[kOnePassPoolCap];    // node index of a chosen slot
+  int32_t out_token[kOnePassMaxBudget];       // the rows' tokens, loaded while the candidates are ordered
+  int16_t final_idx[kOnePassPoolCap];    // node index of a chosen slot (before the select: the warps' kids)
   uint32_t vis[(kOnePassMaxBudget + 1) * ceil_div(kOnePassMaxBudget + 1, kWarpSize)];  // rows on their way out
   int32_t grown[3];  // children taken per level, by level % 3: one counted, one read, one zeroed
   int32_t first_bin;  // the N-th best's bin, the candidates' count, and the largest bin's count when over
@@ -93,6 +120,8 @@ struct TreeOnePassSmem {
   int32_t crowded;
   int32_t warp_grown;  // nodes the warps grew alone (below kOnePassSyncDepth)
   int32_t fail;        // a warp found the pool full
+  float spine[kOnePassMaxDepth + 1];        // the spine's scores, by depth (spine_count, spine_sample)
+  int32_t spine_ranks[kOnePassMaxDepth + 1];  // ranks k at depth d whose node off the spine reaches the floor
 };
 
 using OnePassBins = ThresholdBins<kOnePassBinBits>;
@@ -113,19 +142,39 @@ KD_DEVICE void add_lane_bins(uint32_t (&v)[kOnePassBinsPerLane], const uint32_t*
   v[0] += a.x, v[1] += a.y, v[2] += a.z, v[3] += a.w, v[4] += b.x, v[5] += b.y, v[6] += b.z, v[7] += b.w;
 }
 
+// This lane's 8 bins of histogram h read by atomics (other warps may be adding to it: each read
+// is a count some time ago, so the sum is of real nodes still), into v; bin 8 lane + (i + lane /
+// 4) % 8 at step i keeps a quarter warp's 8 lanes on distinct banks.
+KD_DEVICE void add_lane_bins_atomic(uint32_t (&v)[kOnePassBinsPerLane], uint32_t* h) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+#pragma unroll
+  for (int i = 0; i < kOnePassBinsPerLane; ++i) {
+    const int j = (i + lane / 4) % kOnePassBinsPerLane;
+    const uint32_t c = atomicAdd(&h[lane * kOnePassBinsPerLane + j], 0u);
+#pragma unroll
+    for (int x = 0; x < kOnePassBinsPerLane; ++x)
+      if (x == j) v[x] += c;
+  }
+}
+
 // Warp-collective: the first bin from the top of the histogram h1 + h2 (h2 may be null) where the count from
 // the top reaches n (-1 when none does), and in *cnt (when not null) that bin's count. Lane l
 // holds bins [8 l, 8 l + 8); each lane also finds the bin it would answer with before the warp
 // knows which lane holds the n-th best, so the chain is the loads, one suffix scan and one
 // shuffle. v keeps this lane's bin counts for the caller, *above_out (when not null) the count
 // in the bins above this lane's.
+// (h1 == nullptr: h_live, read by atomics while other warps add to it.)
 KD_DEVICE int onepass_nth_bin(const uint32_t* h1, const uint32_t* h2, int n, uint32_t (&v)[kOnePassBinsPerLane],
-                              int* above_out = nullptr) {
+                              int* above_out = nullptr, uint32_t* h_live = nullptr) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
 #pragma unroll
   for (int i = 0; i < kOnePassBinsPerLane; ++i) v[i] = 0;
-  add_lane_bins(v, h1);
-  add_lane_bins(v, h2);
+  if (h_live) {
+    add_lane_bins_atomic(v, h_live);
+  } else {
+    add_lane_bins(v, h1);
+    add_lane_bins(v, h2);
+  }
   int sum = 0;
 #pragma unroll
   for (int i = 0; i < kOnePassBinsPerLane; ++i) sum += static_cast<int>(v[i]);
@@ -179,19 +228,128 @@ KD_DEVICE void sample_chain(uint32_t* h, const OnePassBins& bins, float v, int d
 // Warp-collective: a lower bound of t* from N real nodes known without a search. The first m
 // depth-1 nodes and the first j rank-0 descendants below each (m (j + 1) >= N of them) all
 // score at least node m - 1's j-th (fadd of a value <= 0 never rises), so that score bounds
-// t*; lane j tries j (< D) and the best bound wins. On flat rows it starts the search far
-// above the N-th best depth-1 score (bench rows, N = 256: ~-3.3 against ~-23), so that level
-// 1's chains stop early.
+// t*; lane j tries j (< D) and the best bound wins. On flat rows it is far above the N-th
+// best depth-1 score (bench rows, N = 256: ~-3.3 against ~-23): the spine family's floor, so
+// that family stays a few thousand nodes.
 KD_DEVICE float rectangle_bound(const float* L, int ldl, int D, int N) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  float col[kOnePassMaxDepth];  // the rank-0 column below depth 1, loads in flight together
+#pragma unroll
+  for (int r = 1; r < kOnePassMaxDepth; ++r) col[r] = r <= lane && r < D ? L[static_cast<int64_t>(r) * ldl] : 0.0f;
   float bound = -INFINITY;
   if (lane < D) {
     const int m = ceil_div(N, lane + 1);
     float v = __fadd_rn(0.0f, L[m - 1]);
-    for (int r = 1; r <= lane; ++r) v = __fadd_rn(v, L[static_cast<int64_t>(r) * ldl]);
+#pragma unroll
+    for (int r = 1; r < kOnePassMaxDepth; ++r)
+      if (r <= lane) v = __fadd_rn(v, col[r]);
     bound = v;
   }
   return warp_max(bound);
+}
+
+// The spine family's nodes one rank off the spine carry at most this many rank-0 descendants
+// into spine_sample's histogram; the tree samples the rest of such a chain itself, from the
+// descendant one further down (spine_sample_root). The bound barely moves for it (flat rows,
+// N = 256: ~-1.24 against ~-1.17 with whole chains; a Python model) and no thread walks more
+// than one batch.
+constexpr int kSpineChain = kChainBatch;
+
+// Block-collective, two steps: a lower bound of t* of at least `floor`, from the "spine family": the
+// spine (the root's rank-0 chain), and every node one rank off it (rank k >= 1 at depth d below
+// the spine's depth d - 1 node) with its first kSpineChain rank-0 descendants: distinct real
+// nodes, known without a search, so their N-th best (to a bin's lower edge) bounds t*. On flat
+// rows (N = 256) the bound is ~-1.2 against the rectangle's ~-3 and t* ~-0.8, and the levels
+// grow ~4x fewer nodes at depth 2 (NOTES.md). First, warp d - 1 finds
+// the spine's depth d - 1 score and how many ranks at depth d reach `floor` (rows fall with the
+// rank); then the block samples those nodes (rank 0: the spine's own) and their short chains
+// into a histogram, a node per thread, so no warp walks more chains than another (a warp per
+// depth would: on logits rows all N depth-1 nodes reach the floor, 8 trips).
+//
+// spine_count: the first step, and its barrier.
+KD_DEVICE void spine_count(TreeOnePassSmem& s, float floor, const float* L, int ldl, int D, int N) {
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
+  static_assert(kTreeBuildWarps >= kOnePassMaxDepth, "a warp per depth");
+  if (warp < D) {  // warp-uniform
+    const int d = warp + 1;
+    float spine = 0.0f;  // the spine node of depth d - 1: the same fadds as the tree's
+    {
+      float col[kOnePassMaxDepth];  // the rank-0 column above depth d, loads in flight together
+#pragma unroll
+      for (int r = 0; r < kOnePassMaxDepth; ++r) col[r] = r < d - 1 ? L[static_cast<int64_t>(r) * ldl] : 0.0f;
+#pragma unroll
+      for (int r = 0; r < kOnePassMaxDepth; ++r)
+        if (r < d - 1) spine = __fadd_rn(spine, col[r]);
+    }
+    // ranks reaching floor: a prefix; one probe per lane a stride apart, then one per lane
+    // inside the stride where the prefix ends
+    const float* row = L + static_cast<int64_t>(d - 1) * ldl;
+    const int stride = ceil_div(N, kWarpSize);
+    const int k1 = lane * stride;
+    const unsigned wide = __ballot_sync(kFullMask, k1 < N && __fadd_rn(spine, row[k1]) >= floor);
+    int ranks = 0;
+    if (wide) {  // warp-uniform
+      const int k_lo = (__popc(wide) - 1) * stride;  // reaches; k_lo + stride does not (or is N)
+      const int k2 = k_lo + 1 + lane;
+      const unsigned fine = __ballot_sync(kFullMask, lane < stride - 1 && k2 < N && __fadd_rn(spine, row[k2]) >= floor);
+      ranks = k_lo + 1 + __popc(fine);
+    }
+    if (lane == 0) {
+      s.spine[d - 1] = spine;
+      s.spine_ranks[d - 1] = ranks;
+    }
+  }
+  __syncthreads();
+}
+
+// spine_sample: the second step, into h (zeroed, bins over [floor, best]), without a barrier;
+// the N-th best of h after one is the bound.
+KD_DEVICE void spine_sample(const TreeOnePassSmem& s, uint32_t* h, const OnePassBins& bins, float floor, const float* L,
+                            int ldl, int D) {
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
+  // the nodes: ranks 0.. of each depth d (rank 0: the spine's depth d node), by depth; lane l
+  // holds the running count through depth l + 1, and each node finds its depth among them
+  const int n_lane = lane < D ? s.spine_ranks[lane] : 0;
+  const int incl = warp_inclusive_sum(n_lane);
+  const int total = __shfl_sync(kFullMask, incl, kWarpSize - 1);
+  for (int j0 = warp * kWarpSize; j0 < total; j0 += kTreeBuildThreads) {  // warp-uniform
+    const int j = j0 + lane;
+    int at = 0;  // the first lane whose running count passes j: j's depth is at + 1
+#pragma unroll
+    for (int step = kOnePassMaxDepth + 1; step > 1; step >>= 1) {
+      const int probe = __shfl_sync(kFullMask, incl, at + step / 2 - 1);
+      if (probe <= j) at += step / 2;
+    }
+    const int before = __shfl_sync(kFullMask, incl - n_lane, at);
+    if (j < total) {
+      const int d = at + 1, k = j - before;
+      float sc = __fadd_rn(s.spine[d - 1], L[static_cast<int64_t>(d - 1) * ldl + k]);
+      atomicAdd(&h[bins.bin(float_to_ordered(sc))], 1u);
+      if (k >= 1) {  // its first kSpineChain rank-0 descendants, while they reach floor
+        float col[kSpineChain];
+#pragma unroll
+        for (int r = 0; r < kSpineChain; ++r) col[r] = d + r < D ? L[static_cast<int64_t>(d + r) * ldl] : 0.0f;
+        bool alive = true;  // (below floor: the rest of the chain is lower still)
+#pragma unroll
+        for (int r = 0; r < kSpineChain; ++r) {
+          sc = __fadd_rn(sc, col[r]);
+          alive = alive && d + r < D && sc >= floor;
+          if (alive) atomicAdd(&h[bins.bin(float_to_ordered(sc))], 1u);
+        }
+      }
+    }
+  }
+}
+
+// Whether a node the tree grows starts a sample of its own (itself and its rank-0 chain; see
+// onepass_tree): a rank >= 1 whose parent is off the spine (two ranks >= 1 or more on its path),
+// or with the spine family in the histogram (spine_count, spine_sample), the rank-0 descendant of a node one
+// rank off the spine just past that family's kSpineChain (its chain goes on from there). The
+// spine and the rest of the family are in the histogram already.
+KD_DEVICE bool spine_sample_root(uint32_t parent_meta, int k, int d) {
+  const uint32_t off = meta_off(parent_meta);
+  if (k >= 1) return off != kOffSpineNone;
+  return off == kOffSpineOne && d == meta_off_depth(parent_meta) + kSpineChain + 1;
 }
 
 // Children of a node scoring sf that reach t (row: the children's depth's), usually few.
@@ -228,23 +386,33 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
   constexpr int threads = kTreeBuildThreads;
   // two lower bounds of t*: N depth-1 nodes reach the N-th best of them, and the rectangle's
+  uint32_t v[kOnePassBinsPerLane];  // a lane's bin counts (onepass_nth_bin)
+  TREE_CLK_BEGIN(clk_step);
   const float t0 = fmaxf(L[N - 1], rectangle_bound(L, ldl, D, N));
   const OnePassBins bins(t0, L[0]);  // L[0]: no node scores more
+#ifndef KD_ONEPASS_NO_SPINE
+  // the spine family into the histogram that level 2 reads its t from (cum[0]; level 1 samples
+  // nothing then), beside level 1's writes: one barrier for both
+  spine_count(s, t0, L, ldl, D, N);
+  spine_sample(s, s.cum[0], bins, t0, L, ldl, D);
+#endif
+  TREE_CLK_END(clk_step, kClk + 9);
   float t = t0;
-  uint32_t v[kOnePassBinsPerLane];  // a lane's bin counts (onepass_nth_bin)
 
-  // level 1: the N depth-1 nodes at slots 1..N in rank order, those >= t sampled into lvl[1]
-  // (node 0's chain is the root's)
-  TREE_CLK_BEGIN(clk_step);
+  // level 1: the N depth-1 nodes at slots 1..N in rank order (without the spine family: those
+  // >= t sampled into lvl[1], node 0's chain the root's)
+  TREE_CLK_RESTART(clk_step);
   for (int k0 = warp * kWarpSize; k0 < N; k0 += threads) {  // warp-uniform
     const int k = k0 + lane;
     float sc = 0.0f;
     if (k < N) {
       sc = __fadd_rn(0.0f, L[k]);
       s.score[1 + k] = sc;
-      s.meta[1 + k] = onepass_meta(0, k, 1);
+      s.meta[1 + k] = onepass_meta(0, k, 1) | child_off_bits(0u, k, 1);
     }
+#ifdef KD_ONEPASS_NO_SPINE
     if (k < N && sc >= t) sample_chain(s.lvl[1], bins, sc, 1, t, L, ldl, D);
+#endif
   }
   if (tid == 0) {
     s.score[0] = 0.0f;
@@ -287,6 +455,7 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
       TREE_CLK_END(clk_step, kClk + 2);
       TREE_CLK_RESTART(clk_step);
       const float sf = mine ? s.score[lb + i] : 0.0f;
+      const uint32_t mf = mine ? s.meta[lb + i] : 0u;
       const int c = mine ? children_reaching(sf, row, N, t) : 0;
       TREE_CLK_END(clk_step, kClk + 3);
       TREE_CLK_RESTART(clk_step);
@@ -304,15 +473,20 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
         const int q = lane_holding(incl, at);  // the parent's lane
         const int first_q = __shfl_sync(kFullMask, incl - c, q);
         const float sq = __shfl_sync(kFullMask, sf, q);
+        const uint32_t mq = __shfl_sync(kFullMask, mf, q);
         const int k = at - first_q;
         float sc = 0.0f;
         if (at < total) {
           const int slot = base + at;
           sc = __fadd_rn(sq, row[k]);
           s.score[slot] = sc;
-          s.meta[slot] = onepass_meta(lb + c0 + q * kTreeBuildWarps + warp, k, d);
+          s.meta[slot] = onepass_meta(lb + c0 + q * kTreeBuildWarps + warp, k, d) | child_off_bits(mq, k, d);
         }
+#ifndef KD_ONEPASS_NO_SPINE
+        if (at < total && spine_sample_root(mq, k, d)) sample_chain(x_fill, bins, sc, d, t, L, ldl, D);
+#else
         if (at < total && k >= 1) sample_chain(x_fill, bins, sc, d, t, L, ldl, D);  // sample roots: rank >= 1
+#endif
       }
       TREE_CLK_END(clk_step, kClk + 5);
     }
@@ -358,17 +532,40 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
       if (key >= float_to_ordered(tb)) atomicAdd(&hb[bins_b.bin(key)], 1u);
     }
     // warp w: frontier nodes lb + w, lb + w + 16, ..., then its own children level by level,
-    // each level's in one contiguous run of slots (counted first, then written)
+    // each level's in one contiguous run of slots. A node's children count (>= tb, frozen) is
+    // found by the lane that writes the node, right after its score, and kept in kids (free
+    // until the select), so a level starts from loads and one scan, not from searches. With
+    // KD_ONEPASS_WARP_T_RISE, from the second level on a warp raises its own t (tw) from hb
+    // before it counts: hb holds distinct pool nodes (the ones >= tb before this phase, each
+    // warp's children as written), so its N-th best at any moment bounds t*; counts already
+    // kept are at an older tw, which only grows a few nodes more. The select's histogram is
+    // still hb, complete after the barrier. (Emulator, bench flat request 1: its warps grow 6
+    // levels and 487 nodes at tb; with the rise 5 and 404.)
+    int16_t* kids = s.final_idx;
+    float tw = tb;
     int fb = lb + warp, stride = kTreeBuildWarps;
     int F = le - lb > warp ? ceil_div(le - lb - warp, stride) : 0;
+    if (last + 1 <= D) {
+      const float* row = L + static_cast<int64_t>(last) * ldl;
+      for (int i = lane; i < F; i += kWarpSize)
+        kids[fb + i * stride] = static_cast<int16_t>(children_reaching(s.score[fb + i * stride], row, N, tb));
+      __syncwarp();
+    }
     for (int d = last + 1; d <= D && F > 0; ++d) {  // warp-uniform
       const float* row = L + static_cast<int64_t>(d - 1) * ldl;
-      int total = 0, c_first = 0;
-      for (int i0 = 0; i0 < F; i0 += kWarpSize) {  // warp-uniform
+      const float* next_row = d < D ? row + ldl : nullptr;
+#ifdef KD_ONEPASS_WARP_T_RISE
+      if (d > last + 1 && F >= KD_ONEPASS_WARP_T_MIN_F) {  // warp-uniform
+        const int bin = onepass_nth_bin(nullptr, nullptr, N, v, nullptr, hb);
+        if (bin >= 0) tw = fmaxf(tw, bins_b.edge(bin));
+      }
+#endif
+      const int c_first = lane < F ? kids[fb + lane * stride] : 0;
+      const int incl_first = warp_inclusive_sum(c_first);
+      int total = __shfl_sync(kFullMask, incl_first, kWarpSize - 1);
+      for (int i0 = kWarpSize; i0 < F; i0 += kWarpSize) {  // warp-uniform
         const int i = i0 + lane;
-        const int c = i < F ? children_reaching(s.score[fb + i * stride], row, N, tb) : 0;
-        if (i0 == 0) c_first = c;
-        total += warp_sum(c);
+        total += warp_sum(i < F ? kids[fb + i * stride] : 0);
       }
       if (total == 0) break;
       int base = 0;
@@ -383,8 +580,8 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
         const int i = i0 + lane;
         const int f = fb + i * stride;
         const float sf = i < F ? s.score[f] : 0.0f;
-        const int c = i0 == 0 ? c_first : i < F ? children_reaching(sf, row, N, tb) : 0;
-        const int incl = warp_inclusive_sum(c);
+        const int c = i0 == 0 ? c_first : i < F ? kids[f] : 0;
+        const int incl = i0 == 0 ? incl_first : warp_inclusive_sum(c);
         const int tot = __shfl_sync(kFullMask, incl, kWarpSize - 1);
         for (int at0 = 0; at0 < tot; at0 += kWarpSize) {  // warp-uniform
           const int at = at0 + lane;
@@ -397,6 +594,7 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
             s.score[at_base + at] = sc;
             s.meta[at_base + at] = onepass_meta(fq, k, d);
             atomicAdd(&hb[bins_b.bin(float_to_ordered(sc))], 1u);
+            kids[at_base + at] = static_cast<int16_t>(next_row ? children_reaching(sc, next_row, N, tw) : 0);
           }
         }
         at_base += tot;
@@ -484,6 +682,8 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
   if (tid < cands) {
     const int slot = by_bin[tid];
     const uint32_t key = key_by_bin[tid];
+    const uint32_t m = s.meta[slot];  // its token's global load in flight while the bin is scanned
+    const int32_t token = p.tok[tok0 + static_cast<int64_t>(meta_depth(m) - 1) * p.topk + meta_rank(m)];
     const int bin = static_cast<int>(sel.bin(key));
     const int lo = place[bin], hi = lo + static_cast<int>(h1[bin] + (h2 ? h2[bin] : 0u));
     int r = 0, tied = 0;
@@ -506,7 +706,10 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
     }
     const int pos = lo + r;
     s.order[pos] = static_cast<int16_t>(slot);
-    if (pos < N) s.final_idx[slot] = static_cast<int16_t>(pos + 1);
+    if (pos < N) {
+      s.final_idx[slot] = static_cast<int16_t>(pos + 1);
+      s.out_token[pos] = token;
+    }
   }
   if (tid == 0) s.final_idx[0] = 0;
   if (__syncthreads_or(walked)) KD_EVENT("onepass_ties", cands, 0);
@@ -514,7 +717,7 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
 
   // the rows (emit_tree_rows), and the visibility rows' first words (the rest are zero) into
   // s.vis: a thread per row walks its ancestors (node indices fall along the walk), filling its
-  // words from the last down, while its token's global load is in flight
+  // words from the last down (its token was loaded while the candidates were ordered)
   TREE_CLK_BEGIN(clk_emit);
   const int rows = p.max_nodes + 1, vw = p.vis_words;
   const int wn = ceil_div(N + 1, kWarpSize);  // words with bits in them
@@ -524,7 +727,7 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
     const uint32_t m = s.meta[slot];
     TreeRow r;
     r.depth = meta_depth(m);
-    r.token = p.tok[tok0 + static_cast<int64_t>(r.depth - 1) * p.topk + meta_rank(m)];
+    r.token = s.out_token[i - 1];
     r.parent = s.final_idx[meta_parent(m)];
     r.score = s.score[slot];
     int a = slot, idx = i;  // the walk: pool slot and node index of the current ancestor
