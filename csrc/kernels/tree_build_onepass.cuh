@@ -63,12 +63,6 @@ constexpr int kOnePassBinCrowd = 192;  // more candidates in one bin: give up (e
 // the pool grows by ~10%; freezing it after depth 3 grows the pool tenfold (a Python model of
 // the search).
 constexpr int kOnePassSyncDepth = 4;
-// -DKD_ONEPASS_WARP_T_RISE: below kOnePassSyncDepth a warp raises its own t from the live pool
-// histogram (hb) before a level whose frontier has at least KD_ONEPASS_WARP_T_MIN_F nodes (an
-// A/B build; not the default: not timed on the GPU yet)
-#ifndef KD_ONEPASS_WARP_T_MIN_F
-#define KD_ONEPASS_WARP_T_MIN_F 1
-#endif
 // -DKD_ONEPASS_NO_SPINE: the first t without the spine family (the search before it; for A/B
 // builds, scripts/tree_variants_ab.sh)
 constexpr int kOnePassBinsPerLane = kOnePassBins / kWarpSize;
@@ -142,39 +136,19 @@ KD_DEVICE void add_lane_bins(uint32_t (&v)[kOnePassBinsPerLane], const uint32_t*
   v[0] += a.x, v[1] += a.y, v[2] += a.z, v[3] += a.w, v[4] += b.x, v[5] += b.y, v[6] += b.z, v[7] += b.w;
 }
 
-// This lane's 8 bins of histogram h read by atomics (other warps may be adding to it: each read
-// is a count some time ago, so the sum is of real nodes still), into v; bin 8 lane + (i + lane /
-// 4) % 8 at step i keeps a quarter warp's 8 lanes on distinct banks.
-KD_DEVICE void add_lane_bins_atomic(uint32_t (&v)[kOnePassBinsPerLane], uint32_t* h) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-#pragma unroll
-  for (int i = 0; i < kOnePassBinsPerLane; ++i) {
-    const int j = (i + lane / 4) % kOnePassBinsPerLane;
-    const uint32_t c = atomicAdd(&h[lane * kOnePassBinsPerLane + j], 0u);
-#pragma unroll
-    for (int x = 0; x < kOnePassBinsPerLane; ++x)
-      if (x == j) v[x] += c;
-  }
-}
-
 // Warp-collective: the first bin from the top of the histogram h1 + h2 (h2 may be null) where the count from
 // the top reaches n (-1 when none does), and in *cnt (when not null) that bin's count. Lane l
 // holds bins [8 l, 8 l + 8); each lane also finds the bin it would answer with before the warp
 // knows which lane holds the n-th best, so the chain is the loads, one suffix scan and one
 // shuffle. v keeps this lane's bin counts for the caller, *above_out (when not null) the count
 // in the bins above this lane's.
-// (h1 == nullptr: h_live, read by atomics while other warps add to it.)
 KD_DEVICE int onepass_nth_bin(const uint32_t* h1, const uint32_t* h2, int n, uint32_t (&v)[kOnePassBinsPerLane],
-                              int* above_out = nullptr, uint32_t* h_live = nullptr) {
+                              int* above_out = nullptr) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
 #pragma unroll
   for (int i = 0; i < kOnePassBinsPerLane; ++i) v[i] = 0;
-  if (h_live) {
-    add_lane_bins_atomic(v, h_live);
-  } else {
-    add_lane_bins(v, h1);
-    add_lane_bins(v, h2);
-  }
+  add_lane_bins(v, h1);
+  add_lane_bins(v, h2);
   int sum = 0;
 #pragma unroll
   for (int i = 0; i < kOnePassBinsPerLane; ++i) sum += static_cast<int>(v[i]);
@@ -225,6 +199,19 @@ KD_DEVICE void sample_chain(uint32_t* h, const OnePassBins& bins, float v, int d
   }
 }
 
+// v plus the rank-0 column's rows [from, to) (to <= kOnePassMaxDepth), in order: the scores
+// down a rank-0 chain, the same fadds as the tree's. The loads go out together (unrolled,
+// predicated), then the dependent adds.
+KD_DEVICE float add_rank0_rows(float v, const float* L, int ldl, int from, int to) {
+  float col[kOnePassMaxDepth];
+#pragma unroll
+  for (int r = 0; r < kOnePassMaxDepth; ++r) col[r] = r >= from && r < to ? L[static_cast<int64_t>(r) * ldl] : 0.0f;
+#pragma unroll
+  for (int r = 0; r < kOnePassMaxDepth; ++r)
+    if (r >= from && r < to) v = __fadd_rn(v, col[r]);
+  return v;
+}
+
 // Warp-collective: a lower bound of t* from N real nodes known without a search. The first m
 // depth-1 nodes and the first j rank-0 descendants below each (m (j + 1) >= N of them) all
 // score at least node m - 1's j-th (fadd of a value <= 0 never rises), so that score bounds
@@ -233,19 +220,9 @@ KD_DEVICE void sample_chain(uint32_t* h, const OnePassBins& bins, float v, int d
 // that family stays a few thousand nodes.
 KD_DEVICE float rectangle_bound(const float* L, int ldl, int D, int N) {
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  float col[kOnePassMaxDepth];  // the rank-0 column below depth 1, loads in flight together
-#pragma unroll
-  for (int r = 1; r < kOnePassMaxDepth; ++r) col[r] = r <= lane && r < D ? L[static_cast<int64_t>(r) * ldl] : 0.0f;
-  float bound = -INFINITY;
-  if (lane < D) {
-    const int m = ceil_div(N, lane + 1);
-    float v = __fadd_rn(0.0f, L[m - 1]);
-#pragma unroll
-    for (int r = 1; r < kOnePassMaxDepth; ++r)
-      if (r <= lane) v = __fadd_rn(v, col[r]);
-    bound = v;
-  }
-  return warp_max(bound);
+  const int m = ceil_div(N, lane + 1);
+  const float v = add_rank0_rows(__fadd_rn(0.0f, L[m - 1]), L, ldl, 1, min(lane + 1, D));
+  return warp_max(lane < D ? v : -INFINITY);
 }
 
 // The spine family's nodes one rank off the spine carry at most this many rank-0 descendants
@@ -272,15 +249,7 @@ KD_DEVICE void spine_count(TreeOnePassSmem& s, float floor, const float* L, int 
   static_assert(kTreeBuildWarps >= kOnePassMaxDepth, "a warp per depth");
   if (warp < D) {  // warp-uniform
     const int d = warp + 1;
-    float spine = 0.0f;  // the spine node of depth d - 1: the same fadds as the tree's
-    {
-      float col[kOnePassMaxDepth];  // the rank-0 column above depth d, loads in flight together
-#pragma unroll
-      for (int r = 0; r < kOnePassMaxDepth; ++r) col[r] = r < d - 1 ? L[static_cast<int64_t>(r) * ldl] : 0.0f;
-#pragma unroll
-      for (int r = 0; r < kOnePassMaxDepth; ++r)
-        if (r < d - 1) spine = __fadd_rn(spine, col[r]);
-    }
+    const float spine = add_rank0_rows(0.0f, L, ldl, 0, d - 1);  // the spine node of depth d - 1
     // ranks reaching floor: a prefix; one probe per lane a stride apart, then one per lane
     // inside the stride where the prefix ends
     const float* row = L + static_cast<int64_t>(d - 1) * ldl;
@@ -385,9 +354,9 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
   constexpr int kClk = kTreeClkOnePassDetail;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
   constexpr int threads = kTreeBuildThreads;
-  // two lower bounds of t*: N depth-1 nodes reach the N-th best of them, and the rectangle's
   uint32_t v[kOnePassBinsPerLane];  // a lane's bin counts (onepass_nth_bin)
   TREE_CLK_BEGIN(clk_step);
+  // two lower bounds of t*: N depth-1 nodes reach the N-th best of them, and the rectangle's
   const float t0 = fmaxf(L[N - 1], rectangle_bound(L, ldl, D, N));
   const OnePassBins bins(t0, L[0]);  // L[0]: no node scores more
 #ifndef KD_ONEPASS_NO_SPINE
@@ -534,15 +503,8 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
     // warp w: frontier nodes lb + w, lb + w + 16, ..., then its own children level by level,
     // each level's in one contiguous run of slots. A node's children count (>= tb, frozen) is
     // found by the lane that writes the node, right after its score, and kept in kids (free
-    // until the select), so a level starts from loads and one scan, not from searches. With
-    // KD_ONEPASS_WARP_T_RISE, from the second level on a warp raises its own t (tw) from hb
-    // before it counts: hb holds distinct pool nodes (the ones >= tb before this phase, each
-    // warp's children as written), so its N-th best at any moment bounds t*; counts already
-    // kept are at an older tw, which only grows a few nodes more. The select's histogram is
-    // still hb, complete after the barrier. (Emulator, bench flat request 1: its warps grow 6
-    // levels and 487 nodes at tb; with the rise 5 and 404.)
+    // until the select), so a level starts from loads and one scan, not from searches.
     int16_t* kids = s.final_idx;
-    float tw = tb;
     int fb = lb + warp, stride = kTreeBuildWarps;
     int F = le - lb > warp ? ceil_div(le - lb - warp, stride) : 0;
     if (last + 1 <= D) {
@@ -554,12 +516,6 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
     for (int d = last + 1; d <= D && F > 0; ++d) {  // warp-uniform
       const float* row = L + static_cast<int64_t>(d - 1) * ldl;
       const float* next_row = d < D ? row + ldl : nullptr;
-#ifdef KD_ONEPASS_WARP_T_RISE
-      if (d > last + 1 && F >= KD_ONEPASS_WARP_T_MIN_F) {  // warp-uniform
-        const int bin = onepass_nth_bin(nullptr, nullptr, N, v, nullptr, hb);
-        if (bin >= 0) tw = fmaxf(tw, bins_b.edge(bin));
-      }
-#endif
       const int c_first = lane < F ? kids[fb + lane * stride] : 0;
       const int incl_first = warp_inclusive_sum(c_first);
       int total = __shfl_sync(kFullMask, incl_first, kWarpSize - 1);
@@ -594,7 +550,7 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
             s.score[at_base + at] = sc;
             s.meta[at_base + at] = onepass_meta(fq, k, d);
             atomicAdd(&hb[bins_b.bin(float_to_ordered(sc))], 1u);
-            kids[at_base + at] = static_cast<int16_t>(next_row ? children_reaching(sc, next_row, N, tw) : 0);
+            kids[at_base + at] = static_cast<int16_t>(next_row ? children_reaching(sc, next_row, N, tb) : 0);
           }
         }
         at_base += tot;
