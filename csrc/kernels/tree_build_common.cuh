@@ -25,8 +25,9 @@ constexpr int kTreeBuildWarps = kTreeBuildThreads / kWarpSize;
 // one-pass search (tree_build_onepass.cuh); 15: launches.
 constexpr int kTreeClkOnePass = 16;  // one-pass launches (their grown levels: slot 17)
 constexpr int kTreeClkOnePassDetail = 22;  // 22..31: the one-pass search's steps (thread 0's view)
+constexpr int kTreeClkWarpDetail = 32;     // 32..36: the levels thread 0's warp grows alone
 #if defined(KD_TREE_PHASE_CLOCKS) && defined(__CUDACC__) && !defined(KD_SIMT_EMULATION)
-constexpr int kTreeClkSlots = 32;
+constexpr int kTreeClkSlots = 40;
 constexpr unsigned kTreeClkEvery = 40;
 __device__ unsigned long long g_tree_clk[kTreeClkSlots];
 __device__ unsigned g_tree_clk_launches;
@@ -112,6 +113,11 @@ KD_DEVICE void tree_clk_report(int budget) {
            "count %.0f, room %.0f, write %.0f, barrier %.0f | select: t %.0f, collect %.0f | first t (spine bound) %.0f\n",
            g[22] / c, g[23] / c, g[18] / c, g[24] / c, g[25] / c, g[26] / c, g[27] / c, g[28] / c, g[29] / c, g[30] / c,
            g[31] / c);
+  if (g[kTreeClkWarpDetail + 1] > 0)
+    printf("tree_clk warp levels (thread 0's warp, per launch): start %.0f | per level x%.2f: room %.0f, write %.0f | "
+           "wait for the others %.0f\n",
+           g[kTreeClkWarpDetail] / c, g[kTreeClkWarpDetail + 1] / c, g[kTreeClkWarpDetail + 2] / c,
+           g[kTreeClkWarpDetail + 3] / c, g[kTreeClkWarpDetail + 4] / c);
   for (int i = 0; i < kTreeClkSlots; ++i) g_tree_clk[i] = 0;
 }
 #define TREE_CLK_COUNT(slot) \

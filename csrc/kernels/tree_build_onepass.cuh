@@ -487,19 +487,19 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
   int16_t* by_bin = reinterpret_cast<int16_t*>(s.lvl[(last + 2) % 3]);  // free: read by the last level
   if (lb < le && last < D) {  // block-uniform: the warps grow the rest alone
     TREE_CLK_BEGIN(clk_warps);
+    TREE_CLK_BEGIN(clk_wstep);
+    constexpr int kWClk = kTreeClkWarpDetail;
     // t for the rest: the N-th best of every sample (at least every warp's t: the samples only
-    // grew), the same in every warp; a fresh histogram over [t, best] counts the pool's nodes
-    // that reach it, which the select then uses
+    // grew), the same in every warp; once the warps are done, a fresh histogram over [t, best]
+    // counts the pool's nodes that reach it, for the select (one pass of the block over the
+    // pool, so the warps' levels carry no atomics: 19.5 against 19.8 us in a graph at flat
+    // N = 256 B = 64, NOTES.md)
     const int at_b = onepass_nth_bin(h1, h2, N, v);
     const float tb = at_b >= 0 ? bins.edge(at_b) : t0;
     const OnePassBins bins_b(tb, L[0]);
     uint32_t* hb = s.lvl[(last + 1) % 3];     // zeroed by the last level
     uint32_t* cur_b = s.lvl[(last + 2) % 3];  // the select's cursors: free, zeroed here
     for (int i = tid; i < kOnePassBins; i += threads) cur_b[i] = 0;
-    for (int i = 1 + tid; i < le; i += threads) {
-      const uint32_t key = float_to_ordered(s.score[i]);
-      if (key >= float_to_ordered(tb)) atomicAdd(&hb[bins_b.bin(key)], 1u);
-    }
     // warp w: frontier nodes lb + w, lb + w + 16, ..., then its own children level by level,
     // each level's in one contiguous run of slots. A node's children count (>= tb, frozen) is
     // found by the lane that writes the node, right after its score, and kept in kids (free
@@ -513,7 +513,9 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
         kids[fb + i * stride] = static_cast<int16_t>(children_reaching(s.score[fb + i * stride], row, N, tb));
       __syncwarp();
     }
+    TREE_CLK_END(clk_wstep, kWClk);
     for (int d = last + 1; d <= D && F > 0; ++d) {  // warp-uniform
+      TREE_CLK_RESTART(clk_wstep);
       const float* row = L + static_cast<int64_t>(d - 1) * ldl;
       const float* next_row = d < D ? row + ldl : nullptr;
       const int c_first = lane < F ? kids[fb + lane * stride] : 0;
@@ -531,6 +533,9 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
         if (lane == 0) atomicOr(&s.fail, 1);
         break;
       }
+      TREE_CLK_END(clk_wstep, kWClk + 2);
+      TREE_CLK_COUNT(kWClk + 1);
+      TREE_CLK_RESTART(clk_wstep);
       int at_base = base;
       for (int i0 = 0; i0 < F; i0 += kWarpSize) {  // warp-uniform
         const int i = i0 + lane;
@@ -549,25 +554,32 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
             const float sc = __fadd_rn(sq, row[k]);
             s.score[at_base + at] = sc;
             s.meta[at_base + at] = onepass_meta(fq, k, d);
-            atomicAdd(&hb[bins_b.bin(float_to_ordered(sc))], 1u);
             kids[at_base + at] = static_cast<int16_t>(next_row ? children_reaching(sc, next_row, N, tb) : 0);
           }
         }
         at_base += tot;
       }
       __syncwarp();  // the next level reads these children
+      TREE_CLK_END(clk_wstep, kWClk + 3);
       KD_EVENT("onepass_warp_level", d, total);
       fb = base;
       stride = 1;
       F = total;
     }
+    TREE_CLK_RESTART(clk_wstep);
     __syncthreads();
+    TREE_CLK_END(clk_wstep, kWClk + 4);
     if (s.fail) {  // block-uniform
       KD_EVENT("onepass_overflow", D, kOnePassPoolCap);
       TREE_CLK_COUNT(kTreeClkOnePass + 5);
       return false;
     }
     le += s.warp_grown;
+    for (int i = 1 + tid; i < le; i += threads) {  // hb: the pool's nodes >= tb, for the select
+      const uint32_t key = float_to_ordered(s.score[i]);
+      if (key >= float_to_ordered(tb)) atomicAdd(&hb[bins_b.bin(key)], 1u);
+    }
+    __syncthreads();
     h1 = hb;
     h2 = nullptr;
     sel = bins_b;
