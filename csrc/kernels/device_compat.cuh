@@ -73,6 +73,10 @@ inline cudaError_t kd_launch_overlapped(bool overlap, void (*kernel)(KArgs...), 
 #ifndef KD_EVENT
 #define KD_EVENT(name, a, b) ((void)0)
 #endif
+// The same from every warp (its lane 0 records it): events of warps that work alone.
+#ifndef KD_WARP_EVENT
+#define KD_WARP_EVENT(name, a, b) ((void)0)
+#endif
 
 namespace kdtree::kern {
 

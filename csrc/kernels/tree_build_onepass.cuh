@@ -562,6 +562,7 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
       __syncwarp();  // the next level reads these children
       TREE_CLK_END(clk_wstep, kWClk + 3);
       KD_EVENT("onepass_warp_level", d, total);
+      KD_WARP_EVENT("warp_level", d, total);
       fb = base;
       stride = 1;
       F = total;

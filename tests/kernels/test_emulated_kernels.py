@@ -122,6 +122,14 @@ def test_tree_build_barrier_budget_and_heap_agreement(emulated, search):
         # 33/16.5/41); N > 256 is the sweep's
         assert barriers("flat", 256) < 14 and barriers("logits", 256) < 12 and barriers("peaky", 256) < 17
         assert barriers("flat", 16) < 12 and "gave up in 0 of 2" in rows[2]
+        # the levels the warps grow alone at a frozen t, for a request's slowest warp (a batch
+        # takes its slowest request's time; NOTES.md, stop 34): bench request 1's 6 at flat
+        # N=256, peaky 7; a t that reaches them later would grow more
+        def warp_levels(kind: str, n: int) -> int:
+            row = next(r for r in rows if r.startswith(kind) and f"N={n} " in r)
+            return int(row.split("warp_levels ")[1].split("/")[1].split(" ")[0])
+
+        assert warp_levels("flat", 256) <= 6 and warp_levels("peaky", 256) <= 7 and warp_levels("logits", 256) == 0
     elif search == "sweep":
         # at 5b8da44: 56/22/60 (8 requests); at d5b15fd 36/17/46 (the raise's deeper sample,
         # compaction instead of a second sweep, two barriers per level and per raise); now

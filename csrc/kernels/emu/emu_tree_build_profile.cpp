@@ -7,7 +7,8 @@
 // checked by tests/kernels/test_emulated_kernels.py.
 //
 //   emu_tree_build_profile [REQUESTS [KIND [N]]]   (built like the emulated tests, -DKD_SIMT_EMULATION)
-//   KD_TREE_TRACE=1: print the search's events (levels grown, raises, compactions) per request
+//   KD_TREE_TRACE=1: print the search's events (levels grown, raises, compactions) per request,
+//   and the levels each warp grew alone (depth, children written)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -33,6 +34,13 @@ inline void event(const char* name, unsigned block, unsigned tid, long a, long b
   ++per_request[block][name];
   if (trace) std::printf("  req %u %s %ld %ld\n", block, name, a, b);
 }
+// block -> warp -> events of warps working alone (KD_WARP_EVENT, lane 0 of each warp)
+inline std::map<unsigned, std::map<unsigned, long>> warp_events;
+inline void warp_event(const char* name, unsigned block, unsigned tid, long a, long b) {
+  if (tid % 32 != 0) return;
+  ++warp_events[block][tid / 32];
+  if (trace) std::printf("  req %u warp %u %s %ld %ld\n", block, tid / 32, name, a, b);
+}
 inline void barrier(unsigned block, unsigned tid) {
   if (tid != 0) return;
   ++barriers[phase];
@@ -42,6 +50,7 @@ inline void barrier(unsigned block, unsigned tid) {
 
 #define KD_PHASE(name) ::profile::mark(name, threadIdx.x)
 #define KD_EVENT(name, a, b) ::profile::event(name, blockIdx.x, threadIdx.x, (a), (b))
+#define KD_WARP_EVENT(name, a, b) ::profile::warp_event(name, blockIdx.x, threadIdx.x, (a), (b))
 #include "kernels/device_compat.cuh"
 #define __syncthreads() (::profile::barrier(blockIdx.x, threadIdx.x), ::kdemu::syncthreads())
 #include "bench/tree_heap.h"
@@ -110,6 +119,7 @@ void profile_case(const std::string& kind, int requests, int N, int D) {
   profile::barriers.clear();
   profile::entered.clear();
   profile::per_request.clear();
+  profile::warp_events.clear();
   ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged, plan.level_raise), p, plan.onepass);
   int max_depth = 0, differ = 0;
   for (int32_t d : depth) max_depth = std::max(max_depth, static_cast<int>(d));
@@ -140,6 +150,19 @@ void profile_case(const std::string& kind, int requests, int N, int D) {
       most = std::max(most, v);
     }
     std::printf(" %s %.1f/%ld", ev, static_cast<double>(sum) / requests, most);
+  }
+  // the levels a request's warps grew alone (the one-pass search below its synchronised
+  // levels), counted for its slowest warp: what sets a batch's time apart from one request's
+  {
+    long sum = 0, most = 0;
+    unsigned worst = 0;
+    for (const auto& [blk, warps] : profile::warp_events) {
+      long m = 0;
+      for (const auto& [w, c] : warps) m = std::max(m, c);
+      sum += m;
+      if (m > most) most = m, worst = blk;
+    }
+    std::printf(" warp_levels %.1f/%ld (request %u)", static_cast<double>(sum) / requests, most, worst);
   }
   long gave_up = 0;
   for (const auto& [blk, m] : profile::per_request) gave_up += m.count("onepass_gave_up") ? 1 : 0;
