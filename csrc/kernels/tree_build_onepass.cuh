@@ -492,7 +492,7 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
     // t for the rest: the N-th best of every sample (at least every warp's t: the samples only
     // grew), the same in every warp; once the warps are done, a fresh histogram over [t, best]
     // counts the pool's nodes that reach it, for the select (one pass of the block over the
-    // pool, so the warps' levels carry no atomics: 19.5 against 19.8 us in a graph at flat
+    // pool, so the warps' levels add to no histogram: 19.5 against 19.8 us in a graph at flat
     // N = 256 B = 64, NOTES.md)
     const int at_b = onepass_nth_bin(h1, h2, N, v);
     const float tb = at_b >= 0 ? bins.edge(at_b) : t0;
@@ -561,7 +561,6 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
       }
       __syncwarp();  // the next level reads these children
       TREE_CLK_END(clk_wstep, kWClk + 3);
-      KD_EVENT("onepass_warp_level", d, total);
       KD_WARP_EVENT("warp_level", d, total);
       fb = base;
       stride = 1;

@@ -113,9 +113,11 @@ def test_tree_build_barrier_budget_and_heap_agreement(emulated, search):
     assert len(rows) == 15
     assert all(line.endswith("trees differing from the heap: 0") for line in rows), proc.stdout
 
+    def row(kind: str, n: int) -> str:
+        return next(r for r in rows if r.startswith(kind) and f"N={n} " in r)
+
     def barriers(kind: str, n: int) -> float:
-        row = next(r for r in rows if r.startswith(kind) and f"N={n} " in r)
-        return float(row.split("barriers/request")[1].split("|")[0])
+        return float(row(kind, n).split("barriers/request")[1].split("|")[0])
 
     if search == "onepass":
         # one barrier per level, 5 before and after, 2 in the spine bound (the sweep at N=256:
@@ -126,8 +128,7 @@ def test_tree_build_barrier_budget_and_heap_agreement(emulated, search):
         # takes its slowest request's time; NOTES.md, stop 34): bench request 1's 6 at flat
         # N=256, peaky 7; a t that reaches them later would grow more
         def warp_levels(kind: str, n: int) -> int:
-            row = next(r for r in rows if r.startswith(kind) and f"N={n} " in r)
-            return int(row.split("warp_levels ")[1].split("/")[1].split(" ")[0])
+            return int(row(kind, n).split("warp_levels ")[1].split("/")[1].split(" ")[0])
 
         assert warp_levels("flat", 256) <= 6 and warp_levels("peaky", 256) <= 7 and warp_levels("logits", 256) == 0
     elif search == "sweep":

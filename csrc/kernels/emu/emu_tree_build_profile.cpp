@@ -36,10 +36,11 @@ inline void event(const char* name, unsigned block, unsigned tid, long a, long b
 }
 // block -> warp -> events of warps working alone (KD_WARP_EVENT, lane 0 of each warp)
 inline std::map<unsigned, std::map<unsigned, long>> warp_events;
+constexpr unsigned kLanes = 32;  // a warp (kern::kWarpSize, declared after these hooks)
 inline void warp_event(const char* name, unsigned block, unsigned tid, long a, long b) {
-  if (tid % 32 != 0) return;
-  ++warp_events[block][tid / 32];
-  if (trace) std::printf("  req %u warp %u %s %ld %ld\n", block, tid / 32, name, a, b);
+  if (tid % kLanes != 0) return;
+  ++warp_events[block][tid / kLanes];
+  if (trace) std::printf("  req %u warp %u %s %ld %ld\n", block, tid / kLanes, name, a, b);
 }
 inline void barrier(unsigned block, unsigned tid) {
   if (tid != 0) return;
