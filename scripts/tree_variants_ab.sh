@@ -10,11 +10,12 @@
 # Prints a table last (per case and variant: the median of the rounds' medians, us); logs and
 # JSON in $OUT/logs.tgz.
 # Usage (repository root, GPU machine):
-#   OUT=/tmp/o TREE_VARIANTS="new= base=-DKD_ONEPASS_NO_SPINE sweep=@KD_TREE_SEARCH=sweep" \
+#   OUT=/tmp/o TREE_VARIANTS="new= s2=-DKD_ONEPASS_SYNC_DEPTH=2 old=+ab/old sweep=@KD_TREE_SEARCH=sweep" \
 #     [TREE_AB_ROUNDS=3] [TREE_CLK_VARIANTS="new base"] [TREE_AB_SANITIZERS="memcheck racecheck"] \
 #     [TREE_AB_CASES=scripts/tree_ab_cases.txt] scripts/tree_variants_ab.sh
 # A variant is name=settings, comma-separated: -D... compile-time defines, @VAR=value
-# environment settings for its runs (none: the tree as it is).
+# environment settings for its runs, +DIR a folder of files laid over csrc/kernels/ (another
+# version of the search, in a copy of the sources beside its build; none: the tree as it is).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/o}; mkdir -p "$OUT"
@@ -26,29 +27,37 @@ VARIANTS=${TREE_VARIANTS:?name=settings ... (see the header)}
 python3 -m kdtree_cli build -j 16 bench_kernels test_tree_build > "$OUT/build.log" 2>&1
 echo "build: rc=$? $(tail -n 2 "$OUT/build.log" | head -n 1)"
 NINJA=$(command -v ninja || python3 -c 'import ninja, os; print(os.path.join(ninja.BIN_DIR, "ninja"))')
-declare -A DEFS ENVS DIR
+declare -A DEFS ENVS DIR OVER CLK
 names=()
 for spec in $VARIANTS; do
-  name=${spec%%=*}; names+=("$name"); DEFS[$name]=""; ENVS[$name]=""
+  name=${spec%%=*}; names+=("$name"); DEFS[$name]=""; ENVS[$name]=""; OVER[$name]=""
   IFS=, read -r -a items <<< "${spec#*=}"
   for it in "${items[@]}"; do
-    case "$it" in @*) ENVS[$name]+=" ${it#@}" ;; ?*) DEFS[$name]+=" $it" ;; esac
+    case "$it" in @*) ENVS[$name]+=" ${it#@}" ;; +*) OVER[$name]=$(realpath "${it#+}") ;; ?*) DEFS[$name]+=" $it" ;; esac
   done
   DIR[$name]=build; [ -n "${DEFS[$name]}" ] && DIR[$name]="build-v-$name"
+  [ -n "${OVER[$name]}" ] && DIR[$name]="src-v-$name/build"
 done
-build_copy() {  # dir defines
+build_copy() {  # dir defines [overlay]: dir/release's sources are dir/../csrc
+  if [ -n "${3:-}" ]; then
+    rm -rf "$(dirname "$1")" && mkdir -p "$(dirname "$1")" && cp -a csrc "$(dirname "$1")/" && cp "$3"/* "$(dirname "$1")/csrc/kernels/"
+    ln -s "$PWD/refs" "$(dirname "$1")/refs"  # the tests' bundles, found beside the sources
+  fi
   rm -rf "$1" && cp -a build "$1" && rm -f "$1/release/obj/kernels/tree_build.cu.o"
-  env NVCC_APPEND_FLAGS="$2" "$NINJA" -C "$1/release" bin/bench_kernels bin/test_tree_build > "$OUT/$1.log" 2>&1
-  echo "rc=$?" >> "$OUT/$1.log"
+  env NVCC_APPEND_FLAGS="$2" "$NINJA" -C "$1/release" bin/bench_kernels bin/test_tree_build > "$OUT/${1//\//_}.log" 2>&1
+  echo "rc=$?" >> "$OUT/${1//\//_}.log"
 }
 for name in "${names[@]}"; do
-  [ "${DIR[$name]}" != build ] && build_copy "${DIR[$name]}" "${DEFS[$name]}" &
+  [ "${DIR[$name]}" != build ] && build_copy "${DIR[$name]}" "${DEFS[$name]}" "${OVER[$name]}" &
 done
-for name in ${TREE_CLK_VARIANTS:-}; do build_copy "build-v-$name-clk" "${DEFS[$name]} -DKD_TREE_PHASE_CLOCKS" & done
+for name in ${TREE_CLK_VARIANTS:-}; do
+  clk="build-v-$name-clk"; [ -n "${OVER[$name]}" ] && clk="src-v-$name-clk/build"
+  CLK[$name]=$clk; build_copy "$clk" "${DEFS[$name]} -DKD_TREE_PHASE_CLOCKS" "${OVER[$name]}" &
+done
 wait
 progs() { echo "env ${ENVS[$1]} ${DIR[$1]}/release/bin"; }  # the variant's programs, its settings first
 for name in "${names[@]}"; do
-  b="${DIR[$name]}"; [ "$b" != build ] && b="$b: $(tail -n 1 "$OUT/$b.log")"
+  b="${DIR[$name]}"; [ "$b" != build ] && b="$b: $(tail -n 1 "$OUT/${b//\//_}.log")"
   echo "variant $name (defines:${DEFS[$name]:- none}; env:${ENVS[$name]:- none}) build $b"
   timeout 180 $(progs "$name")/test_tree_build > "$OUT/test-$name.log" 2>&1
   echo "  test_tree_build: rc=$? $(grep -E '^[0-9]+ passed' "$OUT/test-$name.log" | tail -1)"
@@ -66,7 +75,7 @@ for name in ${TREE_CLK_VARIANTS:-}; do
   while read -r -u 3 c; do [ -z "$c" ] && continue
     echo "$c" > "$OUT/clk_case.txt"
     echo "== $name: $c"
-    timeout 60 env ${ENVS[$name]} "build-v-$name-clk/release/bin/bench_kernels" --cases "$OUT/clk_case.txt" 2>&1 | grep tree_clk | tail -3
+    timeout 60 env ${ENVS[$name]} "${CLK[$name]}/release/bin/bench_kernels" --cases "$OUT/clk_case.txt" 2>&1 | grep tree_clk | tail -3
   done 3< scripts/tree_clk_cases.txt
 done > "$OUT/clk.txt"
 cat "$OUT/clk.txt"

@@ -833,12 +833,12 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, bool onepass, uint8_t*
   const bool try_onepass = kStaged && onepass && valid && budget >= 1 && budget <= kOnePassMaxBudget &&
                            p.topk >= budget && D >= 1 && D <= kOnePassMaxDepth;  // block-uniform
   TREE_CLK_BEGIN(clk_stage);
-  // the threshold histograms start at zero: zeroed before the staging barrier, which publishes
-  // it for the root's sample (sweep_search) that fills one before the first grow, or for the
-  // one-pass search's first level
+  // the histograms start at zero: zeroed before the staging barrier, which publishes them for
+  // the root's sample (sweep_search) that fills one before the first grow, or for the one-pass
+  // search's threshold (onepass_clear)
   TreeOnePassSmem& ops = *reinterpret_cast<TreeOnePassSmem*>(smem_raw);
   if (try_onepass) {
-    for (int i = tid; i < kOnePassBins; i += threads) ops.cum[0][i] = ops.lvl[1][i] = ops.lvl[2][i] = 0;
+    onepass_clear(ops);
   } else {
     hist_clear(s);
   }

@@ -23,6 +23,7 @@ inline const char* phase = "start";
 inline std::map<std::string, long> barriers;  // phase -> barriers (thread 0's count)
 inline std::map<std::string, long> entered;   // phase -> requests that reached it
 inline std::map<unsigned, std::map<std::string, long>> per_request;  // block -> event -> count
+inline std::map<unsigned, std::map<std::string, long>> last_a;       // block -> event -> its last first value
 inline bool trace = false;  // KD_TREE_TRACE=1: print every search event of every request
 inline void mark(const char* name, unsigned tid) {
   if (tid != 0) return;
@@ -32,6 +33,7 @@ inline void mark(const char* name, unsigned tid) {
 inline void event(const char* name, unsigned block, unsigned tid, long a, long b) {
   if (tid != 0) return;
   ++per_request[block][name];
+  last_a[block][name] = a;
   if (trace) std::printf("  req %u %s %ld %ld\n", block, name, a, b);
 }
 // block -> warp -> events of warps working alone (KD_WARP_EVENT, lane 0 of each warp)
@@ -121,6 +123,7 @@ void profile_case(const std::string& kind, int requests, int N, int D) {
   profile::entered.clear();
   profile::per_request.clear();
   profile::warp_events.clear();
+  profile::last_a.clear();
   ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged, plan.level_raise), p, plan.onepass);
   int max_depth = 0, differ = 0;
   for (int32_t d : depth) max_depth = std::max(max_depth, static_cast<int>(d));
@@ -164,6 +167,19 @@ void profile_case(const std::string& kind, int requests, int N, int D) {
       if (m > most) most = m, worst = blk;
     }
     std::printf(" warp_levels %.1f/%ld (request %u)", static_cast<double>(sum) / requests, most, worst);
+  }
+  // the one-pass search's candidates (pool nodes in the N-th best's bin and above): ~N when its
+  // threshold is close to t*
+  {
+    long sum = 0, most = 0, seen = 0;
+    for (const auto& [blk, m] : profile::last_a) {
+      const auto it = m.find("onepass_cands");
+      if (it == m.end()) continue;
+      sum += it->second;
+      most = std::max(most, it->second);
+      ++seen;
+    }
+    if (seen) std::printf(" candidates %.1f/%ld", static_cast<double>(sum) / seen, most);
   }
   long gave_up = 0;
   for (const auto& [blk, m] : profile::per_request) gave_up += m.count("onepass_gave_up") ? 1 : 0;

@@ -1,0 +1,197 @@
+// tree_build's threshold: a lower bound of t* (the N-th best score) close to it, counted from
+// the rows alone before any node is grown (device code; used by tree_build_onepass.cuh).
+//
+// Every node at depth d takes its children from the same sorted row d, so how many nodes reach
+// a score x is a count of rank sequences, the same question at every node: a dynamic program
+// over a quantised budget answers it for the whole tree at once. A path r_1..r_d scores the
+// spine's P_d (the rank-0 path's score) less the sum of its deltas delta_e[r_e] = row_e[0] -
+// row_e[r_e] >= 0, which are 0 at rank 0, so only a path's ranks >= 1 carry quantisation
+// error. With each delta rounded UP to bins of width w (q_e[k] = ceil(delta / w)):
+//   V_d[b] = number of depth-d paths whose rounded deltas sum to <= b
+//          = sum over ranks k with q_d[k] <= b of V_{d-1}[b - q_d[k]],  V_1[b] = #{k: q_1[k] <= b},
+// and each of those paths scores at least P_d - b w >= L[0] - (off_d + b) w, off_d = the
+// spine's drop from depth 1 in bins (rounded up). So tot[i] = sum over d of V_d[i - off_d]
+// real nodes reach x_i = L[0] - i w: at most the real count. The highest x_i whose tot reaches
+// N (less a margin for float rounding) is <= t*. On flat rows (bench rows, N = 256) it is within
+// ~0.02 of t*, and the tree grown at it holds ~N + 5 candidates (the emulator's bench rows).
+//
+// The cost is the longest sum of a depth (a barrier per depth), so the work is cut three ways:
+// counts are capped at N and a sum stops there (a capped sum reaches N exactly when the real
+// one does; the k = 0 term is V_{d-1}[b] itself, so bins past a depth's saturation take one
+// step); once some tot[i] reaches N (tot only grows), no later depth needs bins past i; and a
+// depth whose spine drop passes that i ends the program. Every row's deltas are rounded in one
+// pass first; then two threads share each bin's sum (shared atomics add the halves).
+#pragma once
+
+#include "tree_build_common.cuh"
+
+namespace kdtree::kern {
+
+constexpr int kOnePassMaxDepth = 15;    // depths: 15 ranks, then the depth, in a rank-path key
+constexpr int kOnePassBinBits = 8;      // histograms of 256 bins over a score range
+constexpr int kOnePassBins = 1 << kOnePassBinBits;
+constexpr int kOnePassBinsPerLane = kOnePassBins / kWarpSize;
+static_assert(kOnePassBinsPerLane == 8, "a lane reads its bins of a histogram as two uint4");
+
+using OnePassBins = ThresholdBins<kOnePassBinBits>;
+
+// This lane's 8 bins of histogram h (a uint4 pair, read in an order that keeps the 8 lanes of
+// a quarter warp on distinct bank groups), added into v.
+KD_DEVICE void add_lane_bins(uint32_t (&v)[kOnePassBinsPerLane], const uint32_t* h) {
+  if (!h) return;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const uint4* q = reinterpret_cast<const uint4*>(h + lane * kOnePassBinsPerLane);
+  const int swap = (lane >> 2) & 1;  // lanes 4-7 of a quarter take their second uint4 first
+  uint4 a = q[swap], b = q[1 - swap];
+  if (swap) {
+    const uint4 x = a;
+    a = b;
+    b = x;
+  }
+  v[0] += a.x, v[1] += a.y, v[2] += a.z, v[3] += a.w, v[4] += b.x, v[5] += b.y, v[6] += b.z, v[7] += b.w;
+}
+
+// Warp-collective: the first bin from the top of the histogram h1 + h2 (h2 may be null) where the count from
+// the top reaches n (-1 when none does), and in *cnt (when not null) that bin's count. Lane l
+// holds bins [8 l, 8 l + 8); each lane also finds the bin it would answer with before the warp
+// knows which lane holds the n-th best, so the chain is the loads, one suffix scan and one
+// shuffle. v keeps this lane's bin counts for the caller, *above_out (when not null) the count
+// in the bins above this lane's.
+KD_DEVICE int onepass_nth_bin(const uint32_t* h1, const uint32_t* h2, int n, uint32_t (&v)[kOnePassBinsPerLane],
+                              int* above_out = nullptr) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+#pragma unroll
+  for (int i = 0; i < kOnePassBinsPerLane; ++i) v[i] = 0;
+  add_lane_bins(v, h1);
+  add_lane_bins(v, h2);
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < kOnePassBinsPerLane; ++i) sum += static_cast<int>(v[i]);
+  int above = sum;  // scores in this lane's bins and every bin above them
+#pragma unroll
+  for (int d = 1; d < kWarpSize; d <<= 1) {
+    const int o = __shfl_down_sync(kFullMask, above, d);
+    if (lane + d < kWarpSize) above += o;
+  }
+  if (above_out) *above_out = above - sum;
+  int acc = above - sum, local = 0;
+  bool found = false;
+#pragma unroll
+  for (int j = kOnePassBinsPerLane - 1; j >= 0; --j) {
+    acc += static_cast<int>(v[j]);
+    if (!found && acc >= n) {
+      found = true;
+      local = j;
+    }
+  }
+  const unsigned reach = __ballot_sync(kFullMask, above >= n);
+  if (!reach) return -1;  // warp-uniform
+  const int w = 31 - __clz(static_cast<int>(reach));  // the lane whose bins hold the n-th best
+  return __shfl_sync(kFullMask, lane * kOnePassBinsPerLane + local, w);
+}
+
+// v plus the rank-0 column's rows [from, to) (to <= kOnePassMaxDepth), in order: the scores
+// down a rank-0 chain, the same fadds as the tree's. The loads go out together (unrolled,
+// predicated), then the dependent adds.
+KD_DEVICE float add_rank0_rows(float v, const float* L, int ldl, int from, int to) {
+  float col[kOnePassMaxDepth];
+#pragma unroll
+  for (int r = 0; r < kOnePassMaxDepth; ++r) col[r] = r >= from && r < to ? L[static_cast<int64_t>(r) * ldl] : 0.0f;
+#pragma unroll
+  for (int r = 0; r < kOnePassMaxDepth; ++r)
+    if (r >= from && r < to) v = __fadd_rn(v, col[r]);
+  return v;
+}
+
+constexpr int kDpBins = kOnePassBins;  // budget bins (and threshold bins): w = (L[0] - floor) / 256
+static_assert(2 * kDpBins <= kTreeBuildThreads, "a thread per bin and one per rank of the next row");
+constexpr int kDpSumUnroll = 4;  // a sum loads this many ranks' q at once (a latency each, not a rank)
+// threads per bin, each summing every kDpHalves-th group of ranks (their sums meet by shared atomics)
+#ifndef KD_DP_HALVES
+constexpr int kDpHalves = 2;
+#else
+constexpr int kDpHalves = KD_DP_HALVES;  // A/B builds (scripts/tree_variants_ab.sh)
+#endif
+static_assert(kDpHalves >= 1 && kDpHalves * kDpBins <= kTreeBuildThreads, "threads for every bin's sums");
+// a row of rounded deltas: N, then kDpBins (past any bin) where a sum's last group reads
+constexpr int kDpRowStride = kDpBins + kDpHalves * kDpSumUnroll;
+// relative slack on float rounding: deltas, the spine's and the bound's subtractions (~1e-7
+// each, 15 depths) are all far inside it
+constexpr float kDpSlack = 1e-5f;
+
+// Scratch in shared memory (the caller's; every array of the block's): v[1] and tot zero, both
+// cross = kDpBins, published by a barrier before the call.
+struct DpScratch {
+  uint32_t* v[3];   // kDpBins each: V_{d-1} (read), V_d (summed into), V_{d+1} (zeroed)
+  uint32_t* tot;    // kDpBins threshold bins, from the top (L[0])
+  int16_t* q;       // the rounded deltas of every row, kDpRowStride apart
+  float* spine;     // P_0..P_D
+  int32_t* cross;   // [2]: the smallest i with tot[i] >= N so far; depth d lowers cross[d % 2] and
+                    //   reads the other, which nothing writes meanwhile (a value all threads agree on)
+};
+
+// Block-collective: a lower bound of t* at least `floor` (itself one), the same in every thread.
+// L: the staged rows [D, ldl]; N <= kDpBins (the first N columns). Barriers: D + 1 at most.
+KD_DEVICE float dp_threshold(const DpScratch& sc, const float* L, int ldl, int D, int N, float floor) {
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
+  const float range = L[0] - floor;  // a path that reaches floor has deltas summing to at most this
+  if (!(range > 0.0f) || !(range < INFINITY) || N > kDpBins) return floor;  // block-uniform
+  const float w = range / kDpBins, inv = kDpBins / range;
+  // every row's rounded deltas at once (q of a rank past N: kDpBins, which ends a sum)
+  for (int i = tid; i < D * kDpRowStride; i += kTreeBuildThreads) {
+    const int d = i / kDpRowStride, k = i - d * kDpRowStride;
+    int qk = kDpBins;
+    if (k < N) {
+      const float* row = L + static_cast<int64_t>(d) * ldl;
+      const float x = __fadd_rn(row[0], -row[k]) * inv * (1.0f + kDpSlack);
+      if (x < static_cast<float>(kDpBins)) qk = static_cast<int>(ceilf(x));
+    }
+    sc.q[i] = static_cast<int16_t>(qk);
+  }
+  if (tid < kWarpSize && lane <= D) sc.spine[lane] = add_rank0_rows(0.0f, L, ldl, 0, lane);
+  __syncthreads();
+  // V entries are sums of two halves, each stopped once it reaches N: min(real, N) <= V <= real
+  const uint32_t cap = static_cast<uint32_t>(N);
+  const int b = tid % kDpBins, half = tid / kDpBins;
+  for (int d = 1; d <= D; ++d) {  // block-uniform
+    const int cross = sc.cross[(d - 1) % 2];  // through depth d - 1
+    if (tid == 0) atomicMin(&sc.cross[d % 2], cross);
+    // bins from the top where depth d's paths start: the spine's drop, rounded up
+    const float off_f = __fadd_rn(L[0], -sc.spine[d]) * inv * (1.0f + kDpSlack);
+    if (!(off_f < static_cast<float>(cross))) break;  // depth d and below reach no bin still needed
+    const int off = static_cast<int>(ceilf(off_f));
+    const int16_t* q = sc.q + (d - 1) * kDpRowStride;
+    if (half == 0) sc.v[(d + 1) % 3][b] = 0;  // depth d + 1 sums into it
+    if (half < kDpHalves && off + b <= min(cross, kDpBins - 1)) {
+      uint32_t sum = 0;
+      if (d == 1) {
+        if (half == 0) sum = static_cast<uint32_t>(count_leading(N, [&](int k) { return q[k] <= b; }));
+      } else {
+        const uint32_t* vp = sc.v[(d - 1) % 3];
+        for (int k0 = half * kDpSumUnroll;; k0 += kDpHalves * kDpSumUnroll) {  // ends at a q past b
+          int qk[kDpSumUnroll];
+#pragma unroll
+          for (int u = 0; u < kDpSumUnroll; ++u) qk[u] = q[k0 + u];
+          bool past = false;
+#pragma unroll
+          for (int u = 0; u < kDpSumUnroll; ++u) {
+            past = past || qk[u] > b;
+            if (!past) sum += vp[b - qk[u]];
+          }
+          if (past || sum >= cap) break;
+        }
+      }
+      if (sum > 0) {
+        atomicAdd(&sc.v[d % 3][b], sum);
+        if (atomicAdd(&sc.tot[off + b], sum) + sum >= cap) atomicMin(&sc.cross[d % 2], off + b);
+      }
+    }
+    __syncthreads();
+  }
+  const int i = min(sc.cross[0], sc.cross[1]);  // steps of w below L[0]
+  if (i >= kDpBins) return floor;
+  const float x = __fadd_rn(L[0], -static_cast<float>(i) * w);
+  return fmaxf(floor, x - kDpSlack * (fabsf(x) + range));
+}
+
+}  // namespace kdtree::kern
