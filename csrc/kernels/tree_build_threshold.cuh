@@ -105,7 +105,18 @@ KD_DEVICE float add_rank0_rows(float v, const float* L, int ldl, int from, int t
 
 constexpr int kDpBins = kOnePassBins;  // budget bins (and threshold bins): w = (L[0] - floor) / 256
 static_assert(2 * kDpBins <= kTreeBuildThreads, "a thread per bin and one per rank of the next row");
+// A sum's groups of ranks, at most: a lower count is still a lower bound (the threshold only
+// drops), so a row with many close ranks costs a slightly lower threshold, not a long sum
+#ifndef KD_DP_MAX_STEPS
+constexpr int kDpMaxSteps = 4;
+#else
+constexpr int kDpMaxSteps = KD_DP_MAX_STEPS;  // A/B builds
+#endif
+#ifndef KD_DP_UNROLL
 constexpr int kDpSumUnroll = 4;  // a sum loads this many ranks' q at once (a latency each, not a rank)
+#else
+constexpr int kDpSumUnroll = KD_DP_UNROLL;  // A/B builds (scripts/tree_variants_ab.sh)
+#endif
 // threads per bin, each summing every kDpHalves-th group of ranks (their sums meet by shared atomics)
 #ifndef KD_DP_HALVES
 constexpr int kDpHalves = 2;
@@ -168,7 +179,9 @@ KD_DEVICE float dp_threshold(const DpScratch& sc, const float* L, int ldl, int D
         if (half == 0) sum = static_cast<uint32_t>(count_leading(N, [&](int k) { return q[k] <= b; }));
       } else {
         const uint32_t* vp = sc.v[(d - 1) % 3];
-        for (int k0 = half * kDpSumUnroll;; k0 += kDpHalves * kDpSumUnroll) {  // ends at a q past b
+        // ends at a q past b, at N, or after kDpMaxSteps groups (terms left out only lower V)
+        const int k_end = half * kDpSumUnroll + kDpMaxSteps * kDpHalves * kDpSumUnroll;
+        for (int k0 = half * kDpSumUnroll; k0 < k_end; k0 += kDpHalves * kDpSumUnroll) {
           int qk[kDpSumUnroll];
 #pragma unroll
           for (int u = 0; u < kDpSumUnroll; ++u) qk[u] = q[k0 + u];
