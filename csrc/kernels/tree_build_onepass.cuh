@@ -43,7 +43,7 @@ constexpr int kOnePassSyncDepth = 3;
 constexpr int kOnePassSyncDepth = KD_ONEPASS_SYNC_DEPTH;  // A/B builds (scripts/tree_variants_ab.sh)
 #endif
 static_assert(kOnePassCands >= 2 * kOnePassMaxBudget, "the candidates (~N) fit one per thread");
-static_assert(kOnePassMaxBudget <= kDpBins, "dp_threshold: a bin's sum covers a row");
+static_assert(kOnePassMaxBudget <= kDpBins, "dp_threshold: a thread per rank of a row");
 
 // node metadata: parent slot | rank << 12 | depth << 20
 constexpr int kMetaRankShift = 12, kMetaDepthShift = 20;
@@ -63,13 +63,13 @@ KD_DEVICE int meta_depth(uint32_t m) { return static_cast<int>(m >> kMetaDepthSh
 struct TreeOnePassSmem {
   float score[kOnePassPoolCap];    // slot 0 the root, then levels as they are grown
   uint32_t meta[kOnePassPoolCap];  // onepass_meta
-  uint32_t dpw[3][kDpBins];        // dp_threshold's V (dpw[1] zero at the start); then the select's places and slots
+  uint32_t dpw[2][kDpBins];        // dp_threshold's V; then the select's places and slots
   uint32_t hist[3][kOnePassBins];  // zero at the start: dp_threshold's tot, the pool's (hb), the select's cursors
-  int16_t order[kOnePassCands];    // the candidates' slots in the total order
+  int16_t order[kOnePassCands];    // dp_threshold's rounded deltas; then the candidates' slots in the total order
   int16_t out_parent[kOnePassMaxBudget + 1];  // the rows' parents (emit_tree_rows)
   int32_t out_token[kOnePassMaxBudget];       // the rows' tokens, loaded while the candidates are ordered
   int16_t final_idx[kOnePassPoolCap];    // node index of a chosen slot (before the select: the warps' kids)
-  uint32_t vis[(kOnePassMaxBudget + 1) * ceil_div(kOnePassMaxBudget + 1, kWarpSize)];  // dp_threshold's rounded deltas; rows on their way out
+  uint32_t vis[(kOnePassMaxBudget + 1) * ceil_div(kOnePassMaxBudget + 1, kWarpSize)];  // rows on their way out
   int32_t grown[3];  // children taken per block level, by level % 3: one counted, one read, one zeroed
   int32_t first_bin;  // the N-th best's bin, the candidates' count, and the largest bin's count when over
                       //   kOnePassBinCrowd (else 0): warp 0's findings for the block
@@ -81,14 +81,11 @@ struct TreeOnePassSmem {
   int32_t dp_cross[2];                // dp_threshold's smallest bin reaching N
 };
 
-static_assert(sizeof(TreeOnePassSmem::vis) >= kOnePassMaxDepth * kDpRowStride * sizeof(int16_t),
-              "dp_threshold's rounded deltas fit the visibility rows' space");
-
 // The zeros (and dp_threshold's first cross) the search starts from; the caller publishes them
 // with a barrier (its staging's).
 KD_DEVICE void onepass_clear(TreeOnePassSmem& s) {
   for (int i = static_cast<int>(threadIdx.x); i < kOnePassBins; i += kTreeBuildThreads)
-    s.hist[0][i] = s.hist[1][i] = s.hist[2][i] = s.dpw[1][i] = 0;
+    s.hist[0][i] = s.hist[1][i] = s.hist[2][i] = 0;
   if (threadIdx.x < 2) s.dp_cross[threadIdx.x] = kDpBins;
 }
 
@@ -143,7 +140,7 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
   // the threshold: the counting bound, over the range above the better of two bounds known
   // without a search (N depth-1 nodes reach the N-th best of them; the rectangle's)
   const float t0 = fmaxf(L[N - 1], rectangle_bound(L, ldl, D, N));
-  const DpScratch dp{{s.dpw[0], s.dpw[1], s.dpw[2]}, s.hist[0], reinterpret_cast<int16_t*>(s.vis), s.spine, s.dp_cross};
+  const DpScratch dp{{s.dpw[0], s.dpw[1]}, s.hist[0], {s.order, s.order + kDpBins}, s.spine, s.dp_cross};
   const float tb = dp_threshold(dp, L, ldl, D, N, t0);
   KD_EVENT("onepass_tb", static_cast<int>(-tb * 1000.0f), static_cast<int>(-t0 * 1000.0f));
   TREE_CLK_END(clk_step, kClk + 9);

@@ -19,8 +19,8 @@
 // counts are capped at N and a sum stops there (a capped sum reaches N exactly when the real
 // one does; the k = 0 term is V_{d-1}[b] itself, so bins past a depth's saturation take one
 // step); once some tot[i] reaches N (tot only grows), no later depth needs bins past i; and a
-// depth whose spine drop passes that i ends the program. Every row's deltas are rounded in one
-// pass first; then two threads share each bin's sum (shared atomics add the halves).
+// depth whose spine drop passes that i ends the program. Threads [0, kDpBins) compute depth d's
+// V while threads [kDpBins, 2 kDpBins) round depth d + 1's deltas.
 #pragma once
 
 #include "tree_build_common.cuh"
@@ -105,37 +105,17 @@ KD_DEVICE float add_rank0_rows(float v, const float* L, int ldl, int from, int t
 
 constexpr int kDpBins = kOnePassBins;  // budget bins (and threshold bins): w = (L[0] - floor) / 256
 static_assert(2 * kDpBins <= kTreeBuildThreads, "a thread per bin and one per rank of the next row");
-// A sum's groups of ranks, at most: a lower count is still a lower bound (the threshold only
-// drops), so a row with many close ranks costs a slightly lower threshold, not a long sum
-#ifndef KD_DP_MAX_STEPS
-constexpr int kDpMaxSteps = 4;
-#else
-constexpr int kDpMaxSteps = KD_DP_MAX_STEPS;  // A/B builds
-#endif
-#ifndef KD_DP_UNROLL
 constexpr int kDpSumUnroll = 4;  // a sum loads this many ranks' q at once (a latency each, not a rank)
-#else
-constexpr int kDpSumUnroll = KD_DP_UNROLL;  // A/B builds (scripts/tree_variants_ab.sh)
-#endif
-// threads per bin, each summing every kDpHalves-th group of ranks (their sums meet by shared atomics)
-#ifndef KD_DP_HALVES
-constexpr int kDpHalves = 2;
-#else
-constexpr int kDpHalves = KD_DP_HALVES;  // A/B builds (scripts/tree_variants_ab.sh)
-#endif
-static_assert(kDpHalves >= 1 && kDpHalves * kDpBins <= kTreeBuildThreads, "threads for every bin's sums");
-// a row of rounded deltas: N, then kDpBins (past any bin) where a sum's last group reads
-constexpr int kDpRowStride = kDpBins + kDpHalves * kDpSumUnroll;
 // relative slack on float rounding: deltas, the spine's and the bound's subtractions (~1e-7
 // each, 15 depths) are all far inside it
 constexpr float kDpSlack = 1e-5f;
 
-// Scratch in shared memory (the caller's; every array of the block's): v[1] and tot zero, both
-// cross = kDpBins, published by a barrier before the call.
+// Scratch in shared memory (the caller's; every array of the block's): tot zero and both cross
+// = kDpBins, published by a barrier before the call.
 struct DpScratch {
-  uint32_t* v[3];   // kDpBins each: V_{d-1} (read), V_d (summed into), V_{d+1} (zeroed)
+  uint32_t* v[2];   // V_{d-1}, V_d: kDpBins each
   uint32_t* tot;    // kDpBins threshold bins, from the top (L[0])
-  int16_t* q;       // the rounded deltas of every row, kDpRowStride apart
+  int16_t* q[2];    // rounded deltas of two rows, N each (kDpBins: past the range)
   float* spine;     // P_0..P_D
   int32_t* cross;   // [2]: the smallest i with tot[i] >= N so far; depth d lowers cross[d % 2] and
                     //   reads the other, which nothing writes meanwhile (a value all threads agree on)
@@ -148,22 +128,18 @@ KD_DEVICE float dp_threshold(const DpScratch& sc, const float* L, int ldl, int D
   const float range = L[0] - floor;  // a path that reaches floor has deltas summing to at most this
   if (!(range > 0.0f) || !(range < INFINITY) || N > kDpBins) return floor;  // block-uniform
   const float w = range / kDpBins, inv = kDpBins / range;
-  // every row's rounded deltas at once (q of a rank past N: kDpBins, which ends a sum)
-  for (int i = tid; i < D * kDpRowStride; i += kTreeBuildThreads) {
-    const int d = i / kDpRowStride, k = i - d * kDpRowStride;
-    int qk = kDpBins;
-    if (k < N) {
-      const float* row = L + static_cast<int64_t>(d) * ldl;
-      const float x = __fadd_rn(row[0], -row[k]) * inv * (1.0f + kDpSlack);
-      if (x < static_cast<float>(kDpBins)) qk = static_cast<int>(ceilf(x));
-    }
-    sc.q[i] = static_cast<int16_t>(qk);
-  }
+  // the rounded deltas of row d (depth d + 1) into q: thread kDpBins + k, rank k
+  auto round_row = [&](int d, int16_t* q) {
+    const int k = tid - kDpBins;
+    if (k < 0 || k >= N) return;
+    const float* row = L + static_cast<int64_t>(d) * ldl;
+    const float x = __fadd_rn(row[0], -row[k]) * inv * (1.0f + kDpSlack);
+    q[k] = static_cast<int16_t>(x < static_cast<float>(kDpBins) ? static_cast<int>(ceilf(x)) : kDpBins);
+  };
   if (tid < kWarpSize && lane <= D) sc.spine[lane] = add_rank0_rows(0.0f, L, ldl, 0, lane);
+  round_row(0, sc.q[0]);
   __syncthreads();
-  // V entries are sums of two halves, each stopped once it reaches N: min(real, N) <= V <= real
   const uint32_t cap = static_cast<uint32_t>(N);
-  const int b = tid % kDpBins, half = tid / kDpBins;
   for (int d = 1; d <= D; ++d) {  // block-uniform
     const int cross = sc.cross[(d - 1) % 2];  // through depth d - 1
     if (tid == 0) atomicMin(&sc.cross[d % 2], cross);
@@ -171,33 +147,36 @@ KD_DEVICE float dp_threshold(const DpScratch& sc, const float* L, int ldl, int D
     const float off_f = __fadd_rn(L[0], -sc.spine[d]) * inv * (1.0f + kDpSlack);
     if (!(off_f < static_cast<float>(cross))) break;  // depth d and below reach no bin still needed
     const int off = static_cast<int>(ceilf(off_f));
-    const int16_t* q = sc.q + (d - 1) * kDpRowStride;
-    if (half == 0) sc.v[(d + 1) % 3][b] = 0;  // depth d + 1 sums into it
-    if (half < kDpHalves && off + b <= min(cross, kDpBins - 1)) {
-      uint32_t sum = 0;
-      if (d == 1) {
-        if (half == 0) sum = static_cast<uint32_t>(count_leading(N, [&](int k) { return q[k] <= b; }));
-      } else {
-        const uint32_t* vp = sc.v[(d - 1) % 3];
-        // ends at a q past b, at N, or after kDpMaxSteps groups (terms left out only lower V)
-        const int k_end = half * kDpSumUnroll + kDpMaxSteps * kDpHalves * kDpSumUnroll;
-        for (int k0 = half * kDpSumUnroll; k0 < k_end; k0 += kDpHalves * kDpSumUnroll) {
-          int qk[kDpSumUnroll];
+    const int16_t* q = sc.q[(d - 1) % 2];
+    if (tid < kDpBins) {
+      const int b = tid;
+      if (off + b <= min(cross, kDpBins - 1)) {
+        uint32_t sum = 0;
+        if (d == 1) {
+          sum = static_cast<uint32_t>(count_leading(N, [&](int k) { return q[k] <= b; }));
+        } else {
+          const uint32_t* vp = sc.v[d % 2];
+          for (int k0 = 0; k0 < N && sum < cap; k0 += kDpSumUnroll) {
+            int qk[kDpSumUnroll];
 #pragma unroll
-          for (int u = 0; u < kDpSumUnroll; ++u) qk[u] = q[k0 + u];
-          bool past = false;
+            for (int u = 0; u < kDpSumUnroll; ++u) qk[u] = k0 + u < N ? q[k0 + u] : kDpBins;
+            bool past = false;
 #pragma unroll
-          for (int u = 0; u < kDpSumUnroll; ++u) {
-            past = past || qk[u] > b;
-            if (!past) sum += vp[b - qk[u]];
+            for (int u = 0; u < kDpSumUnroll; ++u) {
+              past = past || qk[u] > b;
+              if (!past) sum += vp[b - qk[u]];
+            }
+            if (past) break;
           }
-          if (past || sum >= cap) break;
         }
+        sum = min(sum, cap);
+        sc.v[(d + 1) % 2][b] = sum;
+        const uint32_t t = sc.tot[off + b] + sum;  // this thread's bin at this depth: no other writes it
+        sc.tot[off + b] = t;
+        if (t >= cap) atomicMin(&sc.cross[d % 2], off + b);
       }
-      if (sum > 0) {
-        atomicAdd(&sc.v[d % 3][b], sum);
-        if (atomicAdd(&sc.tot[off + b], sum) + sum >= cap) atomicMin(&sc.cross[d % 2], off + b);
-      }
+    } else if (d < D) {
+      round_row(d, sc.q[d % 2]);
     }
     __syncthreads();
   }
