@@ -13,7 +13,7 @@
 // spine's drop from depth 1 in bins (rounded up). So tot[i] = sum over d of V_d[i - off_d]
 // real nodes reach x_i = L[0] - i w: at most the real count. The highest x_i whose tot reaches
 // N (less a margin for float rounding) is <= t*. On flat rows (bench rows, N = 256) it is within
-// ~0.02 of t*, and the tree grown at it holds ~N + 5 candidates (the emulator's bench rows).
+// ~0.02 of t*: the candidates of the tree grown at it are N + 2..30 (the emulator, 64 requests).
 //
 // The cost is the longest sum of a depth (a barrier per depth), so the work is cut three ways:
 // counts are capped at N and a sum stops there (a capped sum reaches N exactly when the real
