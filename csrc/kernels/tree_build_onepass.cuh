@@ -45,6 +45,65 @@ constexpr int kOnePassSyncDepth = KD_ONEPASS_SYNC_DEPTH;  // A/B builds (scripts
 static_assert(kOnePassCands >= 2 * kOnePassMaxBudget, "the candidates (~N) fit one per thread");
 static_assert(kOnePassMaxBudget <= kDpBins, "dp_threshold: a thread per rank of a row");
 
+constexpr int kOnePassBinBits = 8;      // histograms of 256 bins over a score range
+constexpr int kOnePassBins = 1 << kOnePassBinBits;
+constexpr int kOnePassBinsPerLane = kOnePassBins / kWarpSize;
+static_assert(kOnePassBinsPerLane == 8, "a lane reads its bins of a histogram as two uint4");
+
+using OnePassBins = ThresholdBins<kOnePassBinBits>;
+
+// This lane's 8 bins of histogram h (a uint4 pair, read in an order that keeps the 8 lanes of
+// a quarter warp on distinct bank groups), added into v.
+KD_DEVICE void add_lane_bins(uint32_t (&v)[kOnePassBinsPerLane], const uint32_t* h) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const uint4* q = reinterpret_cast<const uint4*>(h + lane * kOnePassBinsPerLane);
+  const int swap = (lane >> 2) & 1;  // lanes 4-7 of a quarter take their second uint4 first
+  uint4 a = q[swap], b = q[1 - swap];
+  if (swap) {
+    const uint4 x = a;
+    a = b;
+    b = x;
+  }
+  v[0] += a.x, v[1] += a.y, v[2] += a.z, v[3] += a.w, v[4] += b.x, v[5] += b.y, v[6] += b.z, v[7] += b.w;
+}
+
+// Warp-collective: the first bin from the top of histogram h where the count from the top
+// reaches n (-1 when none does). Lane l holds bins [8 l, 8 l + 8); each lane also finds the bin
+// it would answer with before the warp knows which lane holds the n-th best, so the chain is
+// the loads, one suffix scan and one shuffle. v keeps this lane's bin counts for the caller,
+// *above_out (when not null) the count in the bins above this lane's.
+KD_DEVICE int onepass_nth_bin(const uint32_t* h, int n, uint32_t (&v)[kOnePassBinsPerLane], int* above_out = nullptr) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+#pragma unroll
+  for (int i = 0; i < kOnePassBinsPerLane; ++i) v[i] = 0;
+  add_lane_bins(v, h);
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < kOnePassBinsPerLane; ++i) sum += static_cast<int>(v[i]);
+  int above = sum;  // scores in this lane's bins and every bin above them
+#pragma unroll
+  for (int d = 1; d < kWarpSize; d <<= 1) {
+    const int o = __shfl_down_sync(kFullMask, above, d);
+    if (lane + d < kWarpSize) above += o;
+  }
+  if (above_out) *above_out = above - sum;
+  int acc = above - sum, local = 0;
+  bool found = false;
+#pragma unroll
+  for (int j = kOnePassBinsPerLane - 1; j >= 0; --j) {
+    acc += static_cast<int>(v[j]);
+    if (!found && acc >= n) {
+      found = true;
+      local = j;
+    }
+  }
+  const unsigned reach = __ballot_sync(kFullMask, above >= n);
+  if (!reach) return -1;  // warp-uniform
+  const int w = 31 - __clz(static_cast<int>(reach));  // the lane whose bins hold the n-th best
+  return __shfl_sync(kFullMask, lane * kOnePassBinsPerLane + local, w);
+}
+static_assert(kOnePassBins == kDpBins, "dp_threshold's tot is one of the search's histograms");
+
 // node metadata: parent slot | rank << 12 | depth << 20
 constexpr int kMetaRankShift = 12, kMetaDepthShift = 20;
 static_assert((1 << kMetaRankShift) >= kOnePassPoolCap && (1 << (kMetaDepthShift - kMetaRankShift)) >= kOnePassMaxBudget,
@@ -107,6 +166,16 @@ KD_DEVICE int children_reaching(float sf, const float* row, int N, float t) {
   return count_leading_small(N, [&](int k) { return __fadd_rn(sf, row[k]) >= t; });
 }
 
+// A grown node into pool slot `slot`: its score, its metadata, and in kids its children count
+// (>= tb; next_row: its children's row, null at the last depth), found right after its score so
+// that a level starts from loads and one scan, not from searches.
+KD_DEVICE void put_node(TreeOnePassSmem& s, int16_t* kids, int slot, float sc, int parent, int rank, int depth,
+                        const float* next_row, int N, float tb) {
+  s.score[slot] = sc;
+  s.meta[slot] = onepass_meta(parent, rank, depth);
+  kids[slot] = static_cast<int16_t>(next_row && sc >= tb ? children_reaching(sc, next_row, N, tb) : 0);
+}
+
 // The rank path of pool slot `slot` as a 128-bit key (a byte per depth from depth 1, the most
 // significant, then the depth: a path comes before its extensions), for exact ties of score.
 KD_DEVICE void rank_path_key(const TreeOnePassSmem& s, int slot, uint64_t* hi, uint64_t* lo) {
@@ -135,7 +204,6 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
   constexpr int kClk = kTreeClkOnePassDetail;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
   constexpr int threads = kTreeBuildThreads;
-  uint32_t v[kOnePassBinsPerLane];  // a lane's bin counts (onepass_nth_bin)
   TREE_CLK_BEGIN(clk_step);
   // the threshold: the counting bound, over the range above the better of two bounds known
   // without a search (N depth-1 nodes reach the N-th best of them; the rectangle's)
@@ -145,17 +213,12 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
   KD_EVENT("onepass_tb", static_cast<int>(-tb * 1000.0f), static_cast<int>(-t0 * 1000.0f));
   TREE_CLK_END(clk_step, kClk + 9);
 
-  // level 1: the N depth-1 nodes at slots 1..N in rank order. Every node's children count
-  // (>= tb) is found by the thread that writes it, right after its score, and kept in kids (free
-  // until the select), so a level starts from loads and one scan, not from searches.
+  // level 1: the N depth-1 nodes at slots 1..N in rank order; every node's children count in
+  // kids (put_node; free until the select)
   TREE_CLK_RESTART(clk_step);
   int16_t* kids = s.final_idx;
-  for (int k = tid; k < N; k += threads) {
-    const float sc = __fadd_rn(0.0f, L[k]);
-    s.score[1 + k] = sc;
-    s.meta[1 + k] = onepass_meta(0, k, 1);
-    kids[1 + k] = static_cast<int16_t>(D >= 2 && sc >= tb ? children_reaching(sc, L + ldl, N, tb) : 0);
-  }
+  for (int k = tid; k < N; k += threads)
+    put_node(s, kids, 1 + k, __fadd_rn(0.0f, L[k]), 0, k, 1, D >= 2 ? L + ldl : nullptr, N, tb);
   if (tid == 0) {
     s.score[0] = 0.0f;
     s.meta[0] = 0;
@@ -199,13 +262,8 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
         const int first_q = __shfl_sync(kFullMask, incl - c, q);
         const float sq = __shfl_sync(kFullMask, sf, q);
         const int k = at - first_q;
-        if (at < total) {
-          const int slot = base + at;
-          const float sc = __fadd_rn(sq, row[k]);
-          s.score[slot] = sc;
-          s.meta[slot] = onepass_meta(lb + c0 + q * kTreeBuildWarps + warp, k, d);
-          kids[slot] = static_cast<int16_t>(next_row ? children_reaching(sc, next_row, N, tb) : 0);
-        }
+        if (at < total)
+          put_node(s, kids, base + at, __fadd_rn(sq, row[k]), lb + c0 + q * kTreeBuildWarps + warp, k, d, next_row, N, tb);
       }
       TREE_CLK_END(clk_step, kClk + 5);
     }
@@ -272,12 +330,7 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
           const int k = at - __shfl_sync(kFullMask, incl - c, q);
           const float sq = __shfl_sync(kFullMask, sf, q);
           const int fq = __shfl_sync(kFullMask, f, q);
-          if (at < tot) {
-            const float sc = __fadd_rn(sq, row[k]);
-            s.score[at_base + at] = sc;
-            s.meta[at_base + at] = onepass_meta(fq, k, d);
-            kids[at_base + at] = static_cast<int16_t>(next_row ? children_reaching(sc, next_row, N, tb) : 0);
-          }
+          if (at < tot) put_node(s, kids, at_base + at, __fadd_rn(sq, row[k]), fq, k, d, next_row, N, tb);
         }
         at_base += tot;
       }
@@ -307,7 +360,6 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
   }
   __syncthreads();
   TREE_CLK_END(clk_warps, kTreeClkOnePass + 4);
-  const uint32_t* h1 = hb;
   int32_t* place = reinterpret_cast<int32_t*>(s.dpw[0]);  // free: dp_threshold is done
   uint32_t* cursor = s.hist[2];                            // zero since the start
   int16_t* by_bin = reinterpret_cast<int16_t*>(s.dpw[1]);
@@ -319,7 +371,8 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
   TREE_CLK_RESTART(clk_step);
   if (warp == 0) {
     int acc = 0;  // place[b]: candidates in the bins above b (this lane's bins from its top one down)
-    const int first = onepass_nth_bin(h1, nullptr, N, v, &acc);
+    uint32_t v[kOnePassBinsPerLane];  // this lane's bin counts
+    const int first = onepass_nth_bin(hb, N, v, &acc);
     int crowd = 0, cands = 0;
 #pragma unroll
     for (int j = kOnePassBinsPerLane - 1; j >= 0; --j) {
@@ -377,7 +430,7 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
     const uint32_t m = s.meta[slot];  // its token's global load in flight while the bin is scanned
     const int32_t token = p.tok[tok0 + static_cast<int64_t>(meta_depth(m) - 1) * p.topk + meta_rank(m)];
     const int bin = static_cast<int>(sel.bin(key));
-    const int lo = place[bin], hi = lo + static_cast<int>(h1[bin]);
+    const int lo = place[bin], hi = lo + static_cast<int>(hb[bin]);
     int r = 0, tied = 0;
 #pragma unroll 4
     for (int q = lo; q < hi; ++q) {

@@ -28,67 +28,6 @@
 namespace kdtree::kern {
 
 constexpr int kOnePassMaxDepth = 15;    // depths: 15 ranks, then the depth, in a rank-path key
-constexpr int kOnePassBinBits = 8;      // histograms of 256 bins over a score range
-constexpr int kOnePassBins = 1 << kOnePassBinBits;
-constexpr int kOnePassBinsPerLane = kOnePassBins / kWarpSize;
-static_assert(kOnePassBinsPerLane == 8, "a lane reads its bins of a histogram as two uint4");
-
-using OnePassBins = ThresholdBins<kOnePassBinBits>;
-
-// This lane's 8 bins of histogram h (a uint4 pair, read in an order that keeps the 8 lanes of
-// a quarter warp on distinct bank groups), added into v.
-KD_DEVICE void add_lane_bins(uint32_t (&v)[kOnePassBinsPerLane], const uint32_t* h) {
-  if (!h) return;
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const uint4* q = reinterpret_cast<const uint4*>(h + lane * kOnePassBinsPerLane);
-  const int swap = (lane >> 2) & 1;  // lanes 4-7 of a quarter take their second uint4 first
-  uint4 a = q[swap], b = q[1 - swap];
-  if (swap) {
-    const uint4 x = a;
-    a = b;
-    b = x;
-  }
-  v[0] += a.x, v[1] += a.y, v[2] += a.z, v[3] += a.w, v[4] += b.x, v[5] += b.y, v[6] += b.z, v[7] += b.w;
-}
-
-// Warp-collective: the first bin from the top of the histogram h1 + h2 (h2 may be null) where the count from
-// the top reaches n (-1 when none does), and in *cnt (when not null) that bin's count. Lane l
-// holds bins [8 l, 8 l + 8); each lane also finds the bin it would answer with before the warp
-// knows which lane holds the n-th best, so the chain is the loads, one suffix scan and one
-// shuffle. v keeps this lane's bin counts for the caller, *above_out (when not null) the count
-// in the bins above this lane's.
-KD_DEVICE int onepass_nth_bin(const uint32_t* h1, const uint32_t* h2, int n, uint32_t (&v)[kOnePassBinsPerLane],
-                              int* above_out = nullptr) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-#pragma unroll
-  for (int i = 0; i < kOnePassBinsPerLane; ++i) v[i] = 0;
-  add_lane_bins(v, h1);
-  add_lane_bins(v, h2);
-  int sum = 0;
-#pragma unroll
-  for (int i = 0; i < kOnePassBinsPerLane; ++i) sum += static_cast<int>(v[i]);
-  int above = sum;  // scores in this lane's bins and every bin above them
-#pragma unroll
-  for (int d = 1; d < kWarpSize; d <<= 1) {
-    const int o = __shfl_down_sync(kFullMask, above, d);
-    if (lane + d < kWarpSize) above += o;
-  }
-  if (above_out) *above_out = above - sum;
-  int acc = above - sum, local = 0;
-  bool found = false;
-#pragma unroll
-  for (int j = kOnePassBinsPerLane - 1; j >= 0; --j) {
-    acc += static_cast<int>(v[j]);
-    if (!found && acc >= n) {
-      found = true;
-      local = j;
-    }
-  }
-  const unsigned reach = __ballot_sync(kFullMask, above >= n);
-  if (!reach) return -1;  // warp-uniform
-  const int w = 31 - __clz(static_cast<int>(reach));  // the lane whose bins hold the n-th best
-  return __shfl_sync(kFullMask, lane * kOnePassBinsPerLane + local, w);
-}
 
 // v plus the rank-0 column's rows [from, to) (to <= kOnePassMaxDepth), in order: the scores
 // down a rank-0 chain, the same fadds as the tree's. The loads go out together (unrolled,
@@ -103,7 +42,7 @@ KD_DEVICE float add_rank0_rows(float v, const float* L, int ldl, int from, int t
   return v;
 }
 
-constexpr int kDpBins = kOnePassBins;  // budget bins (and threshold bins): w = (L[0] - floor) / 256
+constexpr int kDpBins = 256;  // budget bins (and threshold bins): w = (L[0] - floor) / 256
 static_assert(2 * kDpBins <= kTreeBuildThreads, "a thread per bin and one per rank of the next row");
 constexpr int kDpSumUnroll = 4;  // a sum loads this many ranks' q at once (a latency each, not a rank)
 // relative slack on float rounding: deltas, the spine's and the bound's subtractions (~1e-7

@@ -125,10 +125,13 @@ def test_tree_build_barrier_budget_and_heap_agreement(emulated, search):
         assert barriers("flat", 256) < 19 and barriers("logits", 256) < 14 and barriers("peaky", 256) < 21
         assert barriers("flat", 16) < 14
 
+        def most(kind: str, n: int, what: str) -> int:  # the profile's "what mean/max": the max
+            return int(row(kind, n).split(f"{what} ")[1].split("/")[1].split(" ")[0])
+
         # the threshold is <= t* (else fewer than N candidates: the search gives up) and close
         # to it: the candidates, pool nodes in the N-th best's bin and above, are ~N
         def candidates(kind: str, n: int) -> int:
-            return int(row(kind, n).split("candidates ")[1].split("/")[1].split(" ")[0])
+            return most(kind, n, "candidates")
 
         for kind in ("flat", "logits", "peaky"):
             assert "gave up in 0 of 2" in row(kind, 256) and "gave up in 0 of 2" in row(kind, 16), row(kind, 256)
@@ -137,7 +140,7 @@ def test_tree_build_barrier_budget_and_heap_agreement(emulated, search):
         # the levels the warps grow alone, for a request's slowest warp (a batch takes its slowest
         # request's time): the tree's depth below the synchronised levels
         def warp_levels(kind: str, n: int) -> int:
-            return int(row(kind, n).split("warp_levels ")[1].split("/")[1].split(" ")[0])
+            return most(kind, n, "warp_levels")
 
         assert warp_levels("flat", 256) <= 6 and warp_levels("peaky", 256) <= 7 and warp_levels("logits", 256) == 0
     elif search == "sweep":
