@@ -2,6 +2,8 @@
 // thread calls them together (they contain __syncthreads).
 #pragma once
 
+#include <type_traits>
+
 #include "device_compat.cuh"
 
 namespace kdtree::kern {
@@ -17,11 +19,53 @@ KD_DEVICE T warp_inclusive_sum(T v) {
   return v;
 }
 
+// redux.sync (one instruction for a warp's sum or bitwise or) from sm_80 on; shuffles before.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define KD_WARP_REDUX 1
+#else
+#define KD_WARP_REDUX 0
+#endif
+
+KD_DEVICE unsigned warp_or(unsigned v) {
+#if KD_WARP_REDUX
+  return __reduce_or_sync(kFullMask, v);
+#else
+#pragma unroll
+  for (int d = kWarpSize / 2; d > 0; d >>= 1) v |= __shfl_xor_sync(kFullMask, v, d);
+  return v;
+#endif
+}
+
+// Warp-collective inclusive prefix sum of small non-negative ints, v < 2^kBits, from one
+// ballot per bit plane: the ballots do not wait on each other (warp_inclusive_sum's five
+// shuffles do), so a scan costs about one vote's latency. Planes no lane sets are skipped
+// (the or of the warp's values, one redux). *total: the warp's sum, in every lane.
+template <int kBits>
+KD_DEVICE int warp_inclusive_sum_planes(int v, int* total) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const unsigned upto = 0xffffffffu >> (kWarpSize - 1 - lane);  // lanes <= this one
+  const unsigned planes = warp_or(static_cast<unsigned>(v));
+  int incl = 0, all = 0;
+#pragma unroll
+  for (int j = 0; j < kBits; ++j) {
+    if ((planes >> j) == 0) break;  // warp-uniform
+    const unsigned set = __ballot_sync(kFullMask, (v >> j) & 1);
+    incl += __popc(set & upto) << j;
+    all += __popc(set) << j;
+  }
+  *total = all;
+  return incl;
+}
+
 template <class T>
 KD_DEVICE T warp_sum(T v) {
+  if constexpr (KD_WARP_REDUX && sizeof(T) == 4 && std::is_integral_v<T>) {
+    return __reduce_add_sync(kFullMask, v);
+  } else {
 #pragma unroll
-  for (int d = kWarpSize / 2; d > 0; d >>= 1) v += __shfl_xor_sync(kFullMask, v, d);
-  return v;
+    for (int d = kWarpSize / 2; d > 0; d >>= 1) v += __shfl_xor_sync(kFullMask, v, d);
+    return v;
+  }
 }
 
 template <class T>

@@ -17,8 +17,11 @@ KernelResult tree_build(const TreeBuildParams& p, cudaStream_t stream) {
   if (KernelResult r = check_tree_build_params(p); !r.ok()) return r;
   if (KernelResult r = current_device_limits(&dev); !r.ok()) return r;
   TreeBuildPlan plan;
-  if (KernelResult r = make_tree_build_plan(p, static_cast<size_t>(dev.smem_optin), &plan); !r.ok()) return r;
-  auto* kernel = kern::tree_build_kernel_for(plan.staged, plan.level_raise);
+  if (KernelResult r = make_tree_build_plan(p, static_cast<size_t>(dev.smem_optin), dev.sms,
+                                            static_cast<size_t>(dev.smem_per_sm), &plan);
+      !r.ok())
+    return r;
+  auto* kernel = kern::tree_build_kernel_for(plan.staged, plan.level_raise, plan.lone);
   if (KernelResult r = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), plan.smem_bytes, "tree_build"); !r.ok())
     return r;
   KD_LAUNCH(kernel, plan.blocks, plan.threads, plan.smem_bytes, stream, p, plan.onepass);

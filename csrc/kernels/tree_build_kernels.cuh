@@ -1054,18 +1054,25 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, bool onepass, uint8_t*
   tree_clk_report(p.max_budget);
 }
 
-// Two blocks per SM (64 registers): a batch of up to 2 x SMs requests runs in one wave. One
-// kernel per kStaged (a single body per kernel: with both in one, registers spill far more).
-template <bool kStaged, bool kLevelRaise>
-__global__ void __launch_bounds__(kTreeBuildThreads, 2) tree_build_kernel(const TreeBuildParams p, bool onepass) {
+// kBlocksPerSM 2 (64 registers, a few spills): a batch of up to 2 x SMs requests runs in one
+// wave. 1 (the body needs ~80-90 registers: no spills) for batches that fill one wave anyway:
+// flat N=256 B=1 15.6 against 16.1 us, B=64 20.2 against 20.6 (H200, results/h200/bench,
+// stop 36). One kernel per kStaged (a single body per kernel: with both in one, registers
+// spill far more).
+template <bool kStaged, bool kLevelRaise, int kBlocksPerSM>
+__global__ void __launch_bounds__(kTreeBuildThreads, kBlocksPerSM) tree_build_kernel(const TreeBuildParams p, bool onepass) {
   KD_DYNAMIC_SMEM(uint8_t, smem_raw);
   tree_build_block<kStaged, kLevelRaise>(p, onepass, smem_raw);
 }
 
-// The kernel a plan launches (TreeBuildPlan::staged, level_raise).
-inline void (*tree_build_kernel_for(bool staged, bool level_raise))(const TreeBuildParams, bool) {
-  if (level_raise) return staged ? tree_build_kernel<true, true> : tree_build_kernel<false, true>;
-  return staged ? tree_build_kernel<true, false> : tree_build_kernel<false, false>;
+using TreeBuildKernel = void (*)(const TreeBuildParams, bool);
+
+// The kernel a plan launches (TreeBuildPlan::staged, level_raise, lone). The opt-in level raise
+// has no lone instances (each instance is a minute of nvcc).
+inline TreeBuildKernel tree_build_kernel_for(bool staged, bool level_raise, bool lone) {
+  if (level_raise) return staged ? tree_build_kernel<true, true, 2> : tree_build_kernel<false, true, 2>;
+  if (lone) return staged ? tree_build_kernel<true, false, 1> : tree_build_kernel<false, false, 1>;
+  return staged ? tree_build_kernel<true, false, 2> : tree_build_kernel<false, false, 2>;
 }
 
 }  // namespace kdtree::kern

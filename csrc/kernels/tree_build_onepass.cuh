@@ -38,7 +38,7 @@ constexpr int kOnePassBinCrowd = 192;  // more candidates in one bin: give up (e
 // writes, no dearer than a warp's level (phase clocks, NOTES.md), but a warp's frontier is its
 // own (the first depth-1 nodes hold most of a flat tree), so block levels spread it first.
 #ifndef KD_ONEPASS_SYNC_DEPTH
-constexpr int kOnePassSyncDepth = 3;
+constexpr int kOnePassSyncDepth = 4;
 #else
 constexpr int kOnePassSyncDepth = KD_ONEPASS_SYNC_DEPTH;  // A/B builds (scripts/tree_variants_ab.sh)
 #endif
@@ -161,6 +161,22 @@ KD_DEVICE float rectangle_bound(const float* L, int ldl, int D, int N) {
   return warp_max(lane < D ? v : -INFINITY);
 }
 
+// A warp's children counts (c <= N <= kOnePassMaxBudget), scanned: the inclusive prefix in this
+// lane, the warp's sum in *total. By bit planes (one ballot each, not a chain of shuffles; a
+// level's chain is this scan, a room and the writes); -DKD_ONEPASS_SHFL_SCAN=1 (A/B builds):
+// the shuffle scan.
+constexpr int kKidsBits = 9;
+static_assert(kOnePassMaxBudget < (1 << kKidsBits), "a children count fits the planes");
+KD_DEVICE int kids_scan(int c, int* total) {
+#if defined(KD_ONEPASS_SHFL_SCAN) && KD_ONEPASS_SHFL_SCAN
+  const int incl = warp_inclusive_sum(c);
+  *total = __shfl_sync(kFullMask, incl, kWarpSize - 1);
+  return incl;
+#else
+  return warp_inclusive_sum_planes<kKidsBits>(c, total);
+#endif
+}
+
 // Children of a node scoring sf that reach t (row: the children's depth's), usually few.
 KD_DEVICE int children_reaching(float sf, const float* row, int N, float t) {
   return count_leading_small(N, [&](int k) { return __fadd_rn(sf, row[k]) >= t; });
@@ -247,8 +263,8 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
       const int c = mine ? kids[lb + i] : 0;
       TREE_CLK_END(clk_step, kClk + 3);
       TREE_CLK_RESTART(clk_step);
-      const int incl = warp_inclusive_sum(c);
-      const int total = __shfl_sync(kFullMask, incl, kWarpSize - 1);
+      int total = 0;
+      const int incl = kids_scan(c, &total);
       if (total == 0) continue;  // warp-uniform
       int base = 0;
       if (lane == 0) base = atomicAdd(&s.grown[d % 3], total);
@@ -299,8 +315,9 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
       const float* row = L + static_cast<int64_t>(d - 1) * ldl;
       const float* next_row = d < D ? row + ldl : nullptr;
       const int c_first = lane < F ? kids[fb + lane * stride] : 0;
-      const int incl_first = warp_inclusive_sum(c_first);
-      int total = __shfl_sync(kFullMask, incl_first, kWarpSize - 1);
+      int tot_first = 0;
+      const int incl_first = kids_scan(c_first, &tot_first);
+      int total = tot_first;
       for (int i0 = kWarpSize; i0 < F; i0 += kWarpSize) {  // warp-uniform
         const int i = i0 + lane;
         total += warp_sum(i < F ? kids[fb + i * stride] : 0);
@@ -322,8 +339,8 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
         const int f = fb + i * stride;
         const float sf = i < F ? s.score[f] : 0.0f;
         const int c = i0 == 0 ? c_first : i < F ? kids[f] : 0;
-        const int incl = i0 == 0 ? incl_first : warp_inclusive_sum(c);
-        const int tot = __shfl_sync(kFullMask, incl, kWarpSize - 1);
+        int tot = tot_first;
+        const int incl = i0 == 0 ? incl_first : kids_scan(c, &tot);
         for (int at0 = 0; at0 < tot; at0 += kWarpSize) {  // warp-uniform
           const int at = at0 + lane;
           const int q = lane_holding(incl, at);  // the parent's lane

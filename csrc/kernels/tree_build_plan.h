@@ -23,6 +23,9 @@ struct TreeBuildPlan {
   bool level_raise = false;  // the sweep raises its threshold every level (tree_build_kernels.cuh,
                             //   LevelRaise): env KD_TREE_LEVEL_RAISE=1; off by default until timed
                             //   faster on the H200 (NOTES.md, tree_build)
+  bool lone = false;        // one block per SM (the kernel instance with registers to spare): the
+                            //   batch fits one wave of single blocks, or two blocks' shared memory
+                            //   would not fit an SM anyway
   bool onepass = true;      // requests within its limits try the one-pass search first
                             //   (tree_build_onepass.cuh); env KD_TREE_SEARCH=sweep turns it off
                             //   (tests and A/B timing of the searches it falls back to)
@@ -37,8 +40,10 @@ struct TopkLogprobsPlan {
   kern::TopkOptions opt;   // the kernel's options
 };
 
-// smem_optin: the largest dynamic shared memory one block may use on the device.
-inline KernelResult make_tree_build_plan(const TreeBuildParams& p, size_t smem_optin, TreeBuildPlan* plan) {
+// smem_optin: the largest dynamic shared memory one block may use on the device; sms, smem_per_sm:
+// its SM count and shared memory per SM.
+inline KernelResult make_tree_build_plan(const TreeBuildParams& p, size_t smem_optin, int sms, size_t smem_per_sm,
+                                         TreeBuildPlan* plan) {
   if (KernelResult r = check_tree_build_params(p); !r.ok()) return r;
   TreeBuildPlan pl;
   pl.blocks = p.batch;
@@ -48,6 +53,7 @@ inline KernelResult make_tree_build_plan(const TreeBuildParams& p, size_t smem_o
     return KernelResult::over_limit("tree_build: needs " + std::to_string(pl.smem_bytes) +
                                     " bytes of shared memory per block, the device allows " + std::to_string(smem_optin));
   pl.staged = pl.smem_bytes > kern::tree_build_base_smem();
+  pl.lone = p.batch <= sms || 2 * pl.smem_bytes > smem_per_sm;
   static const bool level_raise = [] {  // read once per process (the launcher runs per decode step)
     const char* v = std::getenv("KD_TREE_LEVEL_RAISE");
     return v && v[0] == '1';

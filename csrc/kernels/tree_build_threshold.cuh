@@ -45,6 +45,14 @@ KD_DEVICE float add_rank0_rows(float v, const float* L, int ldl, int from, int t
 constexpr int kDpBins = 256;  // budget bins (and threshold bins): w = (L[0] - floor) / 256
 static_assert(2 * kDpBins <= kTreeBuildThreads, "a thread per bin and one per rank of the next row");
 constexpr int kDpSumUnroll = 4;  // a sum loads this many ranks' q at once (a latency each, not a rank)
+// ranks a sum reads at most: dropping a sum's later terms lowers the count, so the bound stays a
+// lower bound of t*; it only bites on rows whose deltas crowd into a few bins (logits rows sum ~70
+// ranks per bin at depth 2, flat rows <= 20) and barely moves the threshold there
+#ifndef KD_DP_MAX_SUM_RANKS
+#define KD_DP_MAX_SUM_RANKS 16
+#endif
+constexpr int kDpMaxSumRanks = KD_DP_MAX_SUM_RANKS;
+static_assert(kDpMaxSumRanks % kDpSumUnroll == 0, "whole groups");
 // relative slack on float rounding: deltas, the spine's and the bound's subtractions (~1e-7
 // each, 15 depths) are all far inside it
 constexpr float kDpSlack = 1e-5f;
@@ -95,10 +103,11 @@ KD_DEVICE float dp_threshold(const DpScratch& sc, const float* L, int ldl, int D
           sum = static_cast<uint32_t>(count_leading(N, [&](int k) { return q[k] <= b; }));
         } else {
           const uint32_t* vp = sc.v[d % 2];
-          for (int k0 = 0; k0 < N && sum < cap; k0 += kDpSumUnroll) {
+          const int ranks = min(N, kDpMaxSumRanks);
+          for (int k0 = 0; k0 < ranks && sum < cap; k0 += kDpSumUnroll) {
             int qk[kDpSumUnroll];
 #pragma unroll
-            for (int u = 0; u < kDpSumUnroll; ++u) qk[u] = k0 + u < N ? q[k0 + u] : kDpBins;
+            for (int u = 0; u < kDpSumUnroll; ++u) qk[u] = k0 + u < ranks ? q[k0 + u] : kDpBins;
             bool past = false;
 #pragma unroll
             for (int u = 0; u < kDpSumUnroll; ++u) {

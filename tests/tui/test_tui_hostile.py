@@ -33,6 +33,7 @@ ROUND = json.loads(CLEAN[1])
 PANELS = (AcceptancePanel, DepthRatesPanel, GpuPanel, RunFactsPanel, RunSummaryPanel,
           StageTimesPanel, ThroughputPanel, TreePanel)
 DRAW_BUDGET_S = 0.5  # one panel's draw at the largest size: far above the ~ms it takes
+DRAW_TRIES = 3  # a loaded CI machine has stalled one draw past the budget (0.61 s, a 1 MB model name)
 
 
 def a_round(**changes) -> str:
@@ -132,10 +133,14 @@ def draw_everything(stats: RunStats) -> dict[str, str]:
     out = {}
     for cls in PANELS:
         panel = cls()
-        began = time.perf_counter()
-        text = panel.draw(stats, 160, 48).plain
-        took = time.perf_counter() - began
-        assert took < DRAW_BUDGET_S, f"{cls.__name__} took {took:.2f} s to draw"
+        took = []
+        for _ in range(DRAW_TRIES):  # the quickest: a draw that is slow is slow every time
+            began = time.perf_counter()
+            text = panel.draw(stats, 160, 48).plain
+            took.append(time.perf_counter() - began)
+            if took[-1] < DRAW_BUDGET_S:
+                break
+        assert min(took) < DRAW_BUDGET_S, f"{cls.__name__} took {min(took):.2f} s to draw ({len(took)} tries)"
         assert "\x1b" not in text and "\x07" not in text, f"{cls.__name__} draws control codes"
         text.encode("utf-8")  # a lone surrogate would fail here, as in a terminal
         out[cls.__name__] = text + "\n" + panel.note(stats)

@@ -17,7 +17,9 @@ inline constexpr auto host_data = [](auto& v) { return v.data(); };
 struct EmuTreeRunner {
   size_t smem_limit = 232448;  // per-block limit of the pretend device (H100/H200); the
                                // logp rows are staged in shared memory when they fit
-  int sms = 132;               // SMs of the pretend device (H200): sets topk's block size
+  int sms = 132;               // SMs of the pretend device (H200): sets topk's block size and
+                               // tree_build's kernel instance (TreeBuildPlan::lone)
+  size_t smem_per_sm = 233472; // shared memory per SM of the pretend device (H100/H200)
   int exact_compaction = 0;    // TopkLogprobsParams::force_exact_compaction
   int topk_variant = -1;       // TopkLogprobsParams::variant (the scan; -1 the default)
   KernelResult topk(TopkIO& t) {
@@ -33,8 +35,8 @@ struct EmuTreeRunner {
   KernelResult build(TreeBuildIO& io) {
     const TreeBuildParams p = tree_build_params(io, host_data);
     TreeBuildPlan plan;
-    if (KernelResult r = make_tree_build_plan(p, smem_limit, &plan); !r.ok()) return r;
-    ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged, plan.level_raise), p, plan.onepass);
+    if (KernelResult r = make_tree_build_plan(p, smem_limit, sms, smem_per_sm, &plan); !r.ok()) return r;
+    ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged, plan.level_raise, plan.lone), p, plan.onepass);
     return KernelResult::success();
   }
 };

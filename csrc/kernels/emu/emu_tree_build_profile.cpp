@@ -118,13 +118,13 @@ void profile_case(const std::string& kind, int requests, int N, int D) {
   p.score = score.data();
   p.vis = vis.data();
   TreeBuildPlan plan;
-  if (!make_tree_build_plan(p, 232448, &plan).ok()) std::abort();
+  if (!make_tree_build_plan(p, 232448, 132, 233472, &plan).ok()) std::abort();
   profile::barriers.clear();
   profile::entered.clear();
   profile::per_request.clear();
   profile::warp_events.clear();
   profile::last_a.clear();
-  ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged, plan.level_raise), p, plan.onepass);
+  ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged, plan.level_raise, plan.lone), p, plan.onepass);
   int max_depth = 0, differ = 0;
   for (int32_t d : depth) max_depth = std::max(max_depth, static_cast<int>(d));
   bench::TreeHeap heap;

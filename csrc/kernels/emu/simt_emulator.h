@@ -497,6 +497,16 @@ inline unsigned ballot(unsigned mask, int pred) {
     if (slots[l][0]) out |= 1u << l;
   return out;
 }
+// __reduce_{add,or}_sync (sm_80+ redux.sync): every lane gets the warp's sum (bitwise or).
+template <class T, class Op>
+T reduce(unsigned mask, T v, Op op) {
+  check_full_mask(mask);
+  const uint64_t mine = to_word(v);
+  auto slots = warp_exchange(&mine, 1);
+  T out = from_word<T>(slots[0][0]);
+  for (int l = 1; l < kWarpSize; ++l) out = op(out, from_word<T>(slots[l][0]));
+  return out;
+}
 inline void syncwarp(unsigned mask) {
   check_full_mask(mask);
   const uint64_t mine = 0;
@@ -756,6 +766,15 @@ inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32) { return
 template <class T>
 inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) { return ::kdemu::shfl_down(mask, v, d, width); }
 inline unsigned __ballot_sync(unsigned mask, int pred) { return ::kdemu::ballot(mask, pred); }
+inline unsigned __reduce_add_sync(unsigned mask, unsigned v) {
+  return ::kdemu::reduce(mask, v, [](unsigned a, unsigned b) { return a + b; });
+}
+inline int __reduce_add_sync(unsigned mask, int v) {
+  return ::kdemu::reduce(mask, v, [](int a, int b) { return static_cast<int>(static_cast<unsigned>(a) + static_cast<unsigned>(b)); });
+}
+inline unsigned __reduce_or_sync(unsigned mask, unsigned v) {
+  return ::kdemu::reduce(mask, v, [](unsigned a, unsigned b) { return a | b; });
+}
 inline int __any_sync(unsigned mask, int pred) { return ::kdemu::ballot(mask, pred) != 0; }
 inline int __all_sync(unsigned mask, int pred) { return ::kdemu::ballot(mask, pred) == 0xffffffffu; }
 
