@@ -134,4 +134,90 @@ KD_DEVICE float dp_threshold(const DpScratch& sc, const float* L, int ldl, int D
   return fmaxf(floor, x - kDpSlack * (fabsf(x) + range));
 }
 
+// dp_threshold with depths 2.. in warp 0 alone: the same counts (the same V, tot and cross, so
+// the same threshold), a __syncwarp per depth instead of a block barrier. A lane holds bins b =
+// lane + 32 j; V is stored behind kDpBins zeros, so a rank whose delta passes b reads a zero
+// instead of ending the sum (no predicates: a depth is kDpMaxSumRanks loads per bin, all
+// independent), and the bins of a depth past the last one still needed are not computed. The
+// block first rounds every row's deltas it needs at once (row 0: all N ranks, for depth 1's
+// counts; rows 1..: the first kDpMaxSumRanks) and counts depth 1 (a thread per bin).
+// Barriers: 3. The same scratch, read as: v[i] kDpBins uint16 zeros then kDpBins uint16 counts
+// (counts are capped at N <= 256); q[0] row 0's deltas, q[1] the other rows' first ranks.
+KD_DEVICE float dp_threshold_warp(const DpScratch& sc, const float* L, int ldl, int D, int N, float floor) {
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
+  const float range = L[0] - floor;
+  if (!(range > 0.0f) || !(range < INFINITY) || N > kDpBins) return floor;  // block-uniform
+  const float w = range / kDpBins, inv = kDpBins / range;
+  constexpr int R = kDpMaxSumRanks;
+  static_assert(kDpBins + (kOnePassMaxDepth - 1) * R <= 2 * kDpBins, "the deltas fit the two rows' space");
+  uint16_t* vb[2] = {reinterpret_cast<uint16_t*>(sc.v[0]), reinterpret_cast<uint16_t*>(sc.v[1])};
+  static_assert(2 * kDpBins * sizeof(uint16_t) <= kDpBins * sizeof(uint32_t), "zeros and counts fit a V buffer");
+  auto rounded = [&](int r, int k) {  // rank k of row r's delta, in bins, rounded up
+    const float* row = L + static_cast<int64_t>(r) * ldl;
+    const float x = __fadd_rn(row[0], -row[k]) * inv * (1.0f + kDpSlack);
+    return static_cast<int16_t>(x < static_cast<float>(kDpBins) ? static_cast<int>(ceilf(x)) : kDpBins);
+  };
+  if (tid < kWarpSize && lane <= D) sc.spine[lane] = add_rank0_rows(0.0f, L, ldl, 0, lane);
+  for (int i = tid; i < N + (D - 1) * R; i += kTreeBuildThreads) {
+    if (i < N) {
+      sc.q[0][i] = rounded(0, i);
+    } else {
+      const int r = 1 + (i - N) / R, k = (i - N) % R;
+      sc.q[1][i - N] = k < N ? rounded(r, k) : static_cast<int16_t>(kDpBins);
+    }
+  }
+  if (tid < kDpBins) vb[0][tid] = vb[1][tid] = 0;
+  __syncthreads();
+  const uint32_t cap = static_cast<uint32_t>(N);
+  if (tid < kDpBins) {  // depth 1 (the spine's drop is 0): V_1 into vb[1]
+    const int b = tid;
+    const uint32_t v = static_cast<uint32_t>(count_leading(N, [&](int k) { return sc.q[0][k] <= b; }));
+    vb[1][kDpBins + b] = static_cast<uint16_t>(v);
+    sc.tot[b] += v;
+    if (sc.tot[b] >= cap) atomicMin(&sc.cross[0], b);
+  }
+  __syncthreads();
+  if (tid < kWarpSize) {
+    int cross = sc.cross[0];
+    for (int d = 2; d <= D; ++d) {  // warp-uniform
+      const float off_f = __fadd_rn(L[0], -sc.spine[d]) * inv * (1.0f + kDpSlack);
+      if (!(off_f < static_cast<float>(cross))) break;
+      const int off = static_cast<int>(ceilf(off_f));
+      const int lim = min(cross, kDpBins - 1) - off;  // bins b <= lim are still needed
+      const uint16_t* vp = vb[(d - 1) % 2] + kDpBins;  // V_{d-1}; vp[-kDpBins..-1] are zeros
+      uint16_t* vn = vb[d % 2] + kDpBins;
+      const int16_t* q = sc.q[1] + (d - 2) * R;  // row d - 1: depth d's ranks
+      int qk[R];
+#pragma unroll
+      for (int k = 0; k < R; ++k) qk[k] = q[k];
+      int next = cross;
+#pragma unroll
+      for (int j = 0; j < kDpBins / kWarpSize; ++j) {
+        if (j * kWarpSize > lim) break;  // warp-uniform
+        const int b = j * kWarpSize + lane;
+        uint32_t sum = 0;
+#pragma unroll
+        for (int k = 0; k < R; ++k) sum += vp[b - qk[k]];
+        sum = min(sum, cap);
+        uint32_t t = 0;
+        if (b <= lim) {
+          vn[b] = static_cast<uint16_t>(sum);
+          t = sc.tot[off + b] + sum;
+          sc.tot[off + b] = t;
+        }
+        const unsigned hit = __ballot_sync(kFullMask, b <= lim && t >= cap);
+        if (hit != 0) next = min(next, off + j * kWarpSize + __ffs(static_cast<int>(hit)) - 1);
+      }
+      cross = min(cross, next);
+      __syncwarp();  // this depth's V before the next reads it
+    }
+    if (lane == 0) sc.cross[0] = cross;
+  }
+  __syncthreads();
+  const int i = sc.cross[0];
+  if (i >= kDpBins) return floor;
+  const float x = __fadd_rn(L[0], -static_cast<float>(i) * w);
+  return fmaxf(floor, x - kDpSlack * (fabsf(x) + range));
+}
+
 }  // namespace kdtree::kern
