@@ -182,28 +182,14 @@ KD_DEVICE int children_reaching(float sf, const float* row, int N, float t) {
   return count_leading_small(N, [&](int k) { return __fadd_rn(sf, row[k]) >= t; });
 }
 
-// Where the pool's nodes >= tb are counted for the select: bins over [tb, best] (best: L[0], no
-// node scores more) in hb, zero since the start.
-struct PoolCount {
-  OnePassBins sel;
-  uint32_t tb_key;
-  uint32_t* hb;
-};
-
-// A grown node into pool slot `slot`: its score, its metadata, in kids its children count (>= tb;
-// next_row: its children's row, null at the last depth), found right after its score so that a
-// level starts from loads and one scan, not from searches, and, when it reaches tb, its score in
-// the select's histogram (a reduction nothing waits for, instead of a pass over the pool after
-// the growth; -DKD_ONEPASS_HB_AFTER=1, A/B builds: that pass).
+// A grown node into pool slot `slot`: its score, its metadata, and in kids its children count
+// (>= tb; next_row: its children's row, null at the last depth), found right after its score so
+// that a level starts from loads and one scan, not from searches.
 KD_DEVICE void put_node(TreeOnePassSmem& s, int16_t* kids, int slot, float sc, int parent, int rank, int depth,
-                        const float* next_row, int N, float tb, const PoolCount& pc) {
+                        const float* next_row, int N, float tb) {
   s.score[slot] = sc;
   s.meta[slot] = onepass_meta(parent, rank, depth);
   kids[slot] = static_cast<int16_t>(next_row && sc >= tb ? children_reaching(sc, next_row, N, tb) : 0);
-#if !(defined(KD_ONEPASS_HB_AFTER) && KD_ONEPASS_HB_AFTER)
-  const uint32_t key = float_to_ordered(sc);
-  if (key >= pc.tb_key) atomicAdd(&pc.hb[pc.sel.bin(key)], 1u);
-#endif
 }
 
 // The rank path of pool slot `slot` as a 128-bit key (a byte per depth from depth 1, the most
@@ -239,11 +225,7 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
   // without a search (N depth-1 nodes reach the N-th best of them; the rectangle's)
   const float t0 = fmaxf(L[N - 1], rectangle_bound(L, ldl, D, N));
   const DpScratch dp{{s.dpw[0], s.dpw[1]}, s.hist[0], {s.order, s.order + kDpBins}, s.spine, s.dp_cross};
-#if defined(KD_DP_BLOCK) && KD_DP_BLOCK
-  const float tb = dp_threshold(dp, L, ldl, D, N, t0);  // A/B builds: every depth a block barrier
-#else
-  const float tb = dp_threshold_warp(dp, L, ldl, D, N, t0);
-#endif
+  const float tb = dp_threshold(dp, L, ldl, D, N, t0);
   KD_EVENT("onepass_tb", static_cast<int>(-tb * 1000.0f), static_cast<int>(-t0 * 1000.0f));
   TREE_CLK_END(clk_step, kClk + 9);
 
@@ -251,9 +233,8 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
   // kids (put_node; free until the select)
   TREE_CLK_RESTART(clk_step);
   int16_t* kids = s.final_idx;
-  const PoolCount pc{OnePassBins(tb, L[0]), float_to_ordered(tb), s.hist[1]};
   for (int k = tid; k < N; k += threads)
-    put_node(s, kids, 1 + k, __fadd_rn(0.0f, L[k]), 0, k, 1, D >= 2 ? L + ldl : nullptr, N, tb, pc);
+    put_node(s, kids, 1 + k, __fadd_rn(0.0f, L[k]), 0, k, 1, D >= 2 ? L + ldl : nullptr, N, tb);
   if (tid == 0) {
     s.score[0] = 0.0f;
     s.meta[0] = 0;
@@ -298,7 +279,7 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
         const float sq = __shfl_sync(kFullMask, sf, q);
         const int k = at - first_q;
         if (at < total)
-          put_node(s, kids, base + at, __fadd_rn(sq, row[k]), lb + c0 + q * kTreeBuildWarps + warp, k, d, next_row, N, tb, pc);
+          put_node(s, kids, base + at, __fadd_rn(sq, row[k]), lb + c0 + q * kTreeBuildWarps + warp, k, d, next_row, N, tb);
       }
       TREE_CLK_END(clk_step, kClk + 5);
     }
@@ -366,7 +347,7 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
           const int k = at - __shfl_sync(kFullMask, incl - c, q);
           const float sq = __shfl_sync(kFullMask, sf, q);
           const int fq = __shfl_sync(kFullMask, f, q);
-          if (at < tot) put_node(s, kids, at_base + at, __fadd_rn(sq, row[k]), fq, k, d, next_row, N, tb, pc);
+          if (at < tot) put_node(s, kids, at_base + at, __fadd_rn(sq, row[k]), fq, k, d, next_row, N, tb);
         }
         at_base += tot;
       }
@@ -387,15 +368,14 @@ KD_DEVICE bool onepass_tree(const TreeBuildParams& p, TreeOnePassSmem& s, const 
     }
     le += s.warp_grown;
   }
-  const OnePassBins& sel = pc.sel;
-  uint32_t* hb = pc.hb;
-#if defined(KD_ONEPASS_HB_AFTER) && KD_ONEPASS_HB_AFTER
+  // hb: the pool's nodes >= tb, for the select (bins over [tb, best])
+  const OnePassBins sel(tb, L[0]);  // L[0]: no node scores more
+  uint32_t* hb = s.hist[1];
   for (int i = 1 + tid; i < le; i += threads) {
     const uint32_t key = float_to_ordered(s.score[i]);
-    if (key >= pc.tb_key) atomicAdd(&hb[sel.bin(key)], 1u);
+    if (key >= float_to_ordered(tb)) atomicAdd(&hb[sel.bin(key)], 1u);
   }
   __syncthreads();
-#endif
   TREE_CLK_END(clk_warps, kTreeClkOnePass + 4);
   int32_t* place = reinterpret_cast<int32_t*>(s.dpw[0]);  // free: dp_threshold is done
   uint32_t* cursor = s.hist[2];                            // zero since the start
