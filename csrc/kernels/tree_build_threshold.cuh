@@ -49,9 +49,10 @@ constexpr int kDpSumUnroll = 4;  // a sum loads this many ranks' q at once (a la
 // lower bound of t*; it only bites on rows whose deltas crowd into a few bins (logits rows sum ~70
 // ranks per bin at depth 2, flat rows <= 20) and barely moves the threshold there
 #ifndef KD_DP_MAX_SUM_RANKS
-#define KD_DP_MAX_SUM_RANKS 16
+constexpr int kDpMaxSumRanks = 16;
+#else
+constexpr int kDpMaxSumRanks = KD_DP_MAX_SUM_RANKS;  // A/B builds (scripts/tree_variants_ab.sh)
 #endif
-constexpr int kDpMaxSumRanks = KD_DP_MAX_SUM_RANKS;
 static_assert(kDpMaxSumRanks % kDpSumUnroll == 0, "whole groups");
 // relative slack on float rounding: deltas, the spine's and the bound's subtractions (~1e-7
 // each, 15 depths) are all far inside it

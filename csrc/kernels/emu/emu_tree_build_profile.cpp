@@ -57,6 +57,7 @@ inline void barrier(unsigned block, unsigned tid) {
 #include "kernels/device_compat.cuh"
 #define __syncthreads() (::profile::barrier(blockIdx.x, threadIdx.x), ::kdemu::syncthreads())
 #include "bench/tree_heap.h"
+#include "kernels/emu/emu_runners.h"
 #include "kernels/tree_build_plan.h"
 
 using namespace kdtree;
@@ -118,7 +119,8 @@ void profile_case(const std::string& kind, int requests, int N, int D) {
   p.score = score.data();
   p.vis = vis.data();
   TreeBuildPlan plan;
-  if (!make_tree_build_plan(p, 232448, 132, 233472, &plan).ok()) std::abort();
+  const test::EmuTreeRunner device;  // the pretend device's limits, as the emulated tests plan with
+  if (!make_tree_build_plan(p, device.smem_limit, device.sms, device.smem_per_sm, &plan).ok()) std::abort();
   profile::barriers.clear();
   profile::entered.clear();
   profile::per_request.clear();
