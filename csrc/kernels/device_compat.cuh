@@ -26,7 +26,7 @@
   ::kdemu::launch_flat(dim3(grid), dim3(block), (smem), kernel, __VA_ARGS__)
 // a programmatic dependent launch (see kd_launch_overlapped below): everything is serial here
 #define KD_LAUNCH_OVERLAPPED(overlap, kernel, grid, block, smem, stream, ...) \
-  (::kdemu::launch(dim3(grid), dim3(block), (smem), kernel, __VA_ARGS__), 0)
+  (::kdemu::launch(dim3(grid), dim3(block), (smem), kernel, __VA_ARGS__), cudaSuccess)
 #else
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -40,6 +40,7 @@ KernelResult current_device_limits(DeviceLimits* out) {
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   d.wgmma = major == 9 && minor == 0;
+  d.pdl = major >= 9;
   if (err != cudaSuccess) return cuda_failure("reading the properties of device " + std::to_string(dev), err);
   std::lock_guard<std::mutex> hold(cache_lock());
   cache[dev] = d;
@@ -86,6 +87,13 @@ KernelResult launch_status(const char* what) {
   const cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) return KernelResult::success();
   return cuda_failure(what, err);
+}
+
+KernelResult launch_status(cudaError_t returned, const char* what) {
+  const cudaError_t last = cudaGetLastError();
+  if (returned != cudaSuccess) return cuda_failure(what, returned);
+  if (last != cudaSuccess) return cuda_failure(what, last);
+  return KernelResult::success();
 }
 
 }  // namespace kdtree

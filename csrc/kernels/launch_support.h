@@ -17,6 +17,7 @@ struct DeviceLimits {
   int smem_optin = 0;     // largest dynamic shared memory one block may opt in to (bytes)
   int smem_per_sm = 0;    // shared memory of one SM (bytes)
   bool wgmma = false;     // compute capability 9.0: the build's sm_90a kernels (wgmma) run here
+  bool pdl = false;       // compute capability 9.0+: programmatic dependent launch (griddepcontrol)
 };
 
 // The current device's limits (cached per device id after the first call).
@@ -34,5 +35,8 @@ KernelResult prefer_shared_carveout(const void* kernel, const char* what);
 
 // cudaGetLastError after a launch, as a KernelResult naming `what`.
 KernelResult launch_status(const char* what);
+// The same for a launch that returned its error (cudaLaunchKernelEx); the last error is read
+// too, so that an earlier launch's error is not left behind.
+KernelResult launch_status(cudaError_t returned, const char* what);
 
 }  // namespace kdtree

@@ -40,7 +40,7 @@ constexpr int kOnePassBinCrowd = 192;  // more candidates in one bin: give up (e
 #ifndef KD_ONEPASS_SYNC_DEPTH
 constexpr int kOnePassSyncDepth = 4;
 #else
-constexpr int kOnePassSyncDepth = KD_ONEPASS_SYNC_DEPTH;  // A/B builds (scripts/tree_variants_ab.sh)
+constexpr int kOnePassSyncDepth = KD_ONEPASS_SYNC_DEPTH;  // A/B builds (scripts/kernel_variants_ab.sh)
 #endif
 static_assert(kOnePassCands >= 2 * kOnePassMaxBudget, "the candidates (~N) fit one per thread");
 static_assert(kOnePassMaxBudget <= kDpBins, "dp_threshold: a thread per rank of a row");

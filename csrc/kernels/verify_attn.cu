@@ -13,7 +13,10 @@ namespace kdtree {
 KernelResult verify_attn_plan(const VerifyAttnParams& p, VerifyAttnPlan* plan) {
   DeviceLimits dev;
   if (KernelResult r = current_device_limits(&dev); !r.ok()) return r;
-  return make_verify_attn_plan(p, dev.sms, dev.smem_optin, dev.smem_per_sm, plan, dev.wgmma);
+  KernelResult r = make_verify_attn_plan(p, dev.sms, dev.smem_optin, dev.smem_per_sm, plan, dev.wgmma);
+  plan->merge_overlap = r.ok() && dev.pdl && kVerifyMergeOverlap;
+  plan->merge_wide = r.ok() && kern::verify_merge_wide(p.batch, p.tree_len * p.heads, plan->splits, dev.sms);
+  return r;
 }
 
 size_t verify_attn_workspace_bytes(const VerifyAttnParams& p) {

@@ -77,6 +77,11 @@ struct VerifyAttnPlan {
   // nor more workspace than workspace_bound_bytes: one workspace of that size serves them all.
   int split_bound = 0;
   size_t workspace_bound_bytes = 0;
+  // The merge launches as a programmatic dependent of the attention kernel (sm_90+): its blocks
+  // are placed as the attention's CTAs leave instead of after the whole grid has drained.
+  bool merge_overlap = false;
+  // The merge's split kernel in its wide form (kern::verify_merge_wide: few rows, many splits).
+  bool merge_wide = false;
 };
 
 // The plan for these sizes on the current device (errors if impossible there).

@@ -83,8 +83,7 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
   }
 #endif
   if (!r.ok() || plan.splits == 1) return r;
-  launch_verify_merge<__nv_bfloat16>(k, stream);
-  return launch_status("verify_merge (bf16) launch");
+  return launch_status(launch_verify_merge<__nv_bfloat16>(k, stream, plan.merge_overlap, plan.merge_wide), "verify_merge (bf16) launch");
 }
 
 }  // namespace kdtree

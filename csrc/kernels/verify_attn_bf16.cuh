@@ -138,6 +138,7 @@ KD_DEVICE void load_query_tile(uint8_t* dst, const VerifyKernelParams& k, int b,
 
 template <class Cfg, class OutT>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_bf16_kernel(const VerifyKernelParams k) {
+  grid_dependents_launch();  // the merge, a programmatic dependent launch, may be placed from now on
   constexpr int SM = Cfg::kSM, PM = Cfg::kPM, SCG = Cfg::kSColGroups;
   KD_DYNAMIC_SMEM(uint8_t, smem);
   uint8_t* q_s = smem + Cfg::kQOff;

@@ -157,11 +157,15 @@ KD_DEVICE SplitSchedule split_schedule(const VerifyKernelParams& k, int tile_row
 }
 
 // A split that sees no key (an empty prefix split of a shorter request) writes a partial lse of
-// -inf for its rows, so that the merge gives it no weight, and has nothing else to do.
+// -inf for its rows, so that the merge gives it no weight, and zero rows, which the merge loads
+// before it knows the weights (never uninitialised memory, never a NaN times 0).
 KD_DEVICE void write_empty_split(const VerifyKernelParams& k, const SplitWork& w, int tile_rows) {
   const int tid = static_cast<int>(threadIdx.x);
-  if (tid < tile_rows && w.row0 + tid < k.rows)
-    k.part_lse[(static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows + w.row0 + tid] = -INFINITY;
+  const int64_t base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows + w.row0;
+  const int rows = min(tile_rows, k.rows - w.row0);
+  if (tid < rows) k.part_lse[base + tid] = -INFINITY;
+  float4* o = reinterpret_cast<float4*>(k.part_o + base * kVerifyLatentDim);
+  for (int i = tid; i < rows * (kVerifyLatentDim / 4); i += static_cast<int>(blockDim.x)) o[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 }
 
 // Two adjacent columns of a normalised output row, in the output's type (float32 or bf16,
@@ -179,26 +183,28 @@ KD_DEVICE void store_out_pair(OutT* at, float x0, float x1) {
 KD_DEVICE float natural_lse(float lse2) { return lse2 == -INFINITY ? -INFINITY : lse2 / kLog2e; }
 
 // Merge of the splits' partials (normalised O rows and base-2 lse): out = sum_s w_s O_s with
-// w_s = 2^(lse_s - max) / sum 2^(lse_s' - max), splits that saw no key (lse -inf, no partial
-// row written) left out. Two kernels, one launch (launch_verify_merge):
+// w_s = 2^(lse_s - max) / sum 2^(lse_s' - max); a split that saw no key has lse -inf (weight
+// 0) and zero rows (write_empty_split), so every partial row can be loaded before any lse is
+// known. Two kernels, one launch (launch_verify_merge):
 //   few splits (<= kMergeRowsMaxSplits, verify shapes: many rows): a warp per row, lanes over
-//     the 512 columns, the splits' rows loaded kMergeRowBatch at a time;
-//   more (decode shapes: few rows, 64-130 splits): a block per (row, 128 columns), its
+//     the 512 columns, kMergeRowBatch splits' rows at a time;
+//   more (decode shapes: few rows, 9-130 splits): a block per (row, 128 columns), its
 //     kMergeWarps warps over every kMergeWarps-th split, lanes 4 columns each.
-// Neither waits on one load before issuing the next: the lse values a warp needs are loaded
-// together, the weights travel to the lanes by shuffles, and the partial rows are loaded
-// kMergeBatch (kMergeRowBatch) splits at a time. The first merge (a block per (row, 128
-// columns), 4 warps over the splits) walked them one dependent lse read, branch and partial
-// read at a time; on the H200 whole launches went from 475.5 to 465.9 us at H=64 n=64 32k (the
-// row kernel: 9.5 us, ncu), 38.3 to 36.1 at H=64 n=1 32k and 38.1 to 31.7 at H=8 n=1 32k.
+// One round trip of loads per batch: each warp loads its splits' partial rows and lse values
+// together and keeps its own running maximum (the online softmax's rescaling), and the warps
+// meet once, in shared memory, at the end. The merge before this one read every lse first
+// (the maximum over all splits), then the partials behind the weights: three dependent round
+// trips at 65 splits, 7.1 us of H=64 n=1 32k's ~35 (ncu, H200, stop 37).
 constexpr int kMergeWarps = 8;
 constexpr int kMergeThreads = kMergeWarps * kWarpSize;
 constexpr int kMergeColBlocks = kVerifyLatentDim / (4 * kWarpSize);  // blocks of 128 columns
-// partial rows a warp of the split kernel has in flight: 8 x 512 bytes (16 measured slower on
-// the H200: H=64 n=1 32k's merge 11.3 against 9.0 us, H=8's 6.7 against 6.1, ncu)
+// partial rows (float4 a lane) a warp of the split kernel loads in one round trip: 8 keeps it
+// at <= 64 registers (all 512 blocks of H=64 n=1 in one wave of four a SM; 12 took 104
+// registers and two waves: 35.1 against 33.8 us at 32k, H200, stop 37) ...
 constexpr int kMergeBatch = 8;
-// lse values a lane holds in registers (32 x this many splits per pass; more take more passes)
-constexpr int kMergeLseRegs = 8;
+// ... and where its blocks fit one wave of one a SM anyway (few rows: H=8 n=1, 129 splits), 24:
+// every split of a warp in one round trip (H=8 n=1 32k: 31.2 us with 12 a batch, 32.7 with 8)
+constexpr int kMergeWideBatch = 24;
 // the row kernel: a warp per row, each lane 4 float4 (16 columns) of every split's row, 8
 // splits at a time (128 registers of loads); up to two such batches (beyond, the split kernel's
 // warps over the splits make a shorter chain of loads)
@@ -208,40 +214,50 @@ constexpr int kMergeRowWarps = 4;
 constexpr int kMergeRowVecs = kVerifyLatentDim / (4 * kWarpSize);
 static_assert(kMergeRowsMaxSplits <= kWarpSize, "the row kernel: lane s holds split s's lse");
 
-// Largest lse of row m (over all splits, -inf if none saw a key) and the sum of 2^(lse - top)
-// over the splits that saw one, for every lane of the warp: lanes across the splits, up to
-// 32 x kMergeLseRegs lse values loaded before any is used.
-KD_DEVICE void merge_lse_stats(const float* lse, int S, int rows, float* top_out, float* total_out) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+// A running merge: sum of 2^(lse_s - top) O_s and of 2^(lse_s - top) over the splits added so
+// far, top their largest lse (-inf: none saw a key yet).
+template <int kVecs>
+struct MergeSum {
   float top = -INFINITY, total = 0.0f;
-  for (int s0 = 0; s0 < S; s0 += kWarpSize * kMergeLseRegs) {
-    float l[kMergeLseRegs];
+  float4 acc[kVecs];
+  KD_DEVICE MergeSum() {
 #pragma unroll
-    for (int i = 0; i < kMergeLseRegs; ++i) {
-      const int s = s0 + i * kWarpSize + lane;
-      l[i] = s < S ? lse[static_cast<int64_t>(s) * rows] : -INFINITY;
-    }
-    float chunk_top = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kMergeLseRegs; ++i) chunk_top = fmaxf(chunk_top, l[i]);
-    chunk_top = warp_max(chunk_top);
-    if (chunk_top == -INFINITY) continue;
-    if (chunk_top > top) {  // warp-uniform: rescale what the earlier passes summed
-      total = top == -INFINITY ? 0.0f : total * exp2f(top - chunk_top);
-      top = chunk_top;
-    }
-    float part = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kMergeLseRegs; ++i)
-      if (l[i] != -INFINITY) part += exp2f(l[i] - top);
-    total += warp_sum(part);
+    for (int c = 0; c < kVecs; ++c) acc[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
-  *top_out = top;
-  *total_out = total;
-}
+  // take a batch's lse values (-inf: no weight) and rows (lse uniform across the warp)
+  template <int kBatch>
+  KD_DEVICE void add(const float (&l)[kBatch], const float4 (&v)[kBatch][kVecs]) {
+    float batch_top = top;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) batch_top = fmaxf(batch_top, l[u]);
+    if (batch_top == -INFINITY) return;
+    rescale(batch_top);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (l[u] == -INFINITY) continue;  // zero rows; 2^(-inf) is 0 anyway, this skips the work
+      const float e = exp2f(l[u] - top);
+      total += e;
+#pragma unroll
+      for (int c = 0; c < kVecs; ++c) {
+        acc[c].x += e * v[u][c].x;
+        acc[c].y += e * v[u][c].y;
+        acc[c].z += e * v[u][c].z;
+        acc[c].w += e * v[u][c].w;
+      }
+    }
+  }
+  // move to the reference maximum t >= top (finite)
+  KD_DEVICE void rescale(float t) {
+    if (t == top) return;
+    const float f = top == -INFINITY ? 0.0f : exp2f(top - t);
+    total *= f;
+#pragma unroll
+    for (int c = 0; c < kVecs; ++c) acc[c] = make_float4(acc[c].x * f, acc[c].y * f, acc[c].z * f, acc[c].w * f);
+    top = t;
+  }
+};
 
-// The merged row's lse as the caller reads it (natural log), from merge_lse_stats' values (total
-// > 0: some split saw a key, so top is finite).
+// The merged row's lse as the caller reads it (natural log; total > 0: some split saw a key).
 KD_DEVICE float merged_lse(float top, float total) { return total > 0.0f ? (top + log2f(total)) / kLog2e : -INFINITY; }
 
 template <class OutT>
@@ -250,63 +266,56 @@ KD_DEVICE void store_out4(OutT* at, float4 v) {
   store_out_pair(at + 2, v.z, v.w);
 }
 
-// The split kernel (see above): block (row m, 128-column block, request b).
-template <class OutT>
-__global__ void __launch_bounds__(kMergeThreads) verify_merge_kernel(const VerifyKernelParams k) {
-  __shared__ float4 warp_acc[kMergeWarps - 1][kWarpSize];
+// The split kernel (see above): block (row m, 128-column block, request b); kBatch: kMergeBatch
+// or kMergeWideBatch.
+template <class OutT, int kBatch>
+__global__ void __launch_bounds__(kMergeThreads, kBatch <= kMergeBatch ? 4 : 1) verify_merge_kernel(const VerifyKernelParams k) {
+  __shared__ float4 warp_acc[kMergeWarps][kWarpSize];
+  __shared__ float warp_top[kMergeWarps], warp_total[kMergeWarps];
   const int m = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.z);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int S = k.splits;
   const int64_t stride = static_cast<int64_t>(k.rows) * kVerifyLatentDim;  // between splits
   const float* lse = k.part_lse + static_cast<int64_t>(b) * S * k.rows + m;
-  float top, total;
-  merge_lse_stats(lse, S, k.rows, &top, &total);
-  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
   const int col = (static_cast<int>(blockIdx.y) * kWarpSize + lane) * 4;
   const float* o = k.part_o + static_cast<int64_t>(b) * S * stride + static_cast<int64_t>(m) * kVerifyLatentDim + col;
-  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  // this warp's splits warp, warp + kMergeWarps, ... in groups of 32: lane j holds the j-th
-  // one's weight (merge_lse_stats read the same lines just before), or -1 for one with no key
-  for (int s0 = warp; s0 < S; s0 += kMergeWarps * kWarpSize) {
-    const int mine = s0 + kMergeWarps * lane;
-    float e = -1.0f;
-    if (mine < S) {
-      const float l = lse[static_cast<int64_t>(mine) * k.rows];
-      if (l != -INFINITY) e = exp2f(l - top) * inv;
-    }
-    const int in_group = min(kWarpSize, ceil_div(S - s0, kMergeWarps));
-    for (int j0 = 0; j0 < in_group; j0 += kMergeBatch) {
-      float w[kMergeBatch];
-      float4 v[kMergeBatch];
+  grid_dependency_wait();  // a programmatic dependent launch: the partials are complete past here
+  MergeSum<1> sum;
+  // this warp's splits warp, warp + kMergeWarps, ..., kBatch of them a round trip
+  for (int s0 = warp; s0 < S; s0 += kMergeWarps * kBatch) {
+    float l[kBatch];
+    float4 v[kBatch][1];
 #pragma unroll
-      for (int u = 0; u < kMergeBatch; ++u) {
-        w[u] = __shfl_sync(kFullMask, e, j0 + u);
-        if (j0 + u >= in_group) w[u] = -1.0f;
-        v[u] = w[u] >= 0.0f ? *reinterpret_cast<const float4*>(o + (s0 + kMergeWarps * (j0 + u)) * stride)
-                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-#pragma unroll
-      for (int u = 0; u < kMergeBatch; ++u) {
-        if (w[u] < 0.0f) continue;
-        acc.x += w[u] * v[u].x;
-        acc.y += w[u] * v[u].y;
-        acc.z += w[u] * v[u].z;
-        acc.w += w[u] * v[u].w;
-      }
+    for (int u = 0; u < kBatch; ++u) {
+      const int s = s0 + kMergeWarps * u;
+      l[u] = s < S ? lse[static_cast<int64_t>(s) * k.rows] : -INFINITY;
+      v[u][0] = s < S ? *reinterpret_cast<const float4*>(o + s * stride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
+    sum.add(l, v);
   }
-  if (warp > 0) warp_acc[warp - 1][lane] = acc;
+  warp_top[warp] = sum.top;  // every lane holds the same top and total
+  warp_total[warp] = sum.total;
+  warp_acc[warp][lane] = sum.acc[0];
   __syncthreads();
   if (warp > 0) return;
+  float top = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < kMergeWarps - 1; ++i) {
-    const float4 v = warp_acc[i][lane];
-    acc.x += v.x;
-    acc.y += v.y;
-    acc.z += v.z;
-    acc.w += v.w;
+  for (int i = 0; i < kMergeWarps; ++i) top = fmaxf(top, warp_top[i]);
+  float total = 0.0f;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (top != -INFINITY) {
+#pragma unroll
+    for (int i = 0; i < kMergeWarps; ++i) {
+      if (warp_top[i] == -INFINITY) continue;
+      const float f = exp2f(warp_top[i] - top);
+      const float4 a = warp_acc[i][lane];
+      total += f * warp_total[i];
+      acc = make_float4(acc.x + f * a.x, acc.y + f * a.y, acc.z + f * a.z, acc.w + f * a.w);
+    }
   }
-  store_out4(static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(b) * k.rows + m) * kVerifyLatentDim + col, acc);
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  store_out4(static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(b) * k.rows + m) * kVerifyLatentDim + col,
+             make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
   if (lane == 0 && blockIdx.y == 0 && k.p.lse) k.p.lse[static_cast<int64_t>(b) * k.rows + m] = merged_lse(top, total);
 }
 
@@ -317,60 +326,54 @@ __global__ void __launch_bounds__(kMergeRowWarps* kWarpSize) verify_merge_rows_k
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int m = static_cast<int>(blockIdx.x) * kMergeRowWarps + warp, b = static_cast<int>(blockIdx.z);
   if (m >= k.rows) return;  // warp-uniform
+  grid_dependency_wait();   // a programmatic dependent launch: the partials are complete past here
   const int S = k.splits;
   const int64_t stride = static_cast<int64_t>(k.rows) * kVerifyLatentDim;
   const float* lse = k.part_lse + static_cast<int64_t>(b) * S * k.rows + m;
-  const float l = lane < S ? lse[static_cast<int64_t>(lane) * k.rows] : -INFINITY;  // lane s: split s
-  const float top = warp_max(l);
-  const float e = l != -INFINITY ? exp2f(l - top) : 0.0f;
-  const float total = warp_sum(e);
-  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-  const float wl = l != -INFINITY ? e * inv : -1.0f;  // lane s: split s's weight, -1 if it saw no key
   const float* o = k.part_o + static_cast<int64_t>(b) * S * stride + static_cast<int64_t>(m) * kVerifyLatentDim + 4 * lane;
-  float4 acc[kMergeRowVecs];
-#pragma unroll
-  for (int c = 0; c < kMergeRowVecs; ++c) acc[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  MergeSum<kMergeRowVecs> sum;
   for (int s0 = 0; s0 < S; s0 += kMergeRowBatch) {
+    float l[kMergeRowBatch];
     float4 v[kMergeRowBatch][kMergeRowVecs];
-    float w[kMergeRowBatch];
 #pragma unroll
     for (int u = 0; u < kMergeRowBatch; ++u) {
-      w[u] = __shfl_sync(kFullMask, wl, s0 + u);
-      if (s0 + u >= S) w[u] = -1.0f;
+      const bool in = s0 + u < S;
+      l[u] = in ? lse[static_cast<int64_t>(s0 + u) * k.rows] : -INFINITY;
 #pragma unroll
       for (int c = 0; c < kMergeRowVecs; ++c)
-        v[u][c] = w[u] >= 0.0f ? *reinterpret_cast<const float4*>(o + (s0 + u) * stride + c * 4 * kWarpSize)
-                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[u][c] = in ? *reinterpret_cast<const float4*>(o + (s0 + u) * stride + c * 4 * kWarpSize)
+                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-#pragma unroll
-    for (int u = 0; u < kMergeRowBatch; ++u) {
-      if (w[u] < 0.0f) continue;
-#pragma unroll
-      for (int c = 0; c < kMergeRowVecs; ++c) {
-        acc[c].x += w[u] * v[u][c].x;
-        acc[c].y += w[u] * v[u][c].y;
-        acc[c].z += w[u] * v[u][c].z;
-        acc[c].w += w[u] * v[u][c].w;
-      }
-    }
+    sum.add(l, v);
   }
+  const float inv = sum.total > 0.0f ? 1.0f / sum.total : 0.0f;
   OutT* out = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(b) * k.rows + m) * kVerifyLatentDim + 4 * lane;
 #pragma unroll
-  for (int c = 0; c < kMergeRowVecs; ++c) store_out4(out + c * 4 * kWarpSize, acc[c]);
-  if (lane == 0 && k.p.lse) k.p.lse[static_cast<int64_t>(b) * k.rows + m] = merged_lse(top, total);
+  for (int c = 0; c < kMergeRowVecs; ++c)
+    store_out4(out + c * 4 * kWarpSize, make_float4(sum.acc[c].x * inv, sum.acc[c].y * inv, sum.acc[c].z * inv, sum.acc[c].w * inv));
+  if (lane == 0 && k.p.lse) k.p.lse[static_cast<int64_t>(b) * k.rows + m] = merged_lse(sum.top, sum.total);
+}
+
+// Whether the split kernel's blocks (one per row, 128 columns and request) fit one wave of one
+// block a SM, so that its wide form (kMergeWideBatch, more registers) costs no second wave.
+inline bool verify_merge_wide(int batch, int rows, int splits, int sms) {
+  return splits > kMergeRowsMaxSplits && static_cast<int64_t>(batch) * rows * kMergeColBlocks <= sms;
 }
 
 // The merge of a split launch (k.splits > 1), on the stream after the attention kernel (the
-// caller reads the launch's error with launch_status).
+// caller reads the launch's error with launch_status). overlap: as a programmatic dependent of
+// that kernel (VerifyAttnPlan::merge_overlap; the attention kernels let it start at once, and
+// the merge's blocks wait for the partials in grid_dependency_wait). wide: the split kernel's
+// wide form (VerifyAttnPlan::merge_wide). Returns the launch's error.
 template <class OutT>
-inline void launch_verify_merge(const VerifyKernelParams& k, cudaStream_t stream) {
+inline auto launch_verify_merge(const VerifyKernelParams& k, cudaStream_t stream, bool overlap = false, bool wide = false) {
   if (k.splits <= kMergeRowsMaxSplits) {
     const dim3 grid(static_cast<unsigned>(ceil_div(k.rows, kMergeRowWarps)), 1, static_cast<unsigned>(k.p.batch));
-    KD_LAUNCH(verify_merge_rows_kernel<OutT>, grid, kMergeRowWarps * kWarpSize, 0, stream, k);
-  } else {
-    const dim3 grid(static_cast<unsigned>(k.rows), kMergeColBlocks, static_cast<unsigned>(k.p.batch));
-    KD_LAUNCH(verify_merge_kernel<OutT>, grid, kMergeThreads, 0, stream, k);
+    return KD_LAUNCH_OVERLAPPED(overlap, verify_merge_rows_kernel<OutT>, grid, kMergeRowWarps * kWarpSize, 0, stream, k);
   }
+  const dim3 grid(static_cast<unsigned>(k.rows), kMergeColBlocks, static_cast<unsigned>(k.p.batch));
+  if (wide) return KD_LAUNCH_OVERLAPPED(overlap, (verify_merge_kernel<OutT, kMergeWideBatch>), grid, kMergeThreads, 0, stream, k);
+  return KD_LAUNCH_OVERLAPPED(overlap, (verify_merge_kernel<OutT, kMergeBatch>), grid, kMergeThreads, 0, stream, k);
 }
 
 }  // namespace kdtree::kern

@@ -62,6 +62,7 @@ static_assert(Bf16DecodeSmall::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Deco
 
 template <class Cfg, class OutT>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(const VerifyKernelParams k) {
+  grid_dependents_launch();  // the merge, a programmatic dependent launch, may be placed from now on
   constexpr int RG = Cfg::kRowGroups;
   KD_DYNAMIC_SMEM(uint8_t, smem);
   uint8_t* q_s = smem + Cfg::kQOff;

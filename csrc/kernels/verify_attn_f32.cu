@@ -13,8 +13,7 @@ KernelResult launch_verify_attn_f32(const kern::VerifyKernelParams& k, const Ver
   const dim3 grid(plan.m_tiles, plan.splits, k.p.batch);
   KD_LAUNCH(kern::verify_attn_f32_kernel, grid, kern::F32Attn::kThreads, kern::F32Attn::kSmemBytes, stream, k);
   if (KernelResult r = launch_status("verify_attn_f32_kernel launch"); !r.ok() || plan.splits == 1) return r;
-  kern::launch_verify_merge<float>(k, stream);
-  return launch_status("verify_merge (f32) launch");
+  return launch_status(kern::launch_verify_merge<float>(k, stream, plan.merge_overlap, plan.merge_wide), "verify_merge (f32) launch");
 }
 
 }  // namespace kdtree

@@ -32,6 +32,7 @@ static_assert(F32Attn::kSmemBytes == kVerifyConfigShapes[kVerifyF32].smem_bytes 
               "verify_attn_plan.h must describe F32Attn");
 
 __global__ void __launch_bounds__(F32Attn::kThreads) verify_attn_f32_kernel(const VerifyKernelParams k) {
+  grid_dependents_launch();  // the merge, a programmatic dependent launch, may be placed from now on
   KD_DYNAMIC_SMEM(uint8_t, smem);
   float* q_s = reinterpret_cast<float*>(smem + F32Attn::kQOff);
   float* k_s = reinterpret_cast<float*>(smem + F32Attn::kKOff);

@@ -60,6 +60,14 @@ inline bool verify_config_is_decode(int config) {
 constexpr int kVerifyDecodeMaxRows = 32;
 inline VerifyConfigShape verify_attn_config_shape(int config) { return kVerifyConfigShapes[config]; }
 
+// The merge as a programmatic dependent launch where the device has it (VerifyAttnPlan::
+// merge_overlap); -DKD_VERIFY_MERGE_PDL=0 launches it plainly (A/B timing).
+#ifndef KD_VERIFY_MERGE_PDL
+constexpr bool kVerifyMergeOverlap = true;
+#else
+constexpr bool kVerifyMergeOverlap = KD_VERIFY_MERGE_PDL != 0;
+#endif
+
 // Shortest split: two 32-key float32 tiles. The cost model below (+3 tiles per split) already
 // weighs a split's fixed costs; a larger floor left short prefixes (the prefill of a chat, a
 // small model's verify: 5 CTAs on 132 SMs at 256 keys, measured 59 us) on one split.

@@ -399,6 +399,7 @@ template <class OutT>
 __global__ void __launch_bounds__(Bf16AttnSeesaw::kThreads, 1)
     verify_attn_seesaw_kernel(const VerifyKernelParams k, const __grid_constant__ AttnTmaMaps maps) {
 #if defined(KD_WGMMA_DEVICE) || defined(KD_SIMT_EMULATION)
+  grid_dependents_launch();  // the merge, a programmatic dependent launch, may be placed from now on
   seesaw_split<OutT>(k, &maps);
 #elif defined(__CUDA_ARCH__)
   __trap();  // a build without sm_90a code: the plan picks this kernel on compute capability 9.0 only

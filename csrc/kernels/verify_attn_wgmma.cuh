@@ -618,6 +618,7 @@ KD_DEVICE void wgmma_attn_split(const VerifyKernelParams& k, const AttnTmaMaps* 
 template <class OutT, bool kOwnPInRegs, bool kLean = false>
 __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1) verify_attn_wgmma_kernel(const VerifyKernelParams k) {
 #if defined(KD_WGMMA_DEVICE) || defined(KD_SIMT_EMULATION)
+  grid_dependents_launch();  // the merge, a programmatic dependent launch, may be placed from now on
   wgmma_attn_split<OutT, kOwnPInRegs, kLean, false>(k, nullptr);
 #elif defined(__CUDA_ARCH__)
   __trap();  // a build without sm_90a code: the plan picks this kernel on compute capability 9.0 only
@@ -630,6 +631,7 @@ template <class OutT>
 __global__ void __launch_bounds__(Bf16AttnWgmma::kThreads, 1)
     verify_attn_wgmma_tma_kernel(const VerifyKernelParams k, const __grid_constant__ AttnTmaMaps maps) {
 #if defined(KD_WGMMA_DEVICE) || defined(KD_SIMT_EMULATION)
+  grid_dependents_launch();  // the merge, a programmatic dependent launch, may be placed from now on
   wgmma_attn_split<OutT, true, true, true>(k, &maps);
 #elif defined(__CUDA_ARCH__)
   __trap();

@@ -86,8 +86,10 @@ KD_TEST(verify_attn_tma_equals_lean_bitwise) {
 
 // The merge's two kernels (a warp per row up to kMergeRowsMaxSplits splits, warps over the
 // splits beyond) against a float64 merge of random partials. Some splits saw no key (lse
-// -inf): their partial rows are NaN, so a kernel that reads one fails; one row saw no key at
-// all (output 0, lse -inf). At <= kMergeRowsMaxSplits the split kernel runs too and agrees.
+// -inf): their partial rows are NaN, so a kernel that weighs one in fails (the kernels load
+// them with the others, before the weights are known); one row saw no key at all (output 0,
+// lse -inf). The split kernel's other forms run too and agree: both batches at
+// <= kMergeRowsMaxSplits, the wide one beyond.
 KD_TEST(verify_merge_matches_double) {
   std::mt19937_64 rng(test_seed());
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -144,16 +146,24 @@ KD_TEST(verify_merge_matches_double) {
       kern::launch_verify_merge<__nv_bfloat16>(k, nullptr);
       for (size_t i = 0; i < ref.size(); ++i)  // one rounding to bf16: half an ulp, <= 2^-8 relative
         worst_b = std::max(worst_b, err(std::abs(__bfloat162float(out_b[i]) - ref[i]) - std::abs(ref[i]) * 0x1p-8));
-      if (S <= kern::kMergeRowsMaxSplits) {
-        k.p.out = out_split.data();
-        ::kdemu::launch(dim3(rows, kern::kMergeColBlocks, batch), dim3(kern::kMergeThreads), 0,
-                        kern::verify_merge_kernel<float>, k);
+      // the split kernel's other forms: at <= kMergeRowsMaxSplits (where the launch picks the row
+      // kernel) both batches, beyond them the wide one (the launch above ran the narrow one)
+      k.p.out = out_split.data();
+      const auto check_split = [&] {
         for (size_t i = 0; i < ref.size(); ++i) worst_split = std::max(worst_split, err(std::abs(out_split[i] - ref[i])));
+      };
+      if (S <= kern::kMergeRowsMaxSplits) {
+        ::kdemu::launch(dim3(rows, kern::kMergeColBlocks, batch), dim3(kern::kMergeThreads), 0,
+                        kern::verify_merge_kernel<float, kern::kMergeBatch>, k);
+        check_split();
+        ::kdemu::launch(dim3(rows, kern::kMergeColBlocks, batch), dim3(kern::kMergeThreads), 0,
+                        kern::verify_merge_kernel<float, kern::kMergeWideBatch>, k);
+      } else {
+        kern::launch_verify_merge<float>(k, nullptr, false, true);
       }
-      std::printf("    S %3d B%d rows %2d: max|d| f32 %.2e, bf16 past its rounding %.2e, lse %.2e", S, batch, rows, worst_f,
-                  worst_b, worst_lse);
-      if (S <= kern::kMergeRowsMaxSplits) std::printf(", split kernel %.2e", worst_split);
-      std::printf("\n");
+      check_split();
+      std::printf("    S %3d B%d rows %2d: max|d| f32 %.2e, bf16 past its rounding %.2e, lse %.2e, other split forms %.2e\n", S,
+                  batch, rows, worst_f, worst_b, worst_lse, worst_split);
       // outputs are weighted means of N(0, 1) values: |out| < ~5, so 1e-5 is ~20 float32 ulps
       KD_EXPECT(worst_f <= 1e-5);
       KD_EXPECT(worst_b <= 1e-5);
