@@ -38,6 +38,7 @@ inline const std::map<std::string, std::set<std::string>>& suite_keys() {
   static const std::map<std::string, std::set<std::string>> keys = {
       {"gemm", {"m", "n", "k"}},
       {"copy", {"mb"}},
+      {"launch", {"smem_kb", "blocks"}},
       {"verify_attn", {"dtype", "batch", "heads", "n", "prefix", "config", "split_keys"}},
       {"topk", {"rows", "vocab", "k", "exact", "variant"}},
       {"tree_build", {"batch", "budget", "depth", "input", "vocab"}},

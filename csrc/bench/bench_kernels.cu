@@ -8,6 +8,8 @@
 // small default set runs. Suites and their keys (defaults in brackets):
 //   gemm         m n k                         cuBLAS bf16 GEMM, f32 accumulate: the matrix-rate ceiling
 //   copy         mb [1024]                     device-to-device copy: the memory ceiling (read + write)
+//   launch       smem_kb [0] blocks [SMs]      an empty kernel: the floor under any one launch timed
+//                this way (smem_kb of dynamic shared memory a block, as the large-tile kernels ask)
 //   verify_attn  dtype [bf16] batch [1] heads n prefix config [plan's] split_keys [plan's]
 //                config / split_keys force a tile configuration (VerifyAttnConfig) or the
 //                prefix keys per split, to time variants against the plan's choice
@@ -255,6 +257,30 @@ void bench_copy(const Case& c, Env& env, Record& r) {
       static_cast<int>(c.num("warm", 3)), reps_of(c, env, 20));
   put_timing(r, t);
   r.num("gbps", 2.0 * bytes / t.median / 1e6);  // bytes read + written
+}
+
+// ---- launch floor -------------------------------------------------------------------------------
+
+// Nothing but a block's start and end: what every kernel pays before its first instruction.
+__global__ void bench_empty_kernel() {}
+
+void bench_launch(const Case& c, Env& env, Record& r) {
+  int dev = 0, sms = 0, smem_optin = 0;
+  KD_CUDA_CHECK(cudaGetDevice(&dev));
+  KD_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  KD_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const int blocks = c.num("blocks", 0) > 0 ? static_cast<int>(c.num("blocks", 0)) : sms;
+  const size_t smem = static_cast<size_t>(c.num("smem_kb", 0)) * 1024;
+  if (smem > static_cast<size_t>(smem_optin))
+    throw std::runtime_error("launch: smem_kb over the device's " + std::to_string(smem_optin / 1024) + " KB a block");
+  KD_CUDA_CHECK(cudaFuncSetAttribute(bench_empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  auto run = [&](int) {
+    bench_empty_kernel<<<blocks, 128, smem, env.stream>>>();
+    KD_CUDA_CHECK(cudaGetLastError());
+  };
+  put_timing(r, env.timer->each(run, static_cast<int>(c.num("warm", 3)), reps_of(c, env, 50)));
+  r.num("graph_ms", env.timer->in_graph(run, 20));
+  r.integer("grid_blocks", blocks);  // (blocks=0 in the case: one a SM)
 }
 
 // ---- verify_attn ------------------------------------------------------------------------------
@@ -525,7 +551,8 @@ void bench_compact(const Case& c, Env& env, Record& r) {
 
 const std::map<std::string, void (*)(const Case&, Env&, Record&)>& suites() {
   static const std::map<std::string, void (*)(const Case&, Env&, Record&)> s = {
-      {"gemm", bench_gemm},         {"copy", bench_copy},     {"verify_attn", bench_verify}, {"topk", bench_topk},
+      {"gemm", bench_gemm},         {"copy", bench_copy},     {"launch", bench_launch},
+      {"verify_attn", bench_verify}, {"topk", bench_topk},
       {"tree_build", bench_tree_build}, {"accept", bench_accept}, {"compact", bench_compact},
   };
   return s;
@@ -534,6 +561,7 @@ const std::map<std::string, void (*)(const Case&, Env&, Record&)>& suites() {
 const char* kDefaultCases[] = {
     "gemm m=8192 n=8192 k=8192",
     "copy mb=1024",
+    "launch smem_kb=0",
     "verify_attn heads=64 n=64 prefix=32768",
     "verify_attn heads=8 n=64 prefix=32768",
     "verify_attn heads=64 n=1 prefix=32768",

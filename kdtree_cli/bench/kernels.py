@@ -13,7 +13,8 @@ from python_engine.project import PROJECT_ROOT
 from . import baselines, report
 from .gpu import device_facts, nvml_clocks, require_gpu
 from .native import build_bench, record_key, run_native
-from .suites import AttnCase, Case, CompactCase, AcceptCase, CopyCase, GemmCase, TopkCase, TreeCase, sweep
+from .suites import (AcceptCase, AttnCase, Case, CompactCase, CopyCase, GemmCase, LaunchCase, TopkCase, TreeCase,
+                     sweep)
 
 DEFAULT_RESULTS = PROJECT_ROOT / "results"
 NATIVE_TIMEOUT_S = 300.0  # the whole native sweep (~1-2 minutes on an H200); a hung kernel must not hang the bench
@@ -66,6 +67,12 @@ def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None,
                 res.ceilings["verify_gemm_tflops"] = rec["tflops"]
         if rec and isinstance(case, CopyCase):
             res.ceilings["copy_gbps"] = rec["gbps"]
+        if rec and isinstance(case, LaunchCase):
+            tag = "launch" if case.smem_kb == 0 else "launch_smem"
+            res.ceilings[f"{tag}_ms"] = rec["ms"]
+            res.ceilings[f"{tag}_graph_ms"] = rec.get("graph_ms")
+            if case.smem_kb:
+                res.ceilings["launch_smem_kb"] = case.smem_kb
 
     # baselines, case by case
     python_cache: dict[tuple, float] = {}

@@ -140,7 +140,13 @@ def markdown(res: BenchResult) -> str:
     lines += ["", "## Ceilings", "",
               f"- cuBLAS bf16 GEMM 8192^3: {_f(c.get('peak_tflops'))} TFLOP/s; at the verify shape "
               f"4160x32768x576: {_f(c.get('verify_gemm_tflops'))} TFLOP/s",
-              f"- device copy: {_f(c.get('copy_gbps'))} GB/s (bytes read + written)", ""]
+              f"- device copy: {_f(c.get('copy_gbps'))} GB/s (bytes read + written)"]
+    if c.get("launch_ms") is not None:
+        smem = (f"; {_us(c['launch_smem_ms'])} with {c.get('launch_smem_kb')} KB of shared memory a block"
+                if c.get("launch_smem_ms") is not None else "")
+        lines.append(f"- one launch (an empty kernel, a block a SM, timed as every case is): {_us(c['launch_ms'])}{smem}; "
+                     f"{_us(c.get('launch_graph_ms'))} a launch in a CUDA graph of 20: no kernel below is faster")
+    lines.append("")
     if res.rows.get("attn"):
         lines += ["## verify_attn (bf16, B=1)", "",
                   "floor = max(FLOPs / GEMM peak, cache bytes / copy bandwidth)", "",

@@ -44,6 +44,13 @@ class CopyCase(Case):
 
 
 @dataclass(frozen=True)
+class LaunchCase(Case):
+    smem_kb: int = 0  # dynamic shared memory a block
+    blocks: int = 0   # 0: one a SM
+    suite = "launch"
+
+
+@dataclass(frozen=True)
 class AttnCase(Case):
     heads: int
     n: int          # tree nodes; T = n + 1 query tokens
@@ -96,7 +103,9 @@ def sweep(suites: tuple[str, ...] = SUITES, quick: bool = False) -> list[Case]:
     """The cases to run, in order. quick: a few representative ones per suite."""
     out: list[Case] = []
     if "ceilings" in suites:
-        out += [GemmCase(8192, 8192, 8192), GemmCase(4160, 32768, 576), CopyCase()]
+        # the launch floor: an empty kernel timed as every case is, plain and with the shared
+        # memory of the large-tile kernels (the SM's split between L1 and shared memory changes)
+        out += [GemmCase(8192, 8192, 8192), GemmCase(4160, 32768, 576), CopyCase(), LaunchCase(0), LaunchCase(200)]
     if "attn" in suites:
         heads, ns = (8, 64), ((1, 64) if quick else (1, 16, 64, 256))
         prefixes = (32768,) if quick else (1024, 8192, 32768, 131072)

@@ -29,6 +29,8 @@ for suite, *kv in cases:
         rec.update(ms=1.4, tflops=780.0 if rec["m"] == "8192" else 620.0)
     elif suite == "copy":
         rec.update(ms=0.5, gbps=4300.0)
+    elif suite == "launch":
+        rec.update(ms=0.003 if rec["smem_kb"] == "0" else 0.004, graph_ms=0.0015, grid_blocks=132)
     elif suite == "verify_attn":
         # 0.4 ms at 64 heads, n=64, 32k; scaled by work
         work = int(rec["heads"]) * (int(rec["n"]) + 1) * int(rec["prefix"]) / (64 * 65 * 32768)
@@ -73,7 +75,9 @@ def test_rows_ratios_goals_and_files(fake_gpu, tmp_path):
     res, written = kernels.run_kernel_bench(("ceilings", "attn", "topk", "tree", "accept"), False, out, None,
                                             Console(file=open("/dev/null", "w")))
     assert {p.name for p in written} == {"bench.json", "bench.md", "attention.png", "tree_topk.png"}
-    assert res.ceilings == {"peak_tflops": 780.0, "verify_gemm_tflops": 620.0, "copy_gbps": 4300.0}
+    assert res.ceilings == {"peak_tflops": 780.0, "verify_gemm_tflops": 620.0, "copy_gbps": 4300.0,
+                            "launch_ms": 0.003, "launch_graph_ms": 0.0015, "launch_smem_ms": 0.004,
+                            "launch_smem_graph_ms": 0.0015, "launch_smem_kb": 200}
     assert len(res.rows["attn"]) == 32 and len(res.rows["tree"]) == 32 and len(res.rows["accept"]) == 4
     big = next(r for r in res.rows["attn"] if (r["heads"], r["n"], r["prefix"]) == (64, 64, 32768))
     assert big["vs_torch"] == pytest.approx(4.0) and big["floor_bound"] == "compute"
@@ -97,6 +101,7 @@ def test_rows_ratios_goals_and_files(fake_gpu, tmp_path):
     assert len(saved["goals"]) == len(res.goals())
     md = (out / "bench.md").read_text()
     assert "| 64 | 64 | 32768 | 400.0 us |" in md and "Cases that failed" in md
+    assert "empty kernel, a block a SM, timed as every case is): 3.0 us; 4.0 us with 200 KB" in md
 
 
 def test_a_missing_native_record_is_an_error(fake_gpu, tmp_path, monkeypatch):
