@@ -70,15 +70,19 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
     case kVerifyBf16Decode:
       r = launch_config<Bf16DecodeSm90, verify_attn_decode_kernel<Bf16DecodeSm90, __nv_bfloat16>>(k, plan, stream);
       break;
+    case kVerifyBf16DecodeNarrow:
+      r = launch_config<Bf16DecodeNarrow, verify_attn_decode_kernel<Bf16DecodeNarrow, __nv_bfloat16>>(k, plan, stream);
+      break;
     case kVerifyBf16DecodeSmall:
       r = launch_config<Bf16DecodeSmall, verify_attn_decode_kernel<Bf16DecodeSmall, __nv_bfloat16>>(k, plan, stream);
       break;
     default:
       return KernelResult::invalid("verify_attn (bf16): plan config " + std::to_string(plan.config) + " is not a bf16 one");
   }
-#if defined(KD_ATTN_PHASE_CLOCKS)  // a measuring build: the wgmma kernel's phase cycles (verify_attn_wgmma.cuh)
-  if (r.ok() && verify_config_is_wgmma(plan.config)) {
-    KD_LAUNCH(attn_clk_report_kernel, 1, 1, 0, stream, plan.config == kVerifyBf16WgmmaSeesaw);
+#if defined(KD_ATTN_PHASE_CLOCKS)  // a measuring build: the kernel's phase cycles (verify_attn_clocks.cuh)
+  if (r.ok() && (verify_config_is_wgmma(plan.config) || verify_config_is_decode(plan.config))) {
+    const int kind = plan.config == kVerifyBf16WgmmaSeesaw ? kClkSeesaw : verify_config_is_decode(plan.config) ? kClkDecode : kClkWgmma;
+    KD_LAUNCH(attn_clk_report_kernel, 1, 1, 0, stream, kind);
     if (KernelResult rr = launch_status("attn_clk_report_kernel launch"); !rr.ok()) return rr;
   }
 #endif

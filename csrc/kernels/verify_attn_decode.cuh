@@ -1,10 +1,10 @@
 // The bf16 verify_attn kernel for decode-like shapes: at most 32 query rows (T * H, e.g. a
-// tree of 1-3 nodes over 8 heads), where the cache bytes, not the MMAs, set the time. The
+// tree of 1-3 nodes over 8 heads; up to 16 rows one m16 row group, Bf16DecodeNarrow), where the cache bytes, not the MMAs, set the time. The
 // plan splits the prefix over every SM (verify_attn_plan.h) so each byte of the cache is
 // read once, by one CTA; partial results are merged by launch_verify_merge
 // (verify_attn_common.cuh).
 //
-// A CTA: 32 query rows (two m16 row groups) x one key split, 8 warps. Per key tile (cp.async,
+// A CTA: 32 (16) query rows (two m16 row groups, or one) x one key split, 8 warps. Per key tile (cp.async,
 // XOR-swizzled, double-buffered where shared memory allows):
 //   S = Q K^T      warp w < kSWarps: all 32 rows x 8 keys (one n8 tile), 36 k-steps of 16
 //   mask, scale, row maxima across the S warps through shared memory
@@ -15,14 +15,15 @@
 
 #include "ptx_mma.cuh"
 #include "verify_attn_bf16.cuh"
+#include "verify_attn_clocks.cuh"
 #include "verify_attn_common.cuh"
 #include "verify_attn_plan.h"
 
 namespace kdtree::kern {
 
-template <int TileKeys, int Stages>
+template <int TileKeys, int Stages, int RowGroups = 2>
 struct Bf16DecodeConfig {
-  static constexpr int kRowGroups = 2;  // m16 row groups: 32 query rows
+  static constexpr int kRowGroups = RowGroups;  // m16 row groups: 16 query rows each
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kTileRows = 16 * kRowGroups;
@@ -51,6 +52,7 @@ struct Bf16DecodeConfig {
 
 using Bf16DecodeSm90 = Bf16DecodeConfig<64, 2>;   // ~186 KB: H100/H200
 using Bf16DecodeSmall = Bf16DecodeConfig<32, 1>;  // ~75 KB: sm_120, sm_89
+using Bf16DecodeNarrow = Bf16DecodeConfig<64, 2, 1>;  // ~165 KB, <= 16 rows: H100/H200
 static_assert(Bf16DecodeSm90::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Decode].smem_bytes &&
                   Bf16DecodeSm90::kTileRows == kVerifyConfigShapes[kVerifyBf16Decode].tile_rows &&
                   Bf16DecodeSm90::kTileKeys == kVerifyConfigShapes[kVerifyBf16Decode].tile_keys,
@@ -59,10 +61,15 @@ static_assert(Bf16DecodeSmall::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Deco
                   Bf16DecodeSmall::kTileRows == kVerifyConfigShapes[kVerifyBf16DecodeSmall].tile_rows &&
                   Bf16DecodeSmall::kTileKeys == kVerifyConfigShapes[kVerifyBf16DecodeSmall].tile_keys,
               "verify_attn_plan.h must describe Bf16DecodeSmall");
+static_assert(Bf16DecodeNarrow::kSmemBytes == kVerifyConfigShapes[kVerifyBf16DecodeNarrow].smem_bytes &&
+                  Bf16DecodeNarrow::kTileRows == kVerifyConfigShapes[kVerifyBf16DecodeNarrow].tile_rows &&
+                  Bf16DecodeNarrow::kTileKeys == kVerifyConfigShapes[kVerifyBf16DecodeNarrow].tile_keys,
+              "verify_attn_plan.h must describe Bf16DecodeNarrow");
 
 template <class Cfg, class OutT>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(const VerifyKernelParams k) {
   grid_dependents_launch();  // the merge, a programmatic dependent launch, may be placed from now on
+  ATTN_CLK_DECL;  // phase clocks of a measuring build (verify_attn_clocks.cuh)
   constexpr int RG = Cfg::kRowGroups;
   KD_DYNAMIC_SMEM(uint8_t, smem);
   uint8_t* q_s = smem + Cfg::kQOff;
@@ -114,6 +121,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(co
   cp_async_commit();
 
   const int key_base = 8 * warp;  // an S warp's keys within the tile
+  ATTN_CLK_LAP(kClkPrologue);
   for (int it = 0; it < n_tiles; ++it) {
     const int buf = Cfg::kStages == 2 ? (it & 1) : 0;
     uint8_t* k_s = smem + Cfg::kKOff + buf * Cfg::kKBytes;
@@ -125,6 +133,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(co
       load_key_tile<Cfg>(smem + Cfg::kKOff + ((it + 1) & 1) * Cfg::kKBytes, kv, k.p.kv_row_stride, nx.key0, nx.valid);
       cp_async_commit();
     }
+    ATTN_CLK_LAP(kClkTop);
 
     // S = Q K^T: this warp's 8 keys for all rows; masked, scaled, row maxima of its keys
     float s[RG][4];
@@ -164,7 +173,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(co
         }
       }
     }
+    ATTN_CLK_LAP(kClkSIssue);
     __syncthreads();  // every S warp's maxima are in
+    ATTN_CLK_LAP(kClkMax);
 
     // new row maxima (every warp, from the same values); P of the S warps; O rescaled
     float alpha[RG][2], m_use[RG][2];
@@ -209,6 +220,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(co
         o[r][j][3] *= alpha[r][1];
       }
     __syncthreads();  // P complete
+    ATTN_CLK_LAP(kClkSoftmax);
 
     // O += P V: all rows x this warp's 64 columns
     const int col_base = warp * Cfg::kColsPerWarp;
@@ -228,6 +240,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(co
         }
       }
     }
+    ATTN_CLK_LAP(kClkPV);
     if (Cfg::kStages == 1 && it + 1 < n_tiles) {
       __syncthreads();  // everyone is done with the single K buffer
       const KeyTile nx = key_tile_at(w, prefix_tiles, tail_mask, it + 1, Cfg::kTileKeys, T);
@@ -249,6 +262,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(co
       }
   }
   __syncthreads();
+  ATTN_CLK_LAP(kClkEpilogue);  // (the stores below are not counted)
+  ATTN_CLK_FLUSH(n_tiles);
   const int col_base = warp * Cfg::kColsPerWarp;
 #pragma unroll
   for (int r = 0; r < RG; ++r)

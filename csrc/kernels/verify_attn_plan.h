@@ -27,7 +27,8 @@ enum VerifyAttnConfig : int {
   kVerifyBf16WgmmaTma = 9,   // config 8 with Q and the key tiles loaded by TMA (only when forced: 0.644 ms there)
   kVerifyBf16WgmmaSeesaw = 10,  // TMA loads, the warpgroups on alternate tiles: the plan's choice on sm_90a
                                 // (H200, one lease: 0.484 vs 0.701 ms for config 8 at 64 heads, n=64, 32k)
-  kVerifyConfigCount = 11,
+  kVerifyBf16DecodeNarrow = 11,  // config 3 with one m16 row group: <= 16 rows (8 heads, 1-2 tokens), ~165 KB
+  kVerifyConfigCount = 12,
 };
 
 struct VerifyConfigShape {
@@ -47,17 +48,28 @@ inline constexpr VerifyConfigShape kVerifyConfigShapes[kVerifyConfigCount] = {
     {64, 64, 231440},  // Bf16AttnWgmma, own P from registers, lean
     {64, 64, 231472},  // Bf16AttnWgmma, lean, TMA loads (+ 4 mbarriers)
     {64, 64, 223288},  // Bf16AttnSeesaw
+    {16, 64, 168976},  // Bf16DecodeNarrow
 };
 inline bool verify_config_is_wgmma(int config) {
   return config == kVerifyBf16Wgmma || config == kVerifyBf16WgmmaRs || config == kVerifyBf16WgmmaLean ||
          config == kVerifyBf16WgmmaTma || config == kVerifyBf16WgmmaSeesaw;
 }
 inline bool verify_config_is_decode(int config) {
-  return config == kVerifyBf16Decode || config == kVerifyBf16DecodeSmall;
+  return config == kVerifyBf16Decode || config == kVerifyBf16DecodeSmall || config == kVerifyBf16DecodeNarrow;
 }
 // Query rows (T * H) up to which the decode kernels run: one CTA's two m16 row groups. Such
 // shapes are memory-bound: the 64-row tile would spend 2-4x the MMAs on empty rows.
 constexpr int kVerifyDecodeMaxRows = 32;
+// ... and up to which the narrow one does (one row group): at 16 rows the two-group tile spent
+// half its S and P V work and its query reads on empty rows (H200, H=8 n=1 32k, phase clocks:
+// S 4.2 K cycles of a 64-key tile's 8.8 K, its shared-memory reads of Q the bound)
+constexpr int kVerifyDecodeNarrowRows = 16;
+// The most query rows a configuration's CTA takes (the others tile the rows).
+inline int verify_config_max_rows(int config) {
+  return config == kVerifyBf16DecodeNarrow ? kVerifyDecodeNarrowRows
+         : verify_config_is_decode(config) ? kVerifyDecodeMaxRows
+                                           : 1 << 30;
+}
 inline VerifyConfigShape verify_attn_config_shape(int config) { return kVerifyConfigShapes[config]; }
 
 // The merge as a programmatic dependent launch where the device has it (VerifyAttnPlan::
@@ -98,7 +110,9 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
   auto fits = [&](int config) { return static_cast<size_t>(smem_optin) >= verify_attn_config_shape(config).smem_bytes; };
   if (p.dtype == AttnDType::kBF16) {
     const bool decode = rows <= kVerifyDecodeMaxRows;
-    const int big = decode ? kVerifyBf16Decode : wgmma ? kVerifyBf16WgmmaSeesaw : kVerifyBf16Sm90;
+    const int big = !decode ? (wgmma ? kVerifyBf16WgmmaSeesaw : kVerifyBf16Sm90)
+                    : rows <= kVerifyDecodeNarrowRows && fits(kVerifyBf16DecodeNarrow) ? kVerifyBf16DecodeNarrow
+                                                                                        : kVerifyBf16Decode;
     const int small = decode ? kVerifyBf16DecodeSmall : kVerifyBf16Small;
     if (fits(big)) pl.config = big;
     else if (fits(small)) pl.config = small;
@@ -114,7 +128,7 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
   if (p.force_config >= 0) {
     const bool bf16_cfg = p.force_config != kVerifyF32;
     if (p.force_config >= kVerifyConfigCount || bf16_cfg != (p.dtype == AttnDType::kBF16) || !fits(p.force_config) ||
-        (verify_config_is_decode(p.force_config) && rows > kVerifyDecodeMaxRows) ||
+        rows > verify_config_max_rows(p.force_config) ||
         (verify_config_is_wgmma(p.force_config) && !wgmma))
       return KernelResult::invalid("verify_attn: force_config " + std::to_string(p.force_config) +
                                    " does not fit this dtype, shape or device");

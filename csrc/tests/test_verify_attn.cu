@@ -132,7 +132,8 @@ KD_GPU_TEST(tma_probe_matches_layout) {
 
 // Every bf16 configuration this device runs (the wgmma ones on compute capability 9.0 only).
 std::vector<int> bf16_configs() {
-  std::vector<int> c = {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic};
+  std::vector<int> c = {kVerifyBf16Sm90,        kVerifyBf16Small,       kVerifyBf16Decode,
+                        kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic, kVerifyBf16DecodeNarrow};
   cudaDeviceProp prop;
   KD_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   if (prop.major == 9 && prop.minor == 0)
@@ -149,7 +150,7 @@ KD_GPU_TEST(small_cases_one_split) {
 KD_GPU_TEST(small_cases_forced_splits) {
   GpuAttnRunner runner;  // quick mode (sanitizers): one configuration of each kernel is enough for the merge
   if (quick_mode()) {
-    std::vector<int> c = {kVerifyBf16Sm90, kVerifyBf16Decode};
+    std::vector<int> c = {kVerifyBf16Sm90, kVerifyBf16Decode, kVerifyBf16DecodeNarrow};
     const std::vector<int> all = bf16_configs();
     if (std::find(all.begin(), all.end(), kVerifyBf16WgmmaRs) != all.end()) c.push_back(kVerifyBf16WgmmaRs);
     run_attn_bundle(runner, bundle(), c, 64);
@@ -270,6 +271,18 @@ KD_TEST(launcher_rejects_impossible_requests) {
   KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16DecodeSmall));
   q.force_config = kVerifyBf16Decode;
   q.tree_len = 3;  // 48 rows: past the decode tile
+  KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan).status, KernelStatus::kInvalidArgument);
+  // up to 16 rows the narrow decode tile (one row group) where it fits, else the 32-row ones
+  q.force_config = -1;
+  q.heads = 8;
+  q.tree_len = 2;
+  KD_EXPECT(make_verify_attn_plan(q, 132, 232448, 233472, &plan).ok());
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16DecodeNarrow));
+  KD_EXPECT_EQ(plan.tile_rows, 16);
+  KD_EXPECT(make_verify_attn_plan(q, 188, 101376, 102400, &plan).ok());
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16DecodeSmall));
+  q.force_config = kVerifyBf16DecodeNarrow;
+  q.tree_len = 3;  // 24 rows: past the narrow tile
   KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan).status, KernelStatus::kInvalidArgument);
   // long prefixes split; prefix 0 does not; float32 splits stay short
   q = p;

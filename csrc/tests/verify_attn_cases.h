@@ -139,7 +139,7 @@ void run_attn_bundle(Runner& runner, const KdtrFile& f, const std::vector<int>& 
     io.force_split_keys = split_keys;
     check_attn(runner, io, ref_out, ref_lse, shape + " f32");
     for (int cfg : bf16_configs) {
-      if (verify_config_is_decode(cfg) && base.rows() > kVerifyDecodeMaxRows) continue;  // the decode tile's limit
+      if (base.rows() > verify_config_max_rows(cfg)) continue;  // the decode tiles' limits
       io = base;
       io.dtype = AttnDType::kBF16;
       io.force_config = cfg;

@@ -51,14 +51,16 @@ KD_TEST(verify_attn_one_split) {
   EmuAttnRunner runner;
   run_attn_bundle(runner, bundle(),
                   {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic,
-                   kVerifyBf16Wgmma, kVerifyBf16WgmmaRs, kVerifyBf16WgmmaLean, kVerifyBf16WgmmaTma, kVerifyBf16WgmmaSeesaw}, 0);
+                   kVerifyBf16Wgmma, kVerifyBf16WgmmaRs, kVerifyBf16WgmmaLean, kVerifyBf16WgmmaTma, kVerifyBf16WgmmaSeesaw,
+                   kVerifyBf16DecodeNarrow}, 0);
 }
 
 KD_TEST(verify_attn_forced_splits) {
   EmuAttnRunner runner;
   run_attn_bundle(runner, bundle(),
                   {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic,
-                   kVerifyBf16Wgmma, kVerifyBf16WgmmaRs, kVerifyBf16WgmmaLean, kVerifyBf16WgmmaTma, kVerifyBf16WgmmaSeesaw}, 64);
+                   kVerifyBf16Wgmma, kVerifyBf16WgmmaRs, kVerifyBf16WgmmaLean, kVerifyBf16WgmmaTma, kVerifyBf16WgmmaSeesaw,
+                   kVerifyBf16DecodeNarrow}, 64);
 }
 
 // Config 9 changes only how tiles are loaded (TMA, rows past `valid` masked and their V zeroed
