@@ -11,7 +11,8 @@ import typer
 bench_app = typer.Typer(
     name="bench",
     help="Time the kdtree kernels on this GPU next to what a user would write instead (torch, the "
-    "reference heap on one CPU core) and the device's ceilings (cuBLAS GEMM rate, copy bandwidth), "
+    "reference heap on one CPU core) and the device's ceilings (cuBLAS GEMM rate, copy bandwidth, one "
+    "empty launch), "
     "all measured in the same run. Results: results/<device>/bench/ (JSON, Markdown, PNG plots).",
     no_args_is_help=True,
     rich_markup_mode="rich",
