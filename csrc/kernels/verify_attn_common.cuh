@@ -202,6 +202,7 @@ constexpr int kMergeColBlocks = kVerifyLatentDim / (4 * kWarpSize);  // blocks o
 // at <= 64 registers (all 512 blocks of H=64 n=1 in one wave of four a SM; 12 took 104
 // registers and two waves: 35.1 against 33.8 us at 32k, H200, stop 37) ...
 constexpr int kMergeBatch = 8;
+constexpr int kMergeNarrowBlocksPerSm = 4;  // the register budget that batch keeps to
 // ... and where its blocks fit one wave of one a SM anyway (few rows: H=8 n=1, 129 splits), 24:
 // every split of a warp in one round trip (H=8 n=1 32k: 31.2 us with 12 a batch, 32.7 with 8)
 constexpr int kMergeWideBatch = 24;
@@ -212,7 +213,6 @@ constexpr int kMergeRowBatch = 8;
 constexpr int kMergeRowsMaxSplits = 2 * kMergeRowBatch;
 constexpr int kMergeRowWarps = 4;
 constexpr int kMergeRowVecs = kVerifyLatentDim / (4 * kWarpSize);
-static_assert(kMergeRowsMaxSplits <= kWarpSize, "the row kernel: lane s holds split s's lse");
 
 // A running merge: sum of 2^(lse_s - top) O_s and of 2^(lse_s - top) over the splits added so
 // far, top their largest lse (-inf: none saw a key yet).
@@ -234,7 +234,7 @@ struct MergeSum {
     rescale(batch_top);
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      if (l[u] == -INFINITY) continue;  // zero rows; 2^(-inf) is 0 anyway, this skips the work
+      if (l[u] == -INFINITY) continue;  // no weight, and its rows never touched (zeros here, NaN in the test)
       const float e = exp2f(l[u] - top);
       total += e;
 #pragma unroll
@@ -269,7 +269,8 @@ KD_DEVICE void store_out4(OutT* at, float4 v) {
 // The split kernel (see above): block (row m, 128-column block, request b); kBatch: kMergeBatch
 // or kMergeWideBatch.
 template <class OutT, int kBatch>
-__global__ void __launch_bounds__(kMergeThreads, kBatch <= kMergeBatch ? 4 : 1) verify_merge_kernel(const VerifyKernelParams k) {
+__global__ void __launch_bounds__(kMergeThreads, kBatch <= kMergeBatch ? kMergeNarrowBlocksPerSm : 1)
+    verify_merge_kernel(const VerifyKernelParams k) {
   __shared__ float4 warp_acc[kMergeWarps][kWarpSize];
   __shared__ float warp_top[kMergeWarps], warp_total[kMergeWarps];
   const int m = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.z);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "verify_attn.cuh"
@@ -64,11 +65,11 @@ constexpr int kVerifyDecodeMaxRows = 32;
 // half its S and P V work and its query reads on empty rows (H200, H=8 n=1 32k, phase clocks:
 // S 4.2 K cycles of a 64-key tile's 8.8 K, its shared-memory reads of Q the bound)
 constexpr int kVerifyDecodeNarrowRows = 16;
-// The most query rows a configuration's CTA takes (the others tile the rows).
+// The most query rows a configuration takes (the others tile any number of rows).
 inline int verify_config_max_rows(int config) {
   return config == kVerifyBf16DecodeNarrow ? kVerifyDecodeNarrowRows
          : verify_config_is_decode(config) ? kVerifyDecodeMaxRows
-                                           : 1 << 30;
+                                           : std::numeric_limits<int>::max();
 }
 inline VerifyConfigShape verify_attn_config_shape(int config) { return kVerifyConfigShapes[config]; }
 
