@@ -30,6 +30,8 @@
 #else
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <utility>
 #define KD_DEVICE __device__ __forceinline__
 #define KD_HOST_DEVICE __host__ __device__
 #define KD_DYNAMIC_SMEM(type, name)                   \
@@ -41,6 +43,20 @@
 // `kernel` may be a template instance without commas, or a function pointer to one
 #define KD_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
 #define KD_LAUNCH_FLAT KD_LAUNCH
+// cudaLaunchKernelEx of `kernel` with `count` launch attributes (a cluster shape, a
+// programmatic dependency); returns the launch's cudaError_t.
+template <typename... KArgs, typename... Args>
+inline cudaError_t kd_launch_ex(const cudaLaunchAttribute* attrs, unsigned count, void (*kernel)(KArgs...), dim3 grid,
+                                dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = const_cast<cudaLaunchAttribute*>(attrs);
+  cfg.numAttrs = count;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+}
 // Launch `kernel` so that, when `overlap` is set, it may start before the previous kernel on
 // the stream has finished (programmatic dependent launch, sm_90+): its blocks run their
 // prologue early and call grid_dependency_wait() before touching what that kernel writes.
@@ -48,17 +64,10 @@
 template <typename... KArgs, typename... Args>
 inline cudaError_t kd_launch_overlapped(bool overlap, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                                         cudaStream_t stream, Args&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = overlap ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+  return kd_launch_ex(attr, overlap ? 1u : 0u, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 #define KD_LAUNCH_OVERLAPPED(overlap, kernel, grid, block, smem, stream, ...) \
   ::kd_launch_overlapped((overlap), kernel, dim3(grid), dim3(block), (smem), (stream), __VA_ARGS__)

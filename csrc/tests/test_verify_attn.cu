@@ -11,6 +11,7 @@
 #include "kernels/verify_attn.cuh"
 #include "kernels/verify_attn_plan.h"
 #include "verify_attn_cases.h"
+#include "cluster_probe.cuh"
 #include "tma_probe.cuh"
 #include "wgmma_probe.cuh"
 
@@ -107,6 +108,24 @@ KD_GPU_TEST(wgmma_probe_matches_matmul) {
   o_ss.download(h.o_ss);
   o_rs.download(h.o_rs);
   KD_EXPECT_EQ(h.check(), 0);
+}
+
+// Thread block clusters (cluster_support.cuh), the ground a reduction of split partials through
+// distributed shared memory would stand on: ranks, peers' shared memory read and written, the
+// cluster barrier (cluster_probe.cuh), in clusters of 2, 4 and 2 x 2 blocks.
+KD_GPU_TEST(cluster_probe_shares_shared_memory) {
+  cudaDeviceProp prop;
+  KD_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major < 9) KD_SKIP("thread block clusters need compute capability 9.0+");
+  const dim3 shapes[][2] = {{dim3(4, 2), dim3(2, 1)}, {dim3(8), dim3(4)}, {dim3(2, 4, 2), dim3(2, 2)}};
+  for (const auto& [grid, cluster] : shapes) {
+    DeviceBuffer<int> bad(std::vector<int>(kClusterProbeChecks, 0));
+    KD_CUDA_CHECK(KD_LAUNCH_CLUSTER(cluster, cluster_probe_kernel, grid, kClusterProbeThreads, kClusterProbeSmemBytes,
+                                    nullptr, cluster, bad.get()));
+    KD_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<int> got = bad.download();
+    for (int c = 0; c < kClusterProbeChecks; ++c) KD_EXPECT_EQ(got[c], 0);
+  }
 }
 
 // The TMA tile layout verify_attn's config 9 loads (tensor map, box coordinates, zeros past

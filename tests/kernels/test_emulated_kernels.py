@@ -225,12 +225,13 @@ def test_verify_attn_verify_shapes_on_emulator(emulated, tmp_path, seed):
 
 def test_emulator_schedules_collectives_and_barriers(emulated, seed):
     out = _run(emulated["emu_simt_test"], env={"KDTREE_TEST_SEED": str(seed)})
-    assert "3 passed" in out
+    assert "4 passed" in out
 
 
 @pytest.mark.parametrize("case,report", [
     ("exited", "warp collective while some lanes of the warp have exited"),
     ("deadlock", "deadlock: threads wait at a barrier that the others never reach"),
+    ("cluster", "deadlock: threads wait at the cluster barrier that others never reach"),
 ])
 def test_emulator_reports_a_broken_kernel_instead_of_running_it(emulated, case, report):
     proc = subprocess.run([str(emulated["emu_simt_test"]), "--abort", case], capture_output=True, text=True,

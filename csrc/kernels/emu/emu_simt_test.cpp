@@ -1,7 +1,8 @@
 // The SIMT emulator's own scheduling: warp collectives, block and named barriers, threads that
-// exit early, carriers reused across launches of different block sizes; and its two reports
-// (a collective missing an exited lane, a barrier nobody completes), each run as its own
-// process because the report aborts it: `emu_simt_test --abort exited|deadlock`.
+// exit early, carriers reused across launches of different block sizes, thread block clusters
+// (tests/cluster_probe.cuh); and its reports (a collective missing an exited lane, a barrier
+// nobody completes, a cluster barrier a block never reaches), each run as its own process
+// because the report aborts it: `emu_simt_test --abort exited|deadlock|cluster`.
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -9,6 +10,7 @@
 
 #include "common/test_harness.h"
 #include "kernels/emu/simt_emulator.h"
+#include "tests/cluster_probe.cuh"
 
 namespace {
 
@@ -62,6 +64,13 @@ __global__ void barrier_nobody_completes(int*) {
   if (threadIdx.x < kWarp) ::kdemu::named_barrier(1, 2 * kWarp);
 }
 
+// Block 1's first warp waits at a named barrier nobody completes; everyone else at the cluster
+// barrier, which therefore never releases.
+__global__ void cluster_barrier_nobody_completes(int*) {
+  if (kdtree::kern::cluster_rank() == 1 && threadIdx.x < kWarp) ::kdemu::named_barrier(1, 2 * kWarp);
+  else kdtree::kern::cluster_barrier();
+}
+
 }  // namespace
 
 KD_TEST(block_sums_over_block_sizes_and_repeated_launches) {
@@ -105,11 +114,29 @@ KD_TEST(barriers_count_the_live_threads) {
   }
 }
 
+// Clusters of 2, 4 and 2 x 2 blocks, and a launch without a cluster (a cluster of one): every
+// block's rank, its next peer's shared memory read and written (cluster_probe.cuh).
+KD_TEST(clusters_share_shared_memory_and_a_barrier) {
+  using namespace kdtree::test;
+  const dim3 shapes[][2] = {{dim3(4, 2), dim3(2, 1)}, {dim3(8), dim3(4)}, {dim3(2, 4, 2), dim3(2, 2)}};
+  for (const auto& [grid, cluster] : shapes) {
+    std::vector<int> bad(kClusterProbeChecks, 0);
+    ::kdemu::launch_cluster(grid, cluster, dim3(kClusterProbeThreads), kClusterProbeSmemBytes, cluster_probe_kernel, cluster,
+                            bad.data());
+    for (int c = 0; c < kClusterProbeChecks; ++c) KD_EXPECT_EQ(bad[c], 0);
+  }
+  std::vector<int> bad(kClusterProbeChecks, 0);
+  ::kdemu::launch(dim3(3), dim3(kClusterProbeThreads), kClusterProbeSmemBytes, cluster_probe_kernel, dim3(1, 1, 1), bad.data());
+  for (int c = 0; c < kClusterProbeChecks; ++c) KD_EXPECT_EQ(bad[c], 0);
+}
+
 int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "--abort") == 0) {
     std::vector<int> out(2 * kWarp);
     if (std::strcmp(argv[2], "exited") == 0)
       ::kdemu::launch(dim3(1), dim3(kWarp), 0, collective_after_an_exit, out.data());
+    else if (std::strcmp(argv[2], "cluster") == 0)
+      ::kdemu::launch_cluster(dim3(2), dim3(2), dim3(2 * kWarp), 0, cluster_barrier_nobody_completes, out.data());
     else
       ::kdemu::launch(dim3(1), dim3(2 * kWarp), 0, barrier_nobody_completes, out.data());
     std::printf("no report: the emulator ran a kernel it should have refused\n");

@@ -82,7 +82,7 @@ inline void make_context(Context* c, char* stack, size_t bytes, void (*entry)())
 }
 #endif
 
-enum class State { kRunnable, kWaitBlock, kWaitNamed, kWaitWarp, kWaitMbarrier, kDone };
+enum class State { kRunnable, kWaitBlock, kWaitNamed, kWaitWarp, kWaitMbarrier, kWaitCluster, kDone };
 
 struct Fiber {
   State state = State::kRunnable;
@@ -122,6 +122,13 @@ struct WarpState {
 };
 
 struct Carrier;  // a thread index's stack and context (below)
+struct Block;
+
+// A thread block cluster (launch_cluster): its blocks, by rank, run together on this OS thread,
+// one at a time until each waits at the cluster barrier or ends.
+struct Cluster {
+  std::vector<Block*> blocks;  // by rank (x fastest, as %cluster_ctarank)
+};
 
 struct Block {
   std::vector<Fiber> fibers;
@@ -137,6 +144,9 @@ struct Block {
   std::map<const void*, Mbarrier> mbarriers;  // by shared-memory address (emu/simt_tma.h)
   int current = -1;
   bool flat = false;  // launched with launch_flat: threads run one after another, no fibers
+  Cluster* cluster = nullptr;  // launched with launch_cluster: the block's cluster ...
+  int cluster_rank = 0;        // ... and its rank there
+  int cluster_arrived = 0;     // threads waiting at the cluster barrier
   uint3 block_idx{0, 0, 0};
   dim3 grid{1, 1, 1}, block{1, 1, 1};
 };
@@ -363,6 +373,98 @@ inline void run_block(Block& b) {
   current_block() = nullptr;
 }
 
+// ---- thread block clusters (sm_90): launch_cluster ----------------------------------------
+//
+// The blocks of a cluster run on this OS thread like the threads of a block: each block runs
+// (its own carriers, so that a block can stop mid-body) until none of its threads is runnable;
+// the cluster barrier releases when every live thread of every block of the cluster has
+// arrived. Another block's shared memory (distributed shared memory) is its dynamic shared
+// memory at the same offset: a cluster kernel keeps what its peers read there (`__shared__`
+// variables are this emulator's statics, shared by every block).
+
+// barrier.cluster.arrive + wait (cooperative_groups' cluster.sync()); in a block launched
+// without a cluster (a cluster of one), the block barrier.
+inline void cluster_sync() {
+  check_not_flat("a cluster barrier in a kernel launched flat: launch it with KD_LAUNCH_CLUSTER");
+  Block* b = current_block();
+  if (!b->cluster) {
+    syncthreads();
+    return;
+  }
+  ++b->cluster_arrived;
+  current_fiber()->state = State::kWaitCluster;
+  yield();  // run_cluster releases it
+}
+
+inline int cluster_rank() { return current_block()->cluster_rank; }
+inline int cluster_size() {
+  const Block* b = current_block();
+  return b->cluster ? static_cast<int>(b->cluster->blocks.size()) : 1;
+}
+
+// The address of `local` (this block's dynamic shared memory) in block `rank` of the cluster.
+inline void* cluster_map(const void* local, int rank) {
+  Block* b = current_block();
+  const auto off = static_cast<const uint8_t*>(local) - b->dyn_smem.data();
+  if (off < 0 || static_cast<size_t>(off) >= b->dyn_smem.size())
+    fatal("distributed shared memory: the address is not in this block's dynamic shared memory");
+  if (rank < 0 || rank >= cluster_size()) fatal("distributed shared memory: rank outside the cluster");
+  Block* peer = b->cluster ? b->cluster->blocks[rank] : b;
+  if (peer->live == 0) fatal("distributed shared memory of a block that has exited");
+  return peer->dyn_smem.data() + off;
+}
+
+// Run the blocks of one cluster to their end (see above).
+inline void run_cluster(Cluster& c) {
+  const int blocks = static_cast<int>(c.blocks.size());
+  const int n = static_cast<int>(c.blocks[0]->fibers.size());
+  const std::unique_ptr<Carrier>* all = carriers(blocks * n);
+  for (int r = 0; r < blocks; ++r) c.blocks[r]->carriers = all + static_cast<size_t>(r) * n;
+  for (;;) {
+    bool progress = false;
+    for (int r = 0; r < blocks; ++r) {
+      Block& b = *c.blocks[r];
+      int next = -1;
+      for (int i = 0; i < n && next < 0; ++i)
+        if (b.fibers[i].state == State::kRunnable) next = i;
+      if (next < 0) continue;
+      current_block() = &b;
+      switch_to(&b.sched, &b, next);  // back when none of its threads is runnable
+      progress = true;
+    }
+    bool waiting = false, others = false;  // threads at the cluster barrier; threads stuck elsewhere
+    for (Block* b : c.blocks) {
+      waiting = waiting || b->cluster_arrived > 0;
+      others = others || b->cluster_arrived < b->live;
+    }
+    if (waiting && !others) {  // every live thread of the cluster arrived
+      for (Block* b : c.blocks) {
+        b->cluster_arrived = 0;
+        for (Fiber& f : b->fibers)
+          if (f.state == State::kWaitCluster) f.state = State::kRunnable;
+      }
+      continue;
+    }
+    if (progress) continue;
+    for (Block* b : c.blocks)
+      if (b->live > 0) {  // stuck: name a thread that waits
+        current_block() = b;
+        for (int i = 0; i < n; ++i)
+          if (b->fibers[i].state != State::kDone) {
+            b->current = i;
+            break;
+          }
+        fatal(waiting ? "deadlock: threads wait at the cluster barrier that others never reach"
+                      : "deadlock: threads wait at a barrier that the others never reach");
+      }
+    break;
+  }
+  for (Block* b : c.blocks)
+    for (const auto& [addr, m] : b->mbarriers)
+      if (!m.in_flight.empty()) fatal("bulk copies still in flight when the block ended: nobody waited on their mbarrier");
+  current_block() = nullptr;
+}
+
 // Thread-index state read by the threadIdx/blockIdx macros below.
 inline const uint3& thread_idx() { return current_fiber()->tid; }
 inline const uint3& block_idx() { return current_block()->block_idx; }
@@ -405,6 +507,31 @@ void launch(dim3 grid, dim3 block, size_t dyn_smem_bytes, void (*kernel)(KArgs..
         init_block(b, grid, block, make_uint3(bx, by, bz), dyn_smem_bytes, threads);
         b.body = [&]() { kernel(args...); };
         run_block(b);
+      }
+}
+
+// Run kernel(args...) over the grid in clusters of `cluster` blocks (which divide the grid),
+// one cluster at a time (run_cluster).
+template <class... KArgs, class... Args>
+void launch_cluster(dim3 grid, dim3 cluster, dim3 block, size_t dyn_smem_bytes, void (*kernel)(KArgs...), Args&&... args) {
+  const int threads = block_threads(block);
+  if (cluster.x == 0 || cluster.y == 0 || cluster.z == 0 || grid.x % cluster.x || grid.y % cluster.y || grid.z % cluster.z)
+    fatal("launch_cluster: the cluster's dimensions must divide the grid's");
+  const int size = static_cast<int>(cluster.x * cluster.y * cluster.z);
+  for (unsigned cz = 0; cz < grid.z; cz += cluster.z)
+    for (unsigned cy = 0; cy < grid.y; cy += cluster.y)
+      for (unsigned cx = 0; cx < grid.x; cx += cluster.x) {
+        std::vector<Block> blocks(size);
+        Cluster c;
+        for (int r = 0; r < size; ++r) {
+          const uint3 idx = make_uint3(cx + r % cluster.x, cy + (r / cluster.x) % cluster.y, cz + r / (cluster.x * cluster.y));
+          init_block(blocks[r], grid, block, idx, dyn_smem_bytes, threads);
+          blocks[r].body = [&]() { kernel(args...); };
+          blocks[r].cluster = &c;
+          blocks[r].cluster_rank = r;
+          c.blocks.push_back(&blocks[r]);
+        }
+        run_cluster(c);
       }
 }
 
