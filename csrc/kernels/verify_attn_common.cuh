@@ -246,6 +246,21 @@ struct MergeSum {
       }
     }
   }
+  // take another running merge (its top t, total and acc): the warps' sums, met in shared memory
+  KD_DEVICE void add_sum(float t, float t_total, const float4 (&a)[kVecs]) {
+    if (t == -INFINITY) return;
+    rescale(fmaxf(top, t));
+    const float f = exp2f(t - top);
+    total += f * t_total;
+#pragma unroll
+    for (int c = 0; c < kVecs; ++c)
+      acc[c] = make_float4(acc[c].x + f * a[c].x, acc[c].y + f * a[c].y, acc[c].z + f * a[c].z, acc[c].w + f * a[c].w);
+  }
+  // the merged columns acc[c] / total (0 where no split saw a key)
+  KD_DEVICE float4 normalised(int c) const {
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    return make_float4(acc[c].x * inv, acc[c].y * inv, acc[c].z * inv, acc[c].w * inv);
+  }
   // move to the reference maximum t >= top (finite)
   KD_DEVICE void rescale(float t) {
     if (t == top) return;
@@ -299,25 +314,18 @@ __global__ void __launch_bounds__(kMergeThreads, kBatch <= kMergeBatch ? kMergeN
   warp_acc[warp][lane] = sum.acc[0];
   __syncthreads();
   if (warp > 0) return;
+  MergeSum<1> all;  // the warps' sums at the largest of their maxima (taken first: one rescale)
   float top = -INFINITY;
 #pragma unroll
   for (int i = 0; i < kMergeWarps; ++i) top = fmaxf(top, warp_top[i]);
-  float total = 0.0f;
-  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  if (top != -INFINITY) {
+  if (top != -INFINITY) all.rescale(top);
 #pragma unroll
-    for (int i = 0; i < kMergeWarps; ++i) {
-      if (warp_top[i] == -INFINITY) continue;
-      const float f = exp2f(warp_top[i] - top);
-      const float4 a = warp_acc[i][lane];
-      total += f * warp_total[i];
-      acc = make_float4(acc.x + f * a.x, acc.y + f * a.y, acc.z + f * a.z, acc.w + f * a.w);
-    }
+  for (int i = 0; i < kMergeWarps; ++i) {
+    const float4 a[1] = {warp_acc[i][lane]};
+    all.add_sum(warp_top[i], warp_total[i], a);
   }
-  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-  store_out4(static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(b) * k.rows + m) * kVerifyLatentDim + col,
-             make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
-  if (lane == 0 && blockIdx.y == 0 && k.p.lse) k.p.lse[static_cast<int64_t>(b) * k.rows + m] = merged_lse(top, total);
+  store_out4(static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(b) * k.rows + m) * kVerifyLatentDim + col, all.normalised(0));
+  if (lane == 0 && blockIdx.y == 0 && k.p.lse) k.p.lse[static_cast<int64_t>(b) * k.rows + m] = merged_lse(all.top, all.total);
 }
 
 // The row kernel (see above): warp `warp` of block (x, 1, b) merges row kMergeRowWarps x + warp,
@@ -347,11 +355,9 @@ __global__ void __launch_bounds__(kMergeRowWarps* kWarpSize) verify_merge_rows_k
     }
     sum.add(l, v);
   }
-  const float inv = sum.total > 0.0f ? 1.0f / sum.total : 0.0f;
   OutT* out = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(b) * k.rows + m) * kVerifyLatentDim + 4 * lane;
 #pragma unroll
-  for (int c = 0; c < kMergeRowVecs; ++c)
-    store_out4(out + c * 4 * kWarpSize, make_float4(sum.acc[c].x * inv, sum.acc[c].y * inv, sum.acc[c].z * inv, sum.acc[c].w * inv));
+  for (int c = 0; c < kMergeRowVecs; ++c) store_out4(out + c * 4 * kWarpSize, sum.normalised(c));
   if (lane == 0 && k.p.lse) k.p.lse[static_cast<int64_t>(b) * k.rows + m] = merged_lse(sum.top, sum.total);
 }
 

@@ -341,6 +341,12 @@ inline uint64_t (*warp_exchange(const uint64_t* mine, int n))[16] {
   return w.slots[bank];
 }
 
+// At a block's end: every bulk copy it issued was waited for.
+inline void check_copies_landed(const Block& b) {
+  for (const auto& [addr, m] : b.mbarriers)
+    if (!m.in_flight.empty()) fatal("bulk copies still in flight when the block ended: nobody waited on their mbarrier");
+}
+
 inline void run_block(Block& b) {
   current_block() = &b;
   const int n = static_cast<int>(b.fibers.size());
@@ -368,8 +374,7 @@ inline void run_block(Block& b) {
       }
     fatal("deadlock: threads wait at a barrier that the others never reach");
   }
-  for (const auto& [addr, m] : b.mbarriers)
-    if (!m.in_flight.empty()) fatal("bulk copies still in flight when the block ended: nobody waited on their mbarrier");
+  check_copies_landed(b);
   current_block() = nullptr;
 }
 
@@ -459,9 +464,7 @@ inline void run_cluster(Cluster& c) {
       }
     break;
   }
-  for (Block* b : c.blocks)
-    for (const auto& [addr, m] : b->mbarriers)
-      if (!m.in_flight.empty()) fatal("bulk copies still in flight when the block ended: nobody waited on their mbarrier");
+  for (Block* b : c.blocks) check_copies_landed(*b);
   current_block() = nullptr;
 }
 
