@@ -108,4 +108,20 @@ KD_DEVICE void tma_load_3d(void* dst, const TmaMap* map, uint64_t* bar, int c0, 
 #endif
 }
 
+// `bytes` (a multiple of 16) of global memory at src (16-byte aligned) into shared memory at
+// dst (16-byte aligned), reported to bar like a box: the non-tensor bulk copy, for rows that
+// need no tensor map.
+KD_DEVICE void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+#if defined(KD_SIMT_EMULATION)
+  ::kdemu::bulk_copy(dst, src, bytes, bar);
+#elif defined(KD_TMA_DEVICE)
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(smem_u32(dst)),
+               "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+#elif defined(__CUDA_ARCH__)
+  (void)dst, (void)src, (void)bytes, (void)bar;
+  __trap();  // no bulk copies before sm_90: a kernel that needs them must not be picked there
+#endif
+}
+
 }  // namespace kdtree::kern

@@ -4,9 +4,11 @@
 // read once, by one CTA; partial results are merged by launch_verify_merge
 // (verify_attn_common.cuh).
 //
-// A CTA: 32 (16) query rows (two m16 row groups, or one) x one key split, 8 warps. Per key tile (cp.async,
-// XOR-swizzled, double-buffered where shared memory allows):
-//   S = Q K^T      warp w < kSWarps: all 32 rows x 8 keys (one n8 tile), 36 k-steps of 16
+// A CTA: 32 (16) query rows (two m16 row groups, or one) x one key split, 8 warps. Per key tile
+// (double-buffered where shared memory allows; on sm_90 by bulk copies, a key row each, every
+// warp issuing its eighth, into rows padded by 16 bytes; else cp.async into XOR-swizzled rows):
+//   S = Q K^T      warp w < kSWarps: all 32 rows x 8 keys (one n8 tile), 36 k-steps of 16 in
+//                  two accumulators (one ldmatrix of K a pair of steps; two chains of 18 MMAs)
 //   mask, scale, row maxima across the S warps through shared memory
 //   P (bf16) -> smem; O += P V   every warp: all 32 rows x 64 of the 512 output columns
 // Every warp tracks the row maxima itself (from the same shared values), so the rescaling
@@ -14,6 +16,7 @@
 #pragma once
 
 #include "ptx_mma.cuh"
+#include "ptx_tma.cuh"
 #include "verify_attn_bf16.cuh"
 #include "verify_attn_clocks.cuh"
 #include "verify_attn_common.cuh"
@@ -21,7 +24,10 @@
 
 namespace kdtree::kern {
 
-template <int TileKeys, int Stages, int RowGroups = 2>
+// BulkKeys: key tiles by bulk copies (sm_90+: a row of 1152 bytes a copy, issued by one warp,
+// landing on an mbarrier) into rows padded by 16 bytes, which keeps ldmatrix conflict-free
+// without a swizzle. Else cp.async, 16 bytes a thread a copy, into the swizzled rows.
+template <int TileKeys, int Stages, int RowGroups = 2, bool BulkKeys = false>
 struct Bf16DecodeConfig {
   static constexpr int kRowGroups = RowGroups;  // m16 row groups: 16 query rows each
   static constexpr int kWarps = 8;
@@ -39,20 +45,54 @@ struct Bf16DecodeConfig {
   static_assert(TileKeys % 16 == 0 && 64 % TileKeys == 0, "key tiles divide the 64-key mask tiles");
   static_assert(kPChunks == 4 || kPChunks % 8 == 0, "P rows swizzle in groups of 4 or 8 chunks");
 
+  static constexpr bool kBulkKeys = BulkKeys;
+  static constexpr int kRowsPerWarp = TileKeys / kWarps;  // a warp's share of a tile's bulk copies
+  static_assert(!BulkKeys || (TileKeys % kWarps == 0 && kRowsPerWarp <= kWarpSize), "a lane a row of the warp's share");
   static constexpr size_t kRowBytes = kVerifyQKDim * 2;
+  static constexpr size_t kKPitch = kRowBytes + (BulkKeys ? kBulkRowPad : 0);  // bytes a key row in smem
   static constexpr size_t kQOff = 0;
   static constexpr size_t kKOff = kQOff + kTileRows * kRowBytes;
-  static constexpr size_t kKBytes = static_cast<size_t>(TileKeys) * kRowBytes;
+  static constexpr size_t kKBytes = static_cast<size_t>(TileKeys) * kKPitch;
   static constexpr size_t kPOff = kKOff + kStages * kKBytes;
   static constexpr size_t kMaxOff = kPOff + static_cast<size_t>(kTileRows) * TileKeys * 2;  // float [kSWarps][rows]
   static constexpr size_t kSumOff = kMaxOff + sizeof(float) * kSWarps * kTileRows;
   static constexpr size_t kMaskOff = kSumOff + sizeof(float) * kSWarps * kTileRows;
-  static constexpr size_t kSmemBytes = kMaskOff + 16;
+  static constexpr size_t kBarOff = kMaskOff + 16;  // uint64_t [kStages]: the bulk copies' mbarriers
+  static constexpr size_t kSmemBytes = kBarOff + (BulkKeys ? kStages * sizeof(uint64_t) : 0);
+  static_assert(kBarOff % sizeof(uint64_t) == 0 && kKOff % 16 == 0 && kKPitch % 16 == 0,
+                "mbarriers 8-byte and bulk copy destinations 16-byte aligned");
+
+  // Byte offset of 16-byte chunk c of key row r in a key tile.
+  static KD_DEVICE uint32_t k_offset(int r, int c) {
+    return BulkKeys ? static_cast<uint32_t>(r * kKPitch + c * 16) : qk_offset(r, c);
+  }
 };
 
-using Bf16DecodeSm90 = Bf16DecodeConfig<64, 2>;   // ~186 KB: H100/H200
-using Bf16DecodeSmall = Bf16DecodeConfig<32, 1>;  // ~75 KB: sm_120, sm_89
-using Bf16DecodeNarrow = Bf16DecodeConfig<64, 2, 1>;  // ~165 KB, <= 16 rows: H100/H200
+// This warp's key rows of a tile (kRowsPerWarp from warp * kRowsPerWarp) by bulk copies on
+// bar, which takes one arrival a warp (with its bytes); its rows past `valid` are zeroed (P is
+// 0 there; V must not be NaN). Every warp issues a share: one warp issuing the whole tile
+// held the others at the next barrier (H200: ~2.9 K cycles a tile).
+template <class Cfg>
+KD_DEVICE void load_key_tile_bulk(uint8_t* dst, const __nv_bfloat16* kv, int64_t row_stride, int key0, int valid,
+                                  uint64_t* bar, int warp, int lane) {
+  const int r0 = warp * Cfg::kRowsPerWarp;
+  const int mine = max(0, min(Cfg::kRowsPerWarp, valid - r0));  // rows this warp copies
+  if (lane == 0) mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(mine * Cfg::kRowBytes));
+  __syncwarp();
+  if (lane < mine)
+    bulk_copy_g2s(dst + (r0 + lane) * Cfg::kKPitch, kv + (static_cast<int64_t>(key0) + r0 + lane) * row_stride, Cfg::kRowBytes, bar);
+  if (mine < Cfg::kRowsPerWarp) {
+    for (int idx = lane; idx < (Cfg::kRowsPerWarp - mine) * Cfg::kChunks; idx += kWarpSize) {
+      const int r = r0 + mine + idx / Cfg::kChunks, c = idx % Cfg::kChunks;
+      *reinterpret_cast<uint4*>(dst + Cfg::k_offset(r, c)) = make_uint4(0, 0, 0, 0);
+    }
+    fence_proxy_async_smem();  // these generic writes before the bulk copies that refill the buffer later
+  }
+}
+
+using Bf16DecodeSm90 = Bf16DecodeConfig<64, 2, 2, kVerifyDecodeBulkKeys>;    // ~188 KB: H100/H200
+using Bf16DecodeSmall = Bf16DecodeConfig<32, 1>;                               // ~75 KB: sm_120, sm_89
+using Bf16DecodeNarrow = Bf16DecodeConfig<64, 2, 1, kVerifyDecodeBulkKeys>;  // ~167 KB, <= 16 rows: H100/H200
 static_assert(Bf16DecodeSm90::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Decode].smem_bytes &&
                   Bf16DecodeSm90::kTileRows == kVerifyConfigShapes[kVerifyBf16Decode].tile_rows &&
                   Bf16DecodeSm90::kTileKeys == kVerifyConfigShapes[kVerifyBf16Decode].tile_keys,
@@ -102,6 +142,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(co
     write_empty_split(k, w, Cfg::kTileRows);
     return;
   }
+  uint64_t* kbar = reinterpret_cast<uint64_t*>(smem + Cfg::kBarOff);  // [kStages] (bulk copies)
+  if (Cfg::kBulkKeys) {
+    if (tid == 0) {
+      for (int st = 0; st < Cfg::kStages; ++st) mbarrier_init(&kbar[st], Cfg::kWarps);  // a warp's arrive.expect_tx each
+      fence_mbarrier_init();
+    }
+    __syncthreads();  // the mbarriers initialised, for every thread
+  }
 
   const __nv_bfloat16* kv = static_cast<const __nv_bfloat16*>(k.p.kv) + static_cast<int64_t>(w.b) * k.p.kv_batch_stride;
   float o[RG][Cfg::kOTiles][4];
@@ -116,7 +164,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(co
   load_query_tile<Cfg>(q_s, k, w.b, w.row0);
   {
     const KeyTile t0 = key_tile_at(w, prefix_tiles, tail_mask, 0, Cfg::kTileKeys, T);
-    load_key_tile<Cfg>(smem + Cfg::kKOff, kv, k.p.kv_row_stride, t0.key0, t0.valid);
+    if (!Cfg::kBulkKeys) load_key_tile<Cfg>(smem + Cfg::kKOff, kv, k.p.kv_row_stride, t0.key0, t0.valid);
+    else load_key_tile_bulk<Cfg>(smem + Cfg::kKOff, kv, k.p.kv_row_stride, t0.key0, t0.valid, &kbar[0], warp, lane);
   }
   cp_async_commit();
 
@@ -127,11 +176,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(co
     uint8_t* k_s = smem + Cfg::kKOff + buf * Cfg::kKBytes;
     const KeyTile tile = key_tile_at(w, prefix_tiles, tail_mask, it, Cfg::kTileKeys, T);
     cp_async_wait<0>();
+    if (Cfg::kBulkKeys) mbarrier_wait_parity(&kbar[buf], static_cast<uint32_t>((it / Cfg::kStages) & 1));
     __syncthreads();  // tile `it` (and Q) landed; everyone is done with tile it-1
     if (Cfg::kStages == 2 && it + 1 < n_tiles) {
       const KeyTile nx = key_tile_at(w, prefix_tiles, tail_mask, it + 1, Cfg::kTileKeys, T);
-      load_key_tile<Cfg>(smem + Cfg::kKOff + ((it + 1) & 1) * Cfg::kKBytes, kv, k.p.kv_row_stride, nx.key0, nx.valid);
-      cp_async_commit();
+      uint8_t* next = smem + Cfg::kKOff + ((it + 1) & 1) * Cfg::kKBytes;
+      if (!Cfg::kBulkKeys) {
+        load_key_tile<Cfg>(next, kv, k.p.kv_row_stride, nx.key0, nx.valid);
+        cp_async_commit();
+      } else {
+        load_key_tile_bulk<Cfg>(next, kv, k.p.kv_row_stride, nx.key0, nx.valid, &kbar[(it + 1) & 1], warp, lane);
+      }
     }
     ATTN_CLK_LAP(kClkTop);
 
@@ -140,17 +195,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(co
     if (s_warp) {
 #pragma unroll
       for (int r = 0; r < RG; ++r) s[r][0] = s[r][1] = s[r][2] = s[r][3] = 0.0f;
-#pragma unroll 4
-      for (int kk = 0; kk < kVerifyQKDim / 16; ++kk) {
+      // two k16 steps a pass: one ldmatrix of K for both, their MMAs into two accumulators
+      // (two dependent chains of 18 MMAs; one chain of 36 spent ~2.7 K cycles a tile), summed after
+      float s_odd[RG][4];
+#pragma unroll
+      for (int r = 0; r < RG; ++r) s_odd[r][0] = s_odd[r][1] = s_odd[r][2] = s_odd[r][3] = 0.0f;
+#pragma unroll 2
+      for (int kk = 0; kk < kVerifyQKDim / 16; kk += 2) {
         uint32_t bq[4];
-        ldmatrix_x4(bq, k_s + qk_offset(key_base + lane % 8, 2 * kk + (lane / 8) % 2));  // lanes 16..31 repeat
+        ldmatrix_x4(bq, k_s + Cfg::k_offset(key_base + lane % 8, 2 * kk + lane / 8));
 #pragma unroll
         for (int r = 0; r < RG; ++r) {
-          uint32_t a[4];
+          uint32_t a[4], a_odd[4];
           ldmatrix_x4(a, q_s + qk_offset(16 * r + lane % 16, 2 * kk + lane / 16));
+          ldmatrix_x4(a_odd, q_s + qk_offset(16 * r + lane % 16, 2 * kk + 2 + lane / 16));
           mma_bf16_16816(s[r], a, bq[0], bq[1]);
+          mma_bf16_16816(s_odd[r], a_odd, bq[2], bq[3]);
         }
       }
+#pragma unroll
+      for (int r = 0; r < RG; ++r)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[r][e] += s_odd[r][e];
 #pragma unroll
       for (int r = 0; r < RG; ++r) {
         float mx[2] = {-INFINITY, -INFINITY};
@@ -232,7 +298,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(co
 #pragma unroll
       for (int np = 0; np < Cfg::kOTiles / 2; ++np) {
         uint32_t bv[4];
-        ldmatrix_x4_trans(bv, k_s + qk_offset(16 * ks + lane % 8 + 8 * ((lane / 8) % 2), (col_base + 16 * np) / 8 + lane / 16));
+        ldmatrix_x4_trans(bv, k_s + Cfg::k_offset(16 * ks + lane % 8 + 8 * ((lane / 8) % 2), (col_base + 16 * np) / 8 + lane / 16));
 #pragma unroll
         for (int r = 0; r < RG; ++r) {
           mma_bf16_16816(o[r][2 * np], a[r], bv[0], bv[1]);
@@ -244,8 +310,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(co
     if (Cfg::kStages == 1 && it + 1 < n_tiles) {
       __syncthreads();  // everyone is done with the single K buffer
       const KeyTile nx = key_tile_at(w, prefix_tiles, tail_mask, it + 1, Cfg::kTileKeys, T);
-      load_key_tile<Cfg>(smem + Cfg::kKOff, kv, k.p.kv_row_stride, nx.key0, nx.valid);
-      cp_async_commit();
+      if (!Cfg::kBulkKeys) {
+        load_key_tile<Cfg>(smem + Cfg::kKOff, kv, k.p.kv_row_stride, nx.key0, nx.valid);
+        cp_async_commit();
+      } else {
+        load_key_tile_bulk<Cfg>(smem + Cfg::kKOff, kv, k.p.kv_row_stride, nx.key0, nx.valid, &kbar[0], warp, lane);
+      }
     }
   }
 

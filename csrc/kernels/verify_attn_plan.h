@@ -18,7 +18,7 @@ enum VerifyAttnConfig : int {
   kVerifyBf16Sm90 = 0,    // 64 rows x 64 keys, two K stages: needs ~226 KB of shared memory
   kVerifyBf16Small = 1,   // 32 rows x 32 keys, one K stage: ~76 KB (sm_120, sm_89, ...)
   kVerifyF32 = 2,         // 16 rows x 32 keys, CUDA cores
-  kVerifyBf16Decode = 3,  // <= 32 rows (decode shapes), 64 keys, two K stages: ~186 KB
+  kVerifyBf16Decode = 3,  // <= 32 rows (decode shapes), 64 keys, two K stages: ~188 KB
   kVerifyBf16DecodeSmall = 4,  // <= 32 rows, 32 keys, one K stage: ~75 KB
   kVerifyBf16Sm90Classic = 5,  // config 0's tile in the earlier warp layout (only when forced: timing)
   kVerifyBf16Wgmma = 6,   // config 7 with all of P from shared memory (only when forced: timing)
@@ -28,9 +28,18 @@ enum VerifyAttnConfig : int {
   kVerifyBf16WgmmaTma = 9,   // config 8 with Q and the key tiles loaded by TMA (only when forced: 0.644 ms there)
   kVerifyBf16WgmmaSeesaw = 10,  // TMA loads, the warpgroups on alternate tiles: the plan's choice on sm_90a
                                 // (H200, one lease: 0.484 vs 0.701 ms for config 8 at 64 heads, n=64, 32k)
-  kVerifyBf16DecodeNarrow = 11,  // config 3 with one m16 row group: <= 16 rows (8 heads, 1-2 tokens), ~165 KB
+  kVerifyBf16DecodeNarrow = 11,  // config 3 with one m16 row group: <= 16 rows (8 heads, 1-2 tokens), ~167 KB
   kVerifyConfigCount = 12,
 };
+
+// The sm_90 decode tiles (configs 3 and 11) take their key tiles by bulk copies into rows
+// padded by kBulkRowPad bytes (verify_attn_decode.cuh); -DKD_DECODE_BULK_KEYS=0 builds the
+// cp.async form (A/B timing).
+#ifndef KD_DECODE_BULK_KEYS
+#define KD_DECODE_BULK_KEYS 1
+#endif
+constexpr bool kVerifyDecodeBulkKeys = KD_DECODE_BULK_KEYS != 0;
+constexpr size_t kBulkRowPad = 16;  // one 16-byte chunk: row r starts r chunks past bank 0 mod 8
 
 struct VerifyConfigShape {
   int tile_rows, tile_keys;
@@ -41,7 +50,7 @@ inline constexpr VerifyConfigShape kVerifyConfigShapes[kVerifyConfigCount] = {
     {64, 64, 230672},  // Bf16AttnSm90
     {32, 32, 76944},   // Bf16AttnSmall
     {16, 32, 113488},  // F32Attn
-    {32, 64, 190480},  // Bf16DecodeSm90
+    {32, 64, kVerifyDecodeBulkKeys ? 192544u : 190480u},  // Bf16DecodeSm90
     {32, 32, 76816},   // Bf16DecodeSmall
     {64, 64, 230416},  // Bf16AttnSm90Classic
     {64, 64, 231440},  // Bf16AttnWgmma
@@ -49,7 +58,7 @@ inline constexpr VerifyConfigShape kVerifyConfigShapes[kVerifyConfigCount] = {
     {64, 64, 231440},  // Bf16AttnWgmma, own P from registers, lean
     {64, 64, 231472},  // Bf16AttnWgmma, lean, TMA loads (+ 4 mbarriers)
     {64, 64, 223288},  // Bf16AttnSeesaw
-    {16, 64, 168976},  // Bf16DecodeNarrow
+    {16, 64, kVerifyDecodeBulkKeys ? 171040u : 168976u},  // Bf16DecodeNarrow
 };
 inline bool verify_config_is_wgmma(int config) {
   return config == kVerifyBf16Wgmma || config == kVerifyBf16WgmmaRs || config == kVerifyBf16WgmmaLean ||

@@ -479,8 +479,10 @@ inline void init_block(Block& b, dim3 grid, dim3 block, uint3 idx, size_t dyn_sm
   b.grid = grid;
   b.block = block;
   b.block_idx = idx;
-  // poison dynamic shared memory: reading it before writing gives NaN-ish garbage
-  b.dyn_smem.assign(dyn_smem_bytes + 16, 0xA5);
+  // poison dynamic shared memory with all-ones bytes: a float or bf16 read before it is
+  // written is NaN (it spreads to the output), an integer -1
+  constexpr uint8_t kSmemPoison = 0xFF;
+  b.dyn_smem.assign(dyn_smem_bytes + 16, kSmemPoison);
   b.fibers.resize(threads);
   b.warps.resize((threads + kWarpSize - 1) / kWarpSize);
   b.live = threads;

@@ -167,4 +167,23 @@ inline void tma_load(void* dst, const TensorMap* map, void* bar, const int* coor
   if (mbarrier_has_waiters(bar)) mbarrier_settle(bar, mb);
 }
 
+// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], bytes, [bar]:
+// `bytes` contiguous bytes of global memory into shared memory, reported to bar as a box is.
+inline void bulk_copy(void* dst, const void* src, uint32_t bytes, void* bar) {
+  constexpr uint32_t kAlign = 16;  // the PTX rule for both addresses and the size
+  const uint32_t dst_off = shared_offset(dst);
+  if (dst_off % kAlign != 0 || reinterpret_cast<uintptr_t>(src) % kAlign != 0 || bytes % kAlign != 0 || bytes == 0)
+    fatal("bulk copy: an address or the size not a multiple of 16 bytes");
+  Block* b = current_block();
+  if (dst_off + bytes > b->dyn_smem.size()) fatal("bulk copy beyond the dynamic shared memory");
+  std::memset(b->dyn_smem.data() + dst_off, 0xFF, bytes);  // poison until it lands
+  const uint8_t* from = static_cast<const uint8_t*>(src);
+  Mbarrier& mb = mbarrier_at(bar);
+  mb.in_flight.push_back([from, dst_off, bytes, b]() -> int64_t {
+    std::memcpy(b->dyn_smem.data() + dst_off, from, bytes);
+    return static_cast<int64_t>(bytes);
+  });
+  if (mbarrier_has_waiters(bar)) mbarrier_settle(bar, mb);
+}
+
 }  // namespace kdemu
