@@ -48,6 +48,7 @@ struct Bf16DecodeConfig {
   static constexpr bool kBulkKeys = BulkKeys;
   static constexpr int kRowsPerWarp = TileKeys / kWarps;  // a warp's share of a tile's bulk copies
   static_assert(!BulkKeys || (TileKeys % kWarps == 0 && kRowsPerWarp <= kWarpSize), "a lane a row of the warp's share");
+  static_assert(Stages <= 2 || BulkKeys, "cp.async tiles wait for every copy in flight: two stages at most");
   static constexpr size_t kRowBytes = kVerifyQKDim * 2;
   static constexpr size_t kKPitch = kRowBytes + (BulkKeys ? kBulkRowPad : 0);  // bytes a key row in smem
   static constexpr size_t kQOff = 0;
@@ -92,7 +93,8 @@ KD_DEVICE void load_key_tile_bulk(uint8_t* dst, const __nv_bfloat16* kv, int64_t
 
 using Bf16DecodeSm90 = Bf16DecodeConfig<64, 2, 2, kVerifyDecodeBulkKeys>;    // ~188 KB: H100/H200
 using Bf16DecodeSmall = Bf16DecodeConfig<32, 1>;                               // ~75 KB: sm_120, sm_89
-using Bf16DecodeNarrow = Bf16DecodeConfig<64, 2, 1, kVerifyDecodeBulkKeys>;  // ~167 KB, <= 16 rows: H100/H200
+using Bf16DecodeNarrow = Bf16DecodeConfig<kVerifyDecodeNarrowKeys, kVerifyDecodeNarrowKeys == 64 ? 2 : 4, 1,
+                                          kVerifyDecodeBulkKeys>;  // ~167 KB, <= 16 rows: H100/H200
 static_assert(Bf16DecodeSm90::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Decode].smem_bytes &&
                   Bf16DecodeSm90::kTileRows == kVerifyConfigShapes[kVerifyBf16Decode].tile_rows &&
                   Bf16DecodeSm90::kTileKeys == kVerifyConfigShapes[kVerifyBf16Decode].tile_keys,
@@ -162,30 +164,32 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(co
   for (int r = 0; r < RG; ++r) m_run[r][0] = m_run[r][1] = -INFINITY, l_run[r][0] = l_run[r][1] = 0.0f;
 
   load_query_tile<Cfg>(q_s, k, w.b, w.row0);
-  {
-    const KeyTile t0 = key_tile_at(w, prefix_tiles, tail_mask, 0, Cfg::kTileKeys, T);
-    if (!Cfg::kBulkKeys) load_key_tile<Cfg>(smem + Cfg::kKOff, kv, k.p.kv_row_stride, t0.key0, t0.valid);
-    else load_key_tile_bulk<Cfg>(smem + Cfg::kKOff, kv, k.p.kv_row_stride, t0.key0, t0.valid, &kbar[0], warp, lane);
+  for (int t = 0; t < max(1, Cfg::kStages - 1) && t < n_tiles; ++t) {  // the first kStages - 1 tiles (one at least)
+    const KeyTile kt = key_tile_at(w, prefix_tiles, tail_mask, t, Cfg::kTileKeys, T);
+    uint8_t* dst = smem + Cfg::kKOff + t * Cfg::kKBytes;
+    if (!Cfg::kBulkKeys) load_key_tile<Cfg>(dst, kv, k.p.kv_row_stride, kt.key0, kt.valid);
+    else load_key_tile_bulk<Cfg>(dst, kv, k.p.kv_row_stride, kt.key0, kt.valid, &kbar[t], warp, lane);
   }
   cp_async_commit();
 
   const int key_base = 8 * warp;  // an S warp's keys within the tile
   ATTN_CLK_LAP(kClkPrologue);
   for (int it = 0; it < n_tiles; ++it) {
-    const int buf = Cfg::kStages == 2 ? (it & 1) : 0;
+    const int buf = it % Cfg::kStages;
     uint8_t* k_s = smem + Cfg::kKOff + buf * Cfg::kKBytes;
     const KeyTile tile = key_tile_at(w, prefix_tiles, tail_mask, it, Cfg::kTileKeys, T);
     cp_async_wait<0>();
     if (Cfg::kBulkKeys) mbarrier_wait_parity(&kbar[buf], static_cast<uint32_t>((it / Cfg::kStages) & 1));
     __syncthreads();  // tile `it` (and Q) landed; everyone is done with tile it-1
-    if (Cfg::kStages == 2 && it + 1 < n_tiles) {
-      const KeyTile nx = key_tile_at(w, prefix_tiles, tail_mask, it + 1, Cfg::kTileKeys, T);
-      uint8_t* next = smem + Cfg::kKOff + ((it + 1) & 1) * Cfg::kKBytes;
+    const int ahead = it + Cfg::kStages - 1;  // the tile that goes where tile it-1 was
+    if (Cfg::kStages >= 2 && ahead < n_tiles) {
+      const KeyTile nx = key_tile_at(w, prefix_tiles, tail_mask, ahead, Cfg::kTileKeys, T);
+      uint8_t* next = smem + Cfg::kKOff + (ahead % Cfg::kStages) * Cfg::kKBytes;
       if (!Cfg::kBulkKeys) {
         load_key_tile<Cfg>(next, kv, k.p.kv_row_stride, nx.key0, nx.valid);
         cp_async_commit();
       } else {
-        load_key_tile_bulk<Cfg>(next, kv, k.p.kv_row_stride, nx.key0, nx.valid, &kbar[(it + 1) & 1], warp, lane);
+        load_key_tile_bulk<Cfg>(next, kv, k.p.kv_row_stride, nx.key0, nx.valid, &kbar[ahead % Cfg::kStages], warp, lane);
       }
     }
     ATTN_CLK_LAP(kClkTop);

@@ -241,5 +241,15 @@ def test_emulator_reports_a_broken_kernel_instead_of_running_it(emulated, case, 
 
 def test_verify_attn_on_emulator(emulated):
     out = _run(emulated["emu_verify_attn_test"], "verify_attn_one_split", "verify_attn_forced_splits",
-               "verify_attn_tma_equals_lean_bitwise", "tma_probe_matches_layout")
+               "verify_attn_tma_equals_lean_bitwise", "tma_probe_matches_layout",
+               "verify_attn_decode_tiles_long_prefixes")
     assert out.count(" f32 ") >= 18 and out.count(" bf16 cfg1 ") >= 18
+    assert sum(out.count(f"decode cfg{c} ") for c in (3, 4, 11)) == 6  # each decode tile, one split and several
+
+
+def test_verify_attn_probes_merge_and_plan_on_emulator(emulated):
+    """The wgmma operand probe against a double matmul, the split merge's kernels against a
+    float64 merge of random partials (some splits empty), the workspace bound over every prefix."""
+    names = ("wgmma_probe_matches_matmul", "verify_merge_matches_double", "verify_attn_workspace_bound_covers_every_prefix")
+    out = _run(emulated["emu_verify_attn_test"], *names)
+    assert all(f"[       OK ] {n}" in out for n in names), out[-3000:]

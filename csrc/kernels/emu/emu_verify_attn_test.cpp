@@ -86,6 +86,52 @@ KD_TEST(verify_attn_tma_equals_lean_bitwise) {
     }
 }
 
+// The decode tiles (configs 3, 4, 11: <= 32 rows) over prefixes of many key tiles, partial last
+// tiles and requests of different lengths, one split and several: the bundle's decode-shaped
+// cases have short prefixes, so the tiles' pipelines (buffers reused, mbarrier phases past the
+// first) are checked here, against the float32 kernel (itself checked against the bundle to
+// 1e-5) on fresh random bf16 inputs.
+KD_TEST(verify_attn_decode_tiles_long_prefixes) {
+  std::mt19937_64 rng(test_seed());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto bf16 = [&] {
+    const float f = normal(rng);
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    return static_cast<uint16_t>(bits >> 16);  // truncation: any bf16 will do
+  };
+  constexpr int kHeads = 8, kTree = 2;  // 16 query rows: every decode tile takes them
+  AttnIO io;
+  io.batch = 2;
+  io.heads = kHeads;
+  io.tree_len = kTree;
+  io.prefix = {517 + static_cast<int>(rng() % 200), 213};  // many tiles, a partial last one; a shorter request
+  io.max_prefix = std::max(io.prefix[0], io.prefix[1]);
+  io.kv_rows = io.max_prefix + kTree;
+  io.scale = 1.0f / std::sqrt(192.0f);  // MLA's softmax scale (qk_nope + rope head dims)
+  io.vis_words = 1;
+  for (int b = 0; b < io.batch; ++b)
+    for (int t = 0; t < kTree; ++t) io.vis.push_back((2u << t) - 1);  // a chain: each token sees itself and those before
+  const size_t rows = static_cast<size_t>(io.batch) * kTree * kHeads;
+  for (size_t i = 0; i < rows * kVerifyLatentDim; ++i) io.q_lat.push_back(bf16());
+  for (size_t i = 0; i < rows * kVerifyRopeDim; ++i) io.q_pe.push_back(bf16());
+  for (size_t i = 0; i < static_cast<size_t>(io.batch) * io.kv_rows * kVerifyQKDim; ++i) io.kv.push_back(bf16());
+  std::printf("    prefixes %d, %d\n", io.prefix[0], io.prefix[1]);
+  EmuAttnRunner runner;
+  AttnIO ref = io;
+  ref.dtype = AttnDType::kF32;
+  ref.poison_outputs();
+  KD_CHECK(runner.attn(ref).ok());
+  for (int split_keys : {0, 128})
+    for (int cfg : {kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16DecodeNarrow}) {
+      AttnIO c = io;
+      c.force_config = cfg;
+      c.force_split_keys = split_keys;
+      check_attn(runner, c, ref.out.data(), ref.lse.data(),
+                 "decode cfg" + std::to_string(cfg) + " split_keys " + std::to_string(split_keys));
+    }
+}
+
 // The merge's two kernels (a warp per row up to kMergeRowsMaxSplits splits, warps over the
 // splits beyond) against a float64 merge of random partials. Some splits saw no key (lse
 // -inf): their partial rows are NaN, so a kernel that weighs one in fails (the kernels load
