@@ -93,8 +93,7 @@ KD_DEVICE void load_key_tile_bulk(uint8_t* dst, const __nv_bfloat16* kv, int64_t
 
 using Bf16DecodeSm90 = Bf16DecodeConfig<64, 2, 2, kVerifyDecodeBulkKeys>;    // ~188 KB: H100/H200
 using Bf16DecodeSmall = Bf16DecodeConfig<32, 1>;                               // ~75 KB: sm_120, sm_89
-using Bf16DecodeNarrow = Bf16DecodeConfig<kVerifyDecodeNarrowKeys, kVerifyDecodeNarrowKeys == 64 ? 2 : 4, 1,
-                                          kVerifyDecodeBulkKeys>;  // ~167 KB, <= 16 rows: H100/H200
+using Bf16DecodeNarrow = Bf16DecodeConfig<64, 2, 1, kVerifyDecodeBulkKeys>;  // ~167 KB, <= 16 rows: H100/H200
 static_assert(Bf16DecodeSm90::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Decode].smem_bytes &&
                   Bf16DecodeSm90::kTileRows == kVerifyConfigShapes[kVerifyBf16Decode].tile_rows &&
                   Bf16DecodeSm90::kTileKeys == kVerifyConfigShapes[kVerifyBf16Decode].tile_keys,

@@ -40,14 +40,6 @@ enum VerifyAttnConfig : int {
 #endif
 constexpr bool kVerifyDecodeBulkKeys = KD_DECODE_BULK_KEYS != 0;
 constexpr size_t kBulkRowPad = 16;  // one 16-byte chunk: row r starts r chunks past bank 0 mod 8
-// Config 11's key tile: 64 keys in two stages, or (-DKD_DECODE_NARROW_KEYS=32, bulk copies
-// only) 32 keys in four: the same shared memory, more of it in flight (A/B timing).
-#ifndef KD_DECODE_NARROW_KEYS
-#define KD_DECODE_NARROW_KEYS 64
-#endif
-constexpr int kVerifyDecodeNarrowKeys = KD_DECODE_NARROW_KEYS;
-static_assert(kVerifyDecodeNarrowKeys == 64 || (kVerifyDecodeNarrowKeys == 32 && kVerifyDecodeBulkKeys),
-              "config 11: 64-key tiles, or 32 with bulk copies");
 
 struct VerifyConfigShape {
   int tile_rows, tile_keys;
@@ -66,8 +58,7 @@ inline constexpr VerifyConfigShape kVerifyConfigShapes[kVerifyConfigCount] = {
     {64, 64, 231440},  // Bf16AttnWgmma, own P from registers, lean
     {64, 64, 231472},  // Bf16AttnWgmma, lean, TMA loads (+ 4 mbarriers)
     {64, 64, 223288},  // Bf16AttnSeesaw
-    {16, kVerifyDecodeNarrowKeys,
-     kVerifyDecodeNarrowKeys == 32 ? 169520u : kVerifyDecodeBulkKeys ? 171040u : 168976u},  // Bf16DecodeNarrow
+    {16, 64, kVerifyDecodeBulkKeys ? 171040u : 168976u},  // Bf16DecodeNarrow
 };
 inline bool verify_config_is_wgmma(int config) {
   return config == kVerifyBf16Wgmma || config == kVerifyBf16WgmmaRs || config == kVerifyBf16WgmmaLean ||
