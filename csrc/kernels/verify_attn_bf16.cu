@@ -73,6 +73,9 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
     case kVerifyBf16DecodeNarrow:
       r = launch_config<Bf16DecodeNarrow, verify_attn_decode_kernel<Bf16DecodeNarrow, __nv_bfloat16>>(k, plan, stream);
       break;
+    case kVerifyBf16DecodeNarrowPair:
+      r = launch_config<Bf16DecodeNarrowPair, verify_attn_decode_kernel<Bf16DecodeNarrowPair, __nv_bfloat16>>(k, plan, stream);
+      break;
     case kVerifyBf16DecodeSmall:
       r = launch_config<Bf16DecodeSmall, verify_attn_decode_kernel<Bf16DecodeSmall, __nv_bfloat16>>(k, plan, stream);
       break;

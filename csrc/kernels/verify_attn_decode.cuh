@@ -1,6 +1,7 @@
 // The bf16 verify_attn kernel for decode-like shapes: at most 32 query rows (T * H, e.g. a
-// tree of 1-3 nodes over 8 heads; up to 16 rows one m16 row group, Bf16DecodeNarrow), where the cache bytes, not the MMAs, set the time. The
-// plan splits the prefix over every SM (verify_attn_plan.h) so each byte of the cache is
+// tree of 1-3 nodes over 8 heads; up to 16 rows one m16 row group, Bf16DecodeNarrow, or for
+// long splits Bf16DecodeNarrowPair, two blocks a SM), where the cache bytes, not the MMAs, set
+// the time. The plan splits the prefix over every SM (verify_attn_plan.h) so each byte of the cache is
 // read once, by one CTA; partial results are merged by launch_verify_merge
 // (verify_attn_common.cuh).
 //
@@ -27,8 +28,9 @@ namespace kdtree::kern {
 // BulkKeys: key tiles by bulk copies (sm_90+: a row of 1152 bytes a copy, issued by one warp,
 // landing on an mbarrier) into rows padded by 16 bytes, which keeps ldmatrix conflict-free
 // without a swizzle. Else cp.async, 16 bytes a thread a copy, into the swizzled rows.
-template <int TileKeys, int Stages, int RowGroups = 2, bool BulkKeys = false>
+template <int TileKeys, int Stages, int RowGroups = 2, bool BulkKeys = false, int MinBlocks = 1>
 struct Bf16DecodeConfig {
+  static constexpr int kMinBlocks = MinBlocks;  // blocks a SM the registers must allow (__launch_bounds__)
   static constexpr int kRowGroups = RowGroups;  // m16 row groups: 16 query rows each
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * kWarpSize;
@@ -94,6 +96,7 @@ KD_DEVICE void load_key_tile_bulk(uint8_t* dst, const __nv_bfloat16* kv, int64_t
 using Bf16DecodeSm90 = Bf16DecodeConfig<64, 2, 2, kVerifyDecodeBulkKeys>;    // ~188 KB: H100/H200
 using Bf16DecodeSmall = Bf16DecodeConfig<32, 1>;                               // ~75 KB: sm_120, sm_89
 using Bf16DecodeNarrow = Bf16DecodeConfig<64, 2, 1, kVerifyDecodeBulkKeys>;  // ~167 KB, <= 16 rows: H100/H200
+using Bf16DecodeNarrowPair = Bf16DecodeConfig<32, 2, 1, true, 2>;  // ~93 KB, two blocks a SM: long splits
 static_assert(Bf16DecodeSm90::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Decode].smem_bytes &&
                   Bf16DecodeSm90::kTileRows == kVerifyConfigShapes[kVerifyBf16Decode].tile_rows &&
                   Bf16DecodeSm90::kTileKeys == kVerifyConfigShapes[kVerifyBf16Decode].tile_keys,
@@ -106,9 +109,13 @@ static_assert(Bf16DecodeNarrow::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Dec
                   Bf16DecodeNarrow::kTileRows == kVerifyConfigShapes[kVerifyBf16DecodeNarrow].tile_rows &&
                   Bf16DecodeNarrow::kTileKeys == kVerifyConfigShapes[kVerifyBf16DecodeNarrow].tile_keys,
               "verify_attn_plan.h must describe Bf16DecodeNarrow");
+static_assert(Bf16DecodeNarrowPair::kSmemBytes == kVerifyConfigShapes[kVerifyBf16DecodeNarrowPair].smem_bytes &&
+                  Bf16DecodeNarrowPair::kTileRows == kVerifyConfigShapes[kVerifyBf16DecodeNarrowPair].tile_rows &&
+                  Bf16DecodeNarrowPair::kTileKeys == kVerifyConfigShapes[kVerifyBf16DecodeNarrowPair].tile_keys,
+              "verify_attn_plan.h must describe Bf16DecodeNarrowPair");
 
 template <class Cfg, class OutT>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_decode_kernel(const VerifyKernelParams k) {
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) verify_attn_decode_kernel(const VerifyKernelParams k) {
   grid_dependents_launch();  // the merge, a programmatic dependent launch, may be placed from now on
   ATTN_CLK_DECL;  // phase clocks of a measuring build (verify_attn_clocks.cuh)
   constexpr int RG = Cfg::kRowGroups;

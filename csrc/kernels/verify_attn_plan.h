@@ -29,7 +29,9 @@ enum VerifyAttnConfig : int {
   kVerifyBf16WgmmaSeesaw = 10,  // TMA loads, the warpgroups on alternate tiles: the plan's choice on sm_90a
                                 // (H200, one lease: 0.484 vs 0.701 ms for config 8 at 64 heads, n=64, 32k)
   kVerifyBf16DecodeNarrow = 11,  // config 3 with one m16 row group: <= 16 rows (8 heads, 1-2 tokens), ~167 KB
-  kVerifyConfigCount = 12,
+  kVerifyBf16DecodeNarrowPair = 12,  // config 11 as 32-key tiles, two blocks a SM (~93 KB each): the plan's
+                                     // choice over 11 where 11's splits would be long (kVerifyDecodePairMinSplitKeys)
+  kVerifyConfigCount = 13,
 };
 
 // The sm_90 decode tiles (configs 3 and 11) take their key tiles by bulk copies into rows
@@ -59,13 +61,15 @@ inline constexpr VerifyConfigShape kVerifyConfigShapes[kVerifyConfigCount] = {
     {64, 64, 231472},  // Bf16AttnWgmma, lean, TMA loads (+ 4 mbarriers)
     {64, 64, 223288},  // Bf16AttnSeesaw
     {16, 64, kVerifyDecodeBulkKeys ? 171040u : 168976u},  // Bf16DecodeNarrow
+    {16, 32, 94752},   // Bf16DecodeNarrowPair
 };
 inline bool verify_config_is_wgmma(int config) {
   return config == kVerifyBf16Wgmma || config == kVerifyBf16WgmmaRs || config == kVerifyBf16WgmmaLean ||
          config == kVerifyBf16WgmmaTma || config == kVerifyBf16WgmmaSeesaw;
 }
 inline bool verify_config_is_decode(int config) {
-  return config == kVerifyBf16Decode || config == kVerifyBf16DecodeSmall || config == kVerifyBf16DecodeNarrow;
+  return config == kVerifyBf16Decode || config == kVerifyBf16DecodeSmall || config == kVerifyBf16DecodeNarrow ||
+         config == kVerifyBf16DecodeNarrowPair;
 }
 // Query rows (T * H) up to which the decode kernels run: one CTA's two m16 row groups. Such
 // shapes are memory-bound: the 64-row tile would spend 2-4x the MMAs on empty rows.
@@ -76,7 +80,7 @@ constexpr int kVerifyDecodeMaxRows = 32;
 constexpr int kVerifyDecodeNarrowRows = 16;
 // The most query rows a configuration takes (the others tile any number of rows).
 inline int verify_config_max_rows(int config) {
-  return config == kVerifyBf16DecodeNarrow ? kVerifyDecodeNarrowRows
+  return config == kVerifyBf16DecodeNarrow || config == kVerifyBf16DecodeNarrowPair ? kVerifyDecodeNarrowRows
          : verify_config_is_decode(config) ? kVerifyDecodeMaxRows
                                            : std::numeric_limits<int>::max();
 }
@@ -96,6 +100,13 @@ constexpr bool kVerifyMergeOverlap = KD_VERIFY_MERGE_PDL != 0;
 constexpr int kVerifyMinSplitKeys = 64;
 constexpr int kVerifyF32MaxSplitKeys = 4096; // keeps float32 running sums short (accuracy)
 constexpr int kVerifyMaxSplits = 65535;      // grid.y
+
+// Config 11's splits from which config 12 (two blocks a SM, so one block's wait for its tile
+// overlaps the other's work; twice the splits, each half as long) replaces it. H200, stop 38
+// lease 6, 12 against 11: H=8 n=1 128k (11: 1024 keys a split) 55.5 / 60.3 us, 32k batch 4
+// (1024) 54.0 / 59.0; but 32k (256) 26.4 / 24.2, AR decode 32k 24.4 / 23.0, 8k 15.9 / 15.0:
+// shorter splits pay the doubled partials and merge. 512 was not measured.
+constexpr int kVerifyDecodePairMinSplitKeys = 1024;
 
 // Waves of CTAs the split search considers at most: its cost model charges every wave a fixed
 // cost (query load, tree tail, epilogue), so it picks a second wave only when the first is
@@ -150,13 +161,20 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
   pl.smem_bytes = shape.smem_bytes;
   pl.m_tiles = (rows + pl.tile_rows - 1) / pl.tile_rows;
   const int64_t base = static_cast<int64_t>(pl.m_tiles) * p.batch;  // CTAs per split
-  const int per_sm = static_cast<int>(smem_per_sm / static_cast<int64_t>(pl.smem_bytes + 1024)) > 0
-                         ? static_cast<int>(smem_per_sm / static_cast<int64_t>(pl.smem_bytes + 1024))
-                         : 1;
-  const int64_t slots = static_cast<int64_t>(num_sms > 0 ? num_sms : 1) * per_sm;
+  auto slots_of = [&](int config) {  // CTAs of a configuration resident at once
+    const int64_t per_sm = smem_per_sm / static_cast<int64_t>(verify_attn_config_shape(config).smem_bytes + 1024);
+    return static_cast<int64_t>(num_sms > 0 ? num_sms : 1) * std::max<int64_t>(1, per_sm);
+  };
   // the splits kVerifyMaxSplitWaves waves of CTAs hold (at least 1)
-  const int split_cap = static_cast<int>(std::min<int64_t>(
-      kVerifyMaxSplits, std::max<int64_t>(1, (kVerifyMaxSplitWaves * slots + base - 1) / base)));
+  auto cap_of = [&](int config) {
+    return static_cast<int>(std::min<int64_t>(
+        kVerifyMaxSplits, std::max<int64_t>(1, (kVerifyMaxSplitWaves * slots_of(config) + base - 1) / base)));
+  };
+  const int64_t slots = slots_of(pl.config);
+  const int split_cap = cap_of(pl.config);
+  // config 11 may give way to 12 (below): the bound must hold 12's splits at any prefix
+  const bool pair_may_replace = pl.config == kVerifyBf16DecodeNarrow && p.force_config < 0 && p.force_split_keys <= 0 &&
+                                fits(kVerifyBf16DecodeNarrowPair);
   int splits = 1;
   if (p.max_prefix > 0) {
     // the split count with the least estimated time: waves x (key tiles per split + fixed
@@ -209,10 +227,16 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
   } else {
     const int64_t keys = static_cast<int64_t>(p.max_prefix) + p.tree_len;
     const int64_t f32_splits = p.dtype == AttnDType::kF32 ? (keys + kVerifyF32MaxSplitKeys - 1) / kVerifyF32MaxSplitKeys + 1 : 0;
-    pl.split_bound = static_cast<int>(std::min<int64_t>(kVerifyMaxSplits, std::max<int64_t>(split_cap + 1, f32_splits)));
+    const int cap = pair_may_replace ? std::max(split_cap, cap_of(kVerifyBf16DecodeNarrowPair)) : split_cap;
+    pl.split_bound = static_cast<int>(std::min<int64_t>(kVerifyMaxSplits, std::max<int64_t>(cap + 1, f32_splits)));
     pl.split_bound = std::max(pl.split_bound, pl.splits);
   }
   pl.workspace_bound_bytes = verify_workspace_for(p.batch, pl.split_bound, rows);
+  if (pair_may_replace && pl.split_len >= kVerifyDecodePairMinSplitKeys) {
+    VerifyAttnParams q = p;
+    q.force_config = kVerifyBf16DecodeNarrowPair;
+    return make_verify_attn_plan(q, num_sms, smem_optin, smem_per_sm, plan, wgmma);  // its bound is the larger
+  }
   *plan = pl;
   return KernelResult::success();
 }

@@ -152,7 +152,8 @@ KD_GPU_TEST(tma_probe_matches_layout) {
 // Every bf16 configuration this device runs (the wgmma ones on compute capability 9.0 only).
 std::vector<int> bf16_configs() {
   std::vector<int> c = {kVerifyBf16Sm90,        kVerifyBf16Small,       kVerifyBf16Decode,
-                        kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic, kVerifyBf16DecodeNarrow};
+                        kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic, kVerifyBf16DecodeNarrow,
+                        kVerifyBf16DecodeNarrowPair};
   cudaDeviceProp prop;
   KD_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   if (prop.major == 9 && prop.minor == 0)
@@ -303,6 +304,19 @@ KD_TEST(launcher_rejects_impossible_requests) {
   q.force_config = kVerifyBf16DecodeNarrow;
   q.tree_len = 3;  // 24 rows: past the narrow tile
   KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan).status, KernelStatus::kInvalidArgument);
+  // ... and its two-blocks-a-SM form where config 11's splits would be >= 1024 keys: twice the
+  // splits, and a workspace bound that holds them whichever the prefix
+  q.force_config = -1;
+  q.tree_len = 2;
+  q.max_prefix = 32768;  // 129 splits of 256 keys: config 11
+  KD_EXPECT(make_verify_attn_plan(q, 132, 232448, 233472, &plan).ok());
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16DecodeNarrow));
+  const int bound_11 = plan.split_bound;
+  q.max_prefix = 131072;  // config 11: 129 splits of 1024 keys
+  KD_EXPECT(make_verify_attn_plan(q, 132, 232448, 233472, &plan).ok());
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16DecodeNarrowPair));
+  KD_EXPECT(plan.splits > 129 && plan.split_bound >= plan.splits);
+  KD_EXPECT_EQ(bound_11, plan.split_bound);  // the same two waves of two blocks a SM
   // long prefixes split; prefix 0 does not; float32 splits stay short
   q = p;
   q.max_prefix = 131072;

@@ -127,6 +127,10 @@ struct EmuAttnRunner {
         ::kdemu::launch(grid, dim3(Bf16DecodeNarrow::kThreads), Bf16DecodeNarrow::kSmemBytes,
                         verify_attn_decode_kernel<Bf16DecodeNarrow, __nv_bfloat16>, k);
         break;
+      case kVerifyBf16DecodeNarrowPair:
+        ::kdemu::launch(grid, dim3(Bf16DecodeNarrowPair::kThreads), Bf16DecodeNarrowPair::kSmemBytes,
+                        verify_attn_decode_kernel<Bf16DecodeNarrowPair, __nv_bfloat16>, k);
+        break;
       default:
         ::kdemu::launch(grid, dim3(Bf16DecodeSmall::kThreads), Bf16DecodeSmall::kSmemBytes,
                         verify_attn_decode_kernel<Bf16DecodeSmall, __nv_bfloat16>, k);

@@ -52,7 +52,7 @@ KD_TEST(verify_attn_one_split) {
   run_attn_bundle(runner, bundle(),
                   {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic,
                    kVerifyBf16Wgmma, kVerifyBf16WgmmaRs, kVerifyBf16WgmmaLean, kVerifyBf16WgmmaTma, kVerifyBf16WgmmaSeesaw,
-                   kVerifyBf16DecodeNarrow}, 0);
+                   kVerifyBf16DecodeNarrow, kVerifyBf16DecodeNarrowPair}, 0);
 }
 
 KD_TEST(verify_attn_forced_splits) {
@@ -60,7 +60,7 @@ KD_TEST(verify_attn_forced_splits) {
   run_attn_bundle(runner, bundle(),
                   {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic,
                    kVerifyBf16Wgmma, kVerifyBf16WgmmaRs, kVerifyBf16WgmmaLean, kVerifyBf16WgmmaTma, kVerifyBf16WgmmaSeesaw,
-                   kVerifyBf16DecodeNarrow}, 64);
+                   kVerifyBf16DecodeNarrow, kVerifyBf16DecodeNarrowPair}, 64);
 }
 
 // Config 9 changes only how tiles are loaded (TMA, rows past `valid` masked and their V zeroed
@@ -86,7 +86,7 @@ KD_TEST(verify_attn_tma_equals_lean_bitwise) {
     }
 }
 
-// The decode tiles (configs 3, 4, 11: <= 32 rows) over prefixes of many key tiles, partial last
+// The decode tiles (configs 3, 4, 11, 12: <= 32 rows) over prefixes of many key tiles, partial last
 // tiles and requests of different lengths, one split and several: the bundle's decode-shaped
 // cases have short prefixes, so the tiles' pipelines (buffers reused, mbarrier phases past the
 // first) are checked here, against the float32 kernel (itself checked against the bundle to
@@ -123,7 +123,7 @@ KD_TEST(verify_attn_decode_tiles_long_prefixes) {
   ref.poison_outputs();
   KD_CHECK(runner.attn(ref).ok());
   for (int split_keys : {0, 128})
-    for (int cfg : {kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16DecodeNarrow}) {
+    for (int cfg : {kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16DecodeNarrow, kVerifyBf16DecodeNarrowPair}) {
       AttnIO c = io;
       c.force_config = cfg;
       c.force_split_keys = split_keys;
@@ -278,7 +278,8 @@ KD_TEST(verify_attn_workspace_bound_covers_every_prefix) {
   const Shape shapes[] = {{AttnDType::kBF16, 1, 64, 2, 40000},   {AttnDType::kBF16, 4, 64, 17, 40000},
                           {AttnDType::kBF16, 1, 8, 2, 40000},    {AttnDType::kBF16, 8, 8, 65, 40000},
                           {AttnDType::kBF16, 1, 64, 256, 40000}, {AttnDType::kF32, 2, 16, 33, 40000},
-                          {AttnDType::kBF16, 3, 128, 9, 140000}};
+                          {AttnDType::kBF16, 3, 128, 9, 140000}, {AttnDType::kBF16, 1, 8, 2, 140000},
+                          {AttnDType::kBF16, 4, 8, 2, 40000}};  // the last two: config 11 gives way to 12
   alignas(256) static const int16_t dummy[8] = {};
   int checked = 0;
   for (const Device& d : devices)
