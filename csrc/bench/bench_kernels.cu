@@ -349,6 +349,7 @@ void bench_verify(const Case& c, Env& env, Record& r) {
   r.num("tflops", flops / t.median / 1e9);
   r.num("cache_gbps", static_cast<double>(batch) * prefix * kVerifyQKDim * esz / t.median / 1e6);
   r.integer("splits", plan.splits);
+  r.integer("split_group", plan.split_group);  // splits reduced on chip together (config 10's pairs: 2)
   r.integer("split_keys", plan.split_len);
   r.integer("config", plan.config);
   r.integer("row_tiles", plan.m_tiles);

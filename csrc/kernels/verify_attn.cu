@@ -15,7 +15,7 @@ KernelResult verify_attn_plan(const VerifyAttnParams& p, VerifyAttnPlan* plan) {
   if (KernelResult r = current_device_limits(&dev); !r.ok()) return r;
   KernelResult r = make_verify_attn_plan(p, dev.sms, dev.smem_optin, dev.smem_per_sm, plan, dev.wgmma);
   plan->merge_overlap = r.ok() && dev.pdl && kVerifyMergeOverlap;
-  plan->merge_wide = r.ok() && kern::verify_merge_wide(p.batch, p.tree_len * p.heads, plan->splits, dev.sms);
+  plan->merge_wide = r.ok() && kern::verify_merge_wide(p.batch, p.tree_len * p.heads, verify_plan_parts(*plan), dev.sms);
   return r;
 }
 

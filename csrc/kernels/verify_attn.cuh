@@ -70,8 +70,11 @@ struct VerifyAttnPlan {
   int m_tiles = 0;      // ceil(T * H / tile_rows)
   int splits = 0;       // CTAs along the key axis per (request, row tile); the last takes the tree
   int split_len = 0;    // prefix keys per split (multiple of tile_keys)
+  // Splits reduced on chip in clusters of this many along the key axis before any partial is
+  // written (config 10: pairs); the merge sees splits / split_group partials a row.
+  int split_group = 1;
   size_t smem_bytes = 0;
-  size_t workspace_bytes = 0;  // partials: 0 when splits == 1
+  size_t workspace_bytes = 0;  // partials: 0 when splits / split_group == 1
   int config = 0;       // which compiled tile configuration (internal)
   // No prefix up to max_prefix (same batch, heads, tree) gets more splits than split_bound,
   // nor more workspace than workspace_bound_bytes: one workspace of that size serves them all.

@@ -1,5 +1,6 @@
 // The bf16 verify_attn kernels: the tile configurations (mma.sync, wgmma, decode) and the
 // merge, bf16 output.
+#include "cluster_support.cuh"
 #include "launch_support.h"
 #include "verify_attn_bf16.cuh"
 #include "verify_attn_decode.cuh"
@@ -22,7 +23,8 @@ KernelResult launch_config(const kern::VerifyKernelParams& k, const VerifyAttnPl
 }
 
 // Configs 9 and 10: wgmma tiles with TMA loads, their tensor maps encoded for this launch's
-// pointers.
+// pointers; a plan that reduces its splits on chip (config 10's pairs) launches clusters of
+// split_group CTAs along the keys.
 template <void (*Kernel)(kern::VerifyKernelParams, kern::AttnTmaMaps)>
 KernelResult launch_wgmma_tma(const kern::VerifyKernelParams& k, const VerifyAttnPlan& plan, size_t smem_bytes,
                               cudaStream_t stream) {
@@ -34,6 +36,10 @@ KernelResult launch_wgmma_tma(const kern::VerifyKernelParams& k, const VerifyAtt
   AttnTmaMaps maps;
   if (KernelResult r = make_attn_tma_maps(k, &maps); !r.ok()) return r;
   const dim3 grid(plan.m_tiles, plan.splits, k.p.batch);
+  if (plan.split_group > 1)
+    return launch_status(KD_LAUNCH_CLUSTER(dim3(1, plan.split_group, 1), kernel, grid, Bf16AttnWgmma::kThreads, smem_bytes,
+                                           stream, k, maps),
+                         "verify_attn (bf16, TMA, clusters along the keys) kernel launch");
   KD_LAUNCH(kernel, grid, Bf16AttnWgmma::kThreads, smem_bytes, stream, k, maps);
   return launch_status("verify_attn (bf16, TMA) kernel launch");
 }
@@ -89,7 +95,7 @@ KernelResult launch_verify_attn_bf16(const kern::VerifyKernelParams& k, const Ve
     if (KernelResult rr = launch_status("attn_clk_report_kernel launch"); !rr.ok()) return rr;
   }
 #endif
-  if (!r.ok() || plan.splits == 1) return r;
+  if (!r.ok() || verify_plan_parts(plan) == 1) return r;
   return launch_status(launch_verify_merge<__nv_bfloat16>(k, stream, plan.merge_overlap, plan.merge_wide), "verify_merge (bf16) launch");
 }
 

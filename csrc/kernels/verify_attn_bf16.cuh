@@ -387,7 +387,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_bf16_kernel(cons
   }
   __syncthreads();
   const int col_base = pcg * Cfg::kColsPerWarp;
-  const int64_t part_base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows;
+  const int64_t part_base = part_row0(k, w.b, w.split);  // split_group is 1 here: a partial a split
 #pragma unroll
   for (int i = 0; i < PM; ++i)
 #pragma unroll
@@ -400,7 +400,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) verify_attn_bf16_kernel(cons
       const float m_row = Cfg::kSameRows ? m_run[i][h] : red_max[r];
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;
       const float lse2 = l > 0.0f ? m_row + log2f(l) : -INFINITY;
-      if (k.splits == 1) {
+      if (k.parts == 1) {
         OutT* row = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(w.b) * k.rows + m) * kVerifyLatentDim + col_base + 2 * tig;
 #pragma unroll
         for (int j = 0; j < Cfg::kOTiles; ++j)

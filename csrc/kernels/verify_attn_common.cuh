@@ -23,14 +23,16 @@ struct VerifyKernelParams {
   int m_tiles;          // CTAs along the rows
   int splits;           // CTAs along the keys; split splits-1 also does the tree tail
   int split_len;        // prefix keys per split
+  int split_group;      // splits reduced on chip together (a cluster along the keys: 1 or 2)
+  int parts;            // partials a row: splits / split_group (1: the output is written directly)
   float scale_log2;     // scale * log2(e): scores in the base-2 domain
-  float* part_o;        // [B, splits, M, 512] normalised partial outputs (splits > 1)
-  float* part_lse;      // [B, splits, M] partial lse, base 2 (-inf: no visible key)
+  float* part_o;        // [B, parts, M, 512] normalised partial outputs (parts > 1)
+  float* part_lse;      // [B, parts, M] partial lse, base 2 (-inf: no visible key)
 };
 
 // The kernels' parameters for a plan (host side: the launcher and the CPU emulator share
-// it). The workspace, 256-byte aligned, holds the partial outputs [B, splits, M, 512] and,
-// at the next 256-byte boundary, the partial lse [B, splits, M]; none when splits == 1.
+// it). The workspace, 256-byte aligned, holds the partial outputs [B, parts, M, 512] and,
+// at the next 256-byte boundary, the partial lse [B, parts, M]; none when parts == 1.
 inline VerifyKernelParams make_kernel_params(const VerifyAttnParams& p, const VerifyAttnPlan& plan,
                                              void* workspace) {
   VerifyKernelParams k;
@@ -39,8 +41,10 @@ inline VerifyKernelParams make_kernel_params(const VerifyAttnParams& p, const Ve
   k.m_tiles = plan.m_tiles;
   k.splits = plan.splits;
   k.split_len = plan.split_len;
+  k.split_group = plan.split_group;
+  k.parts = plan.splits / plan.split_group;
   k.scale_log2 = p.scale * kLog2e;
-  const size_t parts = static_cast<size_t>(p.batch) * plan.splits * k.rows;
+  const size_t parts = static_cast<size_t>(p.batch) * k.parts * k.rows;
   const bool partials = plan.workspace_bytes > 0;
   k.part_o = partials ? static_cast<float*>(workspace) : nullptr;
   k.part_lse = partials ? reinterpret_cast<float*>(static_cast<char*>(workspace) +
@@ -156,12 +160,17 @@ KD_DEVICE SplitSchedule split_schedule(const VerifyKernelParams& k, int tile_row
   return s;
 }
 
+// The partial row index of row 0 of request b's partial `slot` ([B, parts, M]).
+KD_DEVICE int64_t part_row0(const VerifyKernelParams& k, int b, int slot) {
+  return (static_cast<int64_t>(b) * k.parts + slot) * k.rows;
+}
+
 // A split that sees no key (an empty prefix split of a shorter request) writes a partial lse of
 // -inf for its rows, so that the merge gives it no weight, and zero rows, which the merge loads
 // before it knows the weights (never uninitialised memory, never a NaN times 0).
 KD_DEVICE void write_empty_split(const VerifyKernelParams& k, const SplitWork& w, int tile_rows) {
   const int tid = static_cast<int>(threadIdx.x);
-  const int64_t base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows + w.row0;
+  const int64_t base = part_row0(k, w.b, w.split / k.split_group) + w.row0;
   const int rows = min(tile_rows, k.rows - w.row0);
   if (tid < rows) k.part_lse[base + tid] = -INFINITY;
   float4* o = reinterpret_cast<float4*>(k.part_o + base * kVerifyLatentDim);
@@ -290,7 +299,7 @@ __global__ void __launch_bounds__(kMergeThreads, kBatch <= kMergeBatch ? kMergeN
   __shared__ float warp_top[kMergeWarps], warp_total[kMergeWarps];
   const int m = static_cast<int>(blockIdx.x), b = static_cast<int>(blockIdx.z);
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int S = k.splits;
+  const int S = k.parts;
   const int64_t stride = static_cast<int64_t>(k.rows) * kVerifyLatentDim;  // between splits
   const float* lse = k.part_lse + static_cast<int64_t>(b) * S * k.rows + m;
   const int col = (static_cast<int>(blockIdx.y) * kWarpSize + lane) * 4;
@@ -336,7 +345,7 @@ __global__ void __launch_bounds__(kMergeRowWarps* kWarpSize) verify_merge_rows_k
   const int m = static_cast<int>(blockIdx.x) * kMergeRowWarps + warp, b = static_cast<int>(blockIdx.z);
   if (m >= k.rows) return;  // warp-uniform
   grid_dependency_wait();   // a programmatic dependent launch: the partials are complete past here
-  const int S = k.splits;
+  const int S = k.parts;
   const int64_t stride = static_cast<int64_t>(k.rows) * kVerifyLatentDim;
   const float* lse = k.part_lse + static_cast<int64_t>(b) * S * k.rows + m;
   const float* o = k.part_o + static_cast<int64_t>(b) * S * stride + static_cast<int64_t>(m) * kVerifyLatentDim + 4 * lane;
@@ -367,14 +376,14 @@ inline bool verify_merge_wide(int batch, int rows, int splits, int sms) {
   return splits > kMergeRowsMaxSplits && static_cast<int64_t>(batch) * rows * kMergeColBlocks <= sms;
 }
 
-// The merge of a split launch (k.splits > 1), on the stream after the attention kernel (the
+// The merge of a split launch (k.parts > 1), on the stream after the attention kernel (the
 // caller reads the launch's error with launch_status). overlap: as a programmatic dependent of
 // that kernel (VerifyAttnPlan::merge_overlap; the attention kernels let it start at once, and
 // the merge's blocks wait for the partials in grid_dependency_wait). wide: the split kernel's
 // wide form (VerifyAttnPlan::merge_wide). Returns the launch's error.
 template <class OutT>
 inline auto launch_verify_merge(const VerifyKernelParams& k, cudaStream_t stream, bool overlap = false, bool wide = false) {
-  if (k.splits <= kMergeRowsMaxSplits) {
+  if (k.parts <= kMergeRowsMaxSplits) {
     const dim3 grid(static_cast<unsigned>(ceil_div(k.rows, kMergeRowWarps)), 1, static_cast<unsigned>(k.p.batch));
     return KD_LAUNCH_OVERLAPPED(overlap, verify_merge_rows_kernel<OutT>, grid, kMergeRowWarps * kWarpSize, 0, stream, k);
   }

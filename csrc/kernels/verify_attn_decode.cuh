@@ -356,7 +356,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) verify_attn_de
       for (int c = 0; c < Cfg::kSWarps; ++c) l += red_sum[c * Cfg::kTileRows + row];
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;
       const float lse2 = l > 0.0f ? m_run[r][h] + log2f(l) : -INFINITY;
-      if (k.splits == 1) {
+      if (k.parts == 1) {
         OutT* out = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(w.b) * k.rows + m) * kVerifyLatentDim + col_base + 2 * tig;
 #pragma unroll
         for (int j = 0; j < Cfg::kOTiles; ++j)
@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) verify_attn_de
         if (warp == 0 && tig == 0 && k.p.lse)
           k.p.lse[static_cast<int64_t>(w.b) * k.rows + m] = natural_lse(lse2);
       } else {
-        const int64_t base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows;
+        const int64_t base = part_row0(k, w.b, w.split);  // split_group is 1 here: a partial a split
         float* out = k.part_o + (base + m) * kVerifyLatentDim + col_base + 2 * tig;
 #pragma unroll
         for (int j = 0; j < Cfg::kOTiles; ++j)

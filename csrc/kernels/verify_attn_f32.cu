@@ -12,7 +12,7 @@ KernelResult launch_verify_attn_f32(const kern::VerifyKernelParams& k, const Ver
     return r;
   const dim3 grid(plan.m_tiles, plan.splits, k.p.batch);
   KD_LAUNCH(kern::verify_attn_f32_kernel, grid, kern::F32Attn::kThreads, kern::F32Attn::kSmemBytes, stream, k);
-  if (KernelResult r = launch_status("verify_attn_f32_kernel launch"); !r.ok() || plan.splits == 1) return r;
+  if (KernelResult r = launch_status("verify_attn_f32_kernel launch"); !r.ok() || verify_plan_parts(plan) == 1) return r;
   return launch_status(kern::launch_verify_merge<float>(k, stream, plan.merge_overlap, plan.merge_wide), "verify_merge (f32) launch");
 }
 

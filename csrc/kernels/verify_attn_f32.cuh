@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(F32Attn::kThreads) verify_attn_f32_kernel(cons
   const uint32_t tail_mask = sched.tail_mask;
   const int n_tiles = sched.n_tiles, prefix_tiles = sched.prefix_tiles;
   const int H = k.p.heads, T = k.p.tree_len;
-  const int64_t lse_base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows;
+  const int64_t lse_base = part_row0(k, w.b, w.split);  // split_group is 1 here: a partial a split
 
   if (n_tiles == 0) {
     write_empty_split(k, w, R);
@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(F32Attn::kThreads) verify_attn_f32_kernel(cons
     const float l = l_s[r];
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     const float lse2 = l > 0.0f ? m_s[r] + log2f(l) : -INFINITY;
-    if (k.splits == 1) {
+    if (k.parts == 1) {
       float* out = static_cast<float*>(k.p.out) + (static_cast<int64_t>(w.b) * k.rows + m) * kVerifyLatentDim;
       out[tid] = o[r][0] * inv;
       out[tid + 256] = o[r][1] * inv;

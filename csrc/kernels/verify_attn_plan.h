@@ -108,17 +108,31 @@ constexpr int kVerifyMaxSplits = 65535;      // grid.y
 // shorter splits pay the doubled partials and merge. 512 was not measured.
 constexpr int kVerifyDecodePairMinSplitKeys = 1024;
 
+// Config 10 reduces its splits in pairs on chip (a cluster of two CTAs along the keys, the
+// partial O exchanged through distributed shared memory) before it writes partials: half the
+// partial bytes written and merged (H=64 n=1 32k: 17 MB of f32 partials, ~11 us of store and
+// merge at stop 37). -DKD_SEESAW_PAIRS=0 builds the unpaired form (A/B timing).
+#ifndef KD_SEESAW_PAIRS
+#define KD_SEESAW_PAIRS 1
+#endif
+constexpr bool kVerifySeesawPairs = KD_SEESAW_PAIRS != 0;
+constexpr int kVerifySeesawSplitGroup = 2;
+
 // Waves of CTAs the split search considers at most: its cost model charges every wave a fixed
 // cost (query load, tree tail, epilogue), so it picks a second wave only when the first is
 // badly filled and never gains from a third; the cap makes the split count bounded
 // independently of the prefix (VerifyAttnPlan::split_bound).
 constexpr int kVerifyMaxSplitWaves = 2;
 
-inline size_t verify_workspace_for(int batch, int splits, int rows) {
-  if (splits <= 1) return 0;
-  const size_t parts = static_cast<size_t>(batch) * splits * rows;
-  const size_t o_bytes = parts * kVerifyLatentDim * sizeof(float);
-  return ((o_bytes + 255) / 256) * 256 + parts * sizeof(float);
+// Partials a (request, row) of a plan: the splits, less those reduced on chip.
+inline int verify_plan_parts(const VerifyAttnPlan& pl) { return pl.splits / pl.split_group; }
+
+// Bytes of partials (normalised O rows, then lse at a 256-byte boundary) for `parts` a row.
+inline size_t verify_workspace_for(int batch, int parts, int rows) {
+  if (parts <= 1) return 0;
+  const size_t all = static_cast<size_t>(batch) * parts * rows;
+  const size_t o_bytes = all * kVerifyLatentDim * sizeof(float);
+  return ((o_bytes + 255) / 256) * 256 + all * sizeof(float);
 }
 
 // num_sms and smem_optin (largest dynamic shared memory per block) describe the device;
@@ -215,10 +229,22 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
     splits = (p.max_prefix + pl.split_len - 1) / pl.split_len;
   }
   if (p.max_prefix == 0) pl.split_len = pl.tile_keys;
+  // Config 10's pairs need an even split count: one split more (the tree's split then holds the
+  // tree alone, the one before it what is left of the prefix, maybe nothing), unless that costs
+  // the search's plan another wave of pairs.
+  const bool pairs_may = pl.config == kVerifyBf16WgmmaSeesaw && kVerifySeesawPairs;
+  if (pairs_may && splits >= 2 && splits < kVerifyMaxSplits) {
+    const int64_t pair_slots = std::max<int64_t>(kVerifySeesawSplitGroup, slots / kVerifySeesawSplitGroup * kVerifySeesawSplitGroup);
+    const auto pair_waves = [&](int s) { return (base * s + pair_slots - 1) / pair_slots; };
+    if (splits % 2 == 0 || p.force_split_keys > 0 || pair_waves(splits + 1) == pair_waves(splits)) {
+      splits += splits % 2;
+      pl.split_group = kVerifySeesawSplitGroup;
+    }
+  }
   pl.splits = splits;
   if (splits > kVerifyMaxSplits) return KernelResult::over_limit("verify_attn: more than 65535 key splits");
   if (p.batch > 65535) return KernelResult::over_limit("verify_attn: batch over 65535 (grid.z)");
-  pl.workspace_bytes = verify_workspace_for(p.batch, pl.splits, rows);
+  pl.workspace_bytes = verify_workspace_for(p.batch, verify_plan_parts(pl), rows);
   // The bound over prefixes 0 .. max_prefix: the search stays within split_cap (float32: or its
   // minimum, which grows with the prefix), the tree's tail adds one, and float32's cut at
   // kVerifyF32MaxSplitKeys uses at most (prefix + tree) / that keys, rounded up, plus one.
@@ -228,7 +254,8 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
     const int64_t keys = static_cast<int64_t>(p.max_prefix) + p.tree_len;
     const int64_t f32_splits = p.dtype == AttnDType::kF32 ? (keys + kVerifyF32MaxSplitKeys - 1) / kVerifyF32MaxSplitKeys + 1 : 0;
     const int cap = pair_may_replace ? std::max(split_cap, cap_of(kVerifyBf16DecodeNarrowPair)) : split_cap;
-    pl.split_bound = static_cast<int>(std::min<int64_t>(kVerifyMaxSplits, std::max<int64_t>(cap + 1, f32_splits)));
+    const int pair_extra = pairs_may ? 1 : 0;  // the pairs' even count
+    pl.split_bound = static_cast<int>(std::min<int64_t>(kVerifyMaxSplits, std::max<int64_t>(cap + 1 + pair_extra, f32_splits)));
     pl.split_bound = std::max(pl.split_bound, pl.splits);
   }
   pl.workspace_bound_bytes = verify_workspace_for(p.batch, pl.split_bound, rows);

@@ -25,8 +25,15 @@
 // was reloaded first first (wg0: blocks 0-3, then 4-8; wg1: 4-7, then 0-3, 8), so the second
 // part's latency hides behind the first part's MMAs. An odd tile count ends on a dummy tile
 // (valid = 0: every key masked, its V rows zeroed).
+//
+// Pairs (k.split_group 2, the plan's choice where it splits): splits 2p and 2p + 1 of a row
+// tile run as a cluster of two and add their O through distributed shared memory before
+// anything is stored (seesaw_pair_store), so the partials written and merged are half: at 64
+// heads, n=1, 32k, 65 splits wrote 17 MB of f32 partials, and their store and merge were ~11 of
+// the ~35 us (stop 37).
 #pragma once
 
+#include "cluster_support.cuh"
 #include "verify_attn_wgmma.cuh"
 
 // The warpgroups' hand-offs: bar.arrive (release: the arriving thread's earlier accesses are
@@ -75,6 +82,8 @@ static_assert(Bf16AttnSeesaw::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Wgmma
                   Bf16AttnSeesaw::kTileKeys == kVerifyConfigShapes[kVerifyBf16WgmmaSeesaw].tile_keys,
               "verify_attn_plan.h must describe Bf16AttnSeesaw");
 static_assert(Bf16AttnSeesaw::kBarOff % sizeof(uint64_t) == 0, "mbarriers are 8-byte aligned");
+static_assert(Bf16AttnSeesaw::kORegs * Bf16AttnSeesaw::kGroupThreads * sizeof(float) <= Bf16AttnWgmma::kTileBytes,
+              "a warpgroup's half of O fits one key buffer (seesaw_pair_store)");
 static_assert(Bf16AttnSeesaw::kVHalfBlocks == Bf16AttnSeesaw::kEarlyBlocks && Bf16AttnSeesaw::kPBlock == 8,
               "the parts: V's halves are blocks 0-3 and 4-7, the rope block 8");
 
@@ -199,6 +208,56 @@ KD_DEVICE void seesaw_pv_smem(float (&o)[Bf16AttnSeesaw::kORegs], uint64_t p_des
   wgmma_fence_operand(o);
 }
 
+// The epilogue of a pair (k.split_group 2: splits 2p and 2p + 1 of one row tile, a cluster of
+// two): their partials become one before anything leaves the SMs, so half the partial bytes are
+// written and merged. Rank r keeps O's columns of its warpgroup r (0: 0..255, 1: 256..511);
+// the other warpgroup sends its columns, weighted, into the peer's first key buffer (free once
+// both CTAs have passed the first cluster barrier), where the peer's thread of the same index
+// (the same rows and columns) adds them to its own. lse_s: 64 floats of this CTA's shared
+// memory that the peer reads. Every thread of both CTAs calls it (two cluster barriers).
+template <class OutT>
+KD_DEVICE void seesaw_pair_store(const VerifyKernelParams& k, const SplitWork& w, float (&o)[Bf16AttnSeesaw::kORegs],
+                                 const float (&m_run)[2], const float* red_sum, float* lse_s, uint8_t* recv, int group,
+                                 int gt, int row_lo, int tig, int col_base) {
+  using Cfg = Bf16AttnSeesaw;
+  float inv[2], lse2[2];
+  wgmma_row_totals<Cfg>(m_run, red_sum, row_lo, inv, lse2);
+  const int rank = cluster_rank(), peer = rank ^ 1;
+  if (group == 0 && tig == 0) {
+    lse_s[row_lo] = lse2[0];
+    lse_s[row_lo + 8] = lse2[1];
+  }
+  cluster_barrier();  // both CTAs' tiles done (the peer's key buffers free), both lse published
+  const float* peer_lse = cluster_peer(lse_s, peer);
+  float f[2], lse_pair[2];  // this CTA's weight in the pair (times 1 / its row sum); the pair's lse
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float mine = lse2[h], theirs = peer_lse[row_lo + 8 * h];
+    const float top = fmaxf(mine, theirs);
+    lse_pair[h] = top == -INFINITY ? -INFINITY : top + log2f(exp2f(mine - top) + exp2f(theirs - top));
+    f[h] = top == -INFINITY ? 0.0f : inv[h] * exp2f(mine - lse_pair[h]);
+  }
+  float4* buf = reinterpret_cast<float4*>(recv);  // [kORegs / 4][kGroupThreads]: a thread's float4s strided
+  if (group != rank) {
+    float4* dst = cluster_peer(buf, peer);
+#pragma unroll
+    for (int j = 0; j < Cfg::kORegs / 4; ++j)
+      dst[j * Cfg::kGroupThreads + gt] = make_float4(o[4 * j] * f[0], o[4 * j + 1] * f[0], o[4 * j + 2] * f[1], o[4 * j + 3] * f[1]);
+  }
+  cluster_barrier();  // the peer's columns are in this CTA's buffer; nothing reads a peer past here
+  if (group != rank) return;
+#pragma unroll
+  for (int j = 0; j < Cfg::kORegs / 4; ++j) {
+    const float4 v = buf[j * Cfg::kGroupThreads + gt];
+    o[4 * j] = o[4 * j] * f[0] + v.x;
+    o[4 * j + 1] = o[4 * j + 1] * f[0] + v.y;
+    o[4 * j + 2] = o[4 * j + 2] * f[1] + v.z;
+    o[4 * j + 3] = o[4 * j + 3] * f[1] + v.w;
+  }
+  const float kOne[2] = {1.0f, 1.0f};
+  wgmma_store_scaled<Cfg, OutT>(k, w, w.split / k.split_group, o, kOne, lse_pair, tig == 0, row_lo, tig, col_base);
+}
+
 template <class OutT>
 KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps) {
   using Cfg = Bf16AttnSeesaw;
@@ -234,16 +293,17 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
   const SplitSchedule sc = split_schedule(k, Cfg::kTileRows, Cfg::kTileKeys, mask_s);
   const SplitWork& w = sc.w;
   const int H = k.p.heads, T = k.p.tree_len;
-  if (sc.n_tiles == 0) {  // an empty prefix split (a shorter request): nothing visible
+  const bool paired = k.split_group > 1;  // a cluster of two: both meet in seesaw_pair_store
+  if (sc.n_tiles == 0 && !paired) {  // an empty prefix split (a shorter request): nothing visible
     write_empty_split(k, w, Cfg::kTileRows);
     return;
   }
-  const int n_pairs = (sc.n_tiles + 1) / 2;
+  const int n_pairs = (sc.n_tiles + 1) / 2;  // 0: an empty split of a pair (no loads, no tiles)
   int vis_row[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) vis_row[h] = (w.b * T + min(w.row0 + row_lo + 8 * h, k.rows - 1) / H) * k.p.vis_words;
 
-  if (tid == 0) {  // Q, and pair 0 whole
+  if (tid == 0 && n_pairs > 0) {  // Q, and pair 0 whole
     mbarrier_arrive_expect_tx(q_bar, W::kTileBytes);
     tma_load_query_tile(smem + Cfg::kQOff, *maps, q_bar, w.b, w.row0);
     const KeyTile ta = seesaw_tile(sc, 0, T), tb = seesaw_tile(sc, 1, T);
@@ -262,7 +322,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
 #pragma unroll
   for (int i = 0; i < Cfg::kORegs; ++i) o[i] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // base 2; l_run: this warpgroup's P terms
-  mbarrier_wait_parity(q_bar, 0);
+  if (n_pairs > 0) mbarrier_wait_parity(q_bar, 0);
   const uint32_t k0_addr = smem_u32(ktile[0]), k1_addr = smem_u32(ktile[1]);
   const uint64_t k_desc[2] = {wgmma_desc_sw128(k0_addr, 0, kWgmmaAtomBytes), wgmma_desc_sw128(k1_addr, 0, kWgmmaAtomBytes)};
   const uint64_t p_desc[2] = {wgmma_desc_sw128(k0_addr + Cfg::kPBlock * W::kBlockBytes, 0, kWgmmaAtomBytes),
@@ -392,7 +452,8 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
   ATTN_CLK_FLUSH(2 * n_pairs);
   __syncthreads();
   const int col_base = group * W::kColsPerGroup;
-  wgmma_store_rows<Cfg, OutT>(k, w, o, m_run, red_sum, group, row_lo, tig, col_base);
+  if (paired) seesaw_pair_store<OutT>(k, w, o, m_run, red_sum, m_s, ktile[0], group, gt, row_lo, tig, col_base);
+  else wgmma_store_rows<Cfg, OutT>(k, w, o, m_run, red_sum, group, row_lo, tig, col_base);
 }
 
 template <class OutT>

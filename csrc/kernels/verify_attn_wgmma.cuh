@@ -252,34 +252,55 @@ KD_DEVICE void wgmma_publish_row_sums(const float (&l_run)[2], float* red_sum, i
   }
 }
 
-// The wgmma kernels' epilogue stores (configs 7-10): this thread's two accumulator rows, scaled
-// by 1 / the row sums both warpgroups left in red_sum ([groups][tile rows]), go to the output
-// (one split: with the row's lse) or to the split's partials (normalised O and base-2 lse).
-// Call after the barrier that publishes red_sum.
+// This thread's two accumulator rows times f[h] to the output (one partial a row: with the
+// row's lse, natural log) or to partial `slot` (normalised O and base-2 lse); lse_writer: the
+// one thread of the row's quad and of the two warpgroups that writes the lse.
+template <class Cfg, class OutT>
+KD_DEVICE void wgmma_store_scaled(const VerifyKernelParams& k, const SplitWork& w, int slot, const float (&o)[Cfg::kORegs],
+                                  const float (&f)[2], const float (&lse2)[2], bool lse_writer, int row_lo, int tig,
+                                  int col_base) {
+  const int64_t part_base = part_row0(k, w.b, slot);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int m = w.row0 + row_lo + 8 * h;
+    if (m >= k.rows) continue;
+    if (k.parts == 1) {
+      OutT* row = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(w.b) * k.rows + m) * kVerifyLatentDim + col_base + 2 * tig;
+#pragma unroll
+      for (int j = 0; j < Cfg::kORegs / 4; ++j) store_out_pair(row + 8 * j, o[4 * j + 2 * h] * f[h], o[4 * j + 2 * h + 1] * f[h]);
+      if (lse_writer && k.p.lse) k.p.lse[static_cast<int64_t>(w.b) * k.rows + m] = natural_lse(lse2[h]);
+    } else {
+      float* row = k.part_o + (part_base + m) * kVerifyLatentDim + col_base + 2 * tig;
+#pragma unroll
+      for (int j = 0; j < Cfg::kORegs / 4; ++j) store_out_pair(row + 8 * j, o[4 * j + 2 * h] * f[h], o[4 * j + 2 * h + 1] * f[h]);
+      if (lse_writer) k.part_lse[part_base + m] = lse2[h];
+    }
+  }
+}
+
+// This thread's rows' 1 / (row sum) and base-2 lse from the row sums both warpgroups left in
+// red_sum ([groups][tile rows]) and its running maxima.
+template <class Cfg>
+KD_DEVICE void wgmma_row_totals(const float (&m_run)[2], const float* red_sum, int row_lo, float (&inv)[2], float (&lse2)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = row_lo + 8 * h;
+    const float l = red_sum[r] + red_sum[Cfg::kTileRows + r];
+    inv[h] = l > 0.0f ? 1.0f / l : 0.0f;
+    lse2[h] = l > 0.0f ? m_run[h] + log2f(l) : -INFINITY;
+  }
+}
+
+// The wgmma kernels' epilogue stores (configs 7-10, a partial a split): this thread's two
+// accumulator rows, normalised, to the output or to the split's partial. Call after the
+// barrier that publishes red_sum.
 template <class Cfg, class OutT>
 KD_DEVICE void wgmma_store_rows(const VerifyKernelParams& k, const SplitWork& w, const float (&o)[Cfg::kORegs],
                                 const float (&m_run)[2], const float* red_sum, int group, int row_lo, int tig,
                                 int col_base) {
-  const int64_t part_base = (static_cast<int64_t>(w.b) * k.splits + w.split) * k.rows;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = row_lo + 8 * h, m = w.row0 + r;
-    if (m >= k.rows) continue;
-    const float l = red_sum[r] + red_sum[Cfg::kTileRows + r];
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const float lse2 = l > 0.0f ? m_run[h] + log2f(l) : -INFINITY;
-    if (k.splits == 1) {
-      OutT* row = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(w.b) * k.rows + m) * kVerifyLatentDim + col_base + 2 * tig;
-#pragma unroll
-      for (int j = 0; j < Cfg::kORegs / 4; ++j) store_out_pair(row + 8 * j, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-      if (group == 0 && tig == 0 && k.p.lse) k.p.lse[static_cast<int64_t>(w.b) * k.rows + m] = natural_lse(lse2);
-    } else {
-      float* row = k.part_o + (part_base + m) * kVerifyLatentDim + col_base + 2 * tig;
-#pragma unroll
-      for (int j = 0; j < Cfg::kORegs / 4; ++j) store_out_pair(row + 8 * j, o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-      if (group == 0 && tig == 0) k.part_lse[part_base + m] = lse2;
-    }
-  }
+  float inv[2], lse2[2];
+  wgmma_row_totals<Cfg>(m_run, red_sum, row_lo, inv, lse2);
+  wgmma_store_scaled<Cfg, OutT>(k, w, w.split, o, inv, lse2, group == 0 && tig == 0, row_lo, tig, col_base);
 }
 
 // kOwnPInRegs: the P V steps over a warpgroup's own keys take P from registers, before the

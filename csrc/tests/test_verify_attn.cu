@@ -272,6 +272,18 @@ KD_TEST(launcher_rejects_impossible_requests) {
   // ... the wgmma tile where the device runs sm_90a code; forcing it elsewhere is an error
   KD_EXPECT(make_verify_attn_plan(p, 132, 232448, 233472, &plan, true).ok());
   KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16WgmmaSeesaw));
+  // config 10 reduces its splits in pairs (a cluster of two along the keys): an even count and
+  // half the partials (64 heads, n=1, 32k: 65 splits of 512 keys, the tree alone on the last, become 66)
+  q = p;
+  q.heads = 64;
+  q.tree_len = 2;
+  q.max_prefix = 32768;
+  KD_EXPECT(make_verify_attn_plan(q, 132, 232448, 233472, &plan, true).ok());
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16WgmmaSeesaw));
+  KD_EXPECT_EQ(plan.split_group, kVerifySeesawPairs ? 2 : 1);
+  KD_EXPECT_EQ(plan.splits, kVerifySeesawPairs ? 66 : 65);
+  KD_EXPECT_EQ(plan.workspace_bytes, verify_workspace_for(1, plan.splits / plan.split_group, 128));
+  KD_EXPECT(plan.split_bound >= plan.splits);
   q = p;
   q.force_config = kVerifyBf16Wgmma;
   KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan).status, KernelStatus::kInvalidArgument);

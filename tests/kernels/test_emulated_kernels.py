@@ -242,9 +242,11 @@ def test_emulator_reports_a_broken_kernel_instead_of_running_it(emulated, case, 
 def test_verify_attn_on_emulator(emulated):
     out = _run(emulated["emu_verify_attn_test"], "verify_attn_one_split", "verify_attn_forced_splits",
                "verify_attn_tma_equals_lean_bitwise", "tma_probe_matches_layout",
-               "verify_attn_decode_tiles_long_prefixes")
+               "verify_attn_decode_tiles_long_prefixes", "verify_attn_seesaw_pairs")
     assert out.count(" f32 ") >= 18 and out.count(" bf16 cfg1 ") >= 18
     assert sum(out.count(f"decode cfg{c} ") for c in (3, 4, 11, 12)) == 8  # each decode tile, one split and several
+    # config 10's pairs: one pair (the output written directly) and several, odd counts evened
+    assert out.count("seesaw split_keys ") == 5 and "[       OK ] verify_attn_seesaw_pairs" in out, out[-3000:]
 
 
 def test_verify_attn_probes_merge_and_plan_on_emulator(emulated):

@@ -111,8 +111,12 @@ struct EmuAttnRunner {
       case kVerifyBf16WgmmaSeesaw: {
         AttnTmaMaps maps;
         if (KernelResult r = make_attn_tma_maps(k, &maps); !r.ok()) return r;
-        ::kdemu::launch(grid, dim3(Bf16AttnSeesaw::kThreads), Bf16AttnSeesaw::kSmemBytes,
-                        verify_attn_seesaw_kernel<__nv_bfloat16>, k, maps);
+        if (plan.split_group > 1)  // config 10's pairs: clusters along the keys, run together
+          ::kdemu::launch_cluster(grid, dim3(1, plan.split_group, 1), dim3(Bf16AttnSeesaw::kThreads),
+                                  Bf16AttnSeesaw::kSmemBytes, verify_attn_seesaw_kernel<__nv_bfloat16>, k, maps);
+        else
+          ::kdemu::launch(grid, dim3(Bf16AttnSeesaw::kThreads), Bf16AttnSeesaw::kSmemBytes,
+                          verify_attn_seesaw_kernel<__nv_bfloat16>, k, maps);
         break;
       }
       case kVerifyBf16Small:
@@ -136,7 +140,7 @@ struct EmuAttnRunner {
                         verify_attn_decode_kernel<Bf16DecodeSmall, __nv_bfloat16>, k);
         break;
     }
-    if (plan.splits > 1) {
+    if (verify_plan_parts(plan) > 1) {
       if (plan.config == kVerifyF32) launch_verify_merge<float>(k, nullptr);
       else launch_verify_merge<__nv_bfloat16>(k, nullptr);
     }
