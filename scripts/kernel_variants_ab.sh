@@ -115,7 +115,7 @@ for (key, i), recs in sorted(rows.items()):
     ms = [x.get("ms", float("nan")) for x in recs]
     g = statistics.median(x.get("graph_ms", float("nan")) for x in recs)
     d = max(x.get("trees_differing_from_heap", -1) for x in recs)  # tree_build only
-    plan = " ".join(f"{k}={recs[0][k]}" for k in ("splits", "split_keys", "config") if k in recs[0])
+    plan = " ".join(f"{k}={recs[0][k]}" for k in ("splits", "split_group", "split_keys", "config") if k in recs[0])
     print(f"{key:<52} {names[i]:>10} {statistics.median(ms) * 1e3:8.1f} {g * 1e3:9.1f} {(max(ms) - min(ms)) * 1e3:7.1f} {d:>6}  {plan}")
 PY
 cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz ./*.log ./*.json ./*.txt 2>/dev/null && rm -f ./*.log ./*.json

@@ -11,8 +11,10 @@
 //   launch       smem_kb [0] blocks [SMs]      an empty kernel: the floor under any one launch timed
 //                this way (smem_kb of dynamic shared memory a block, as the large-tile kernels ask)
 //   verify_attn  dtype [bf16] batch [1] heads n prefix config [plan's] split_keys [plan's]
-//                config / split_keys force a tile configuration (VerifyAttnConfig) or the
-//                prefix keys per split, to time variants against the plan's choice
+//                split_group [plan's]
+//                config / split_keys / split_group force a tile configuration (VerifyAttnConfig),
+//                the prefix keys per split or the splits reduced on chip together (2: config
+//                10's pairs), to time variants against the plan's choice
 //   topk         rows vocab k exact [0] variant [-1]   exact 1: the scan's compactions keep exactly K
 //                (force_exact_compaction: the earlier way, to time against); variant: the scan
 //                (TopkScanVariant: 0 topk2's, 1 the lean one; -1 the default)
@@ -334,6 +336,7 @@ void bench_verify(const Case& c, Env& env, Record& r) {
   p.out = out.get();
   p.force_config = static_cast<int>(c.num("config", -1));
   p.force_split_keys = static_cast<int>(c.num("split_keys", 0));
+  p.force_split_group = static_cast<int>(c.num("split_group", 0));  // 2: config 10's pairs (0: the plan's choice)
   VerifyAttnPlan plan;
   check(verify_attn_plan(p, &plan));
   DeviceBuffer<uint8_t> ws(plan.workspace_bytes);

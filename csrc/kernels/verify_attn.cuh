@@ -58,9 +58,11 @@ struct VerifyAttnParams {
   void* workspace = nullptr;      // split-KV partials; verify_attn_workspace_bytes() says how much
   size_t workspace_bytes = 0;
   // test hooks (leave at their defaults): force a tile configuration (VerifyAttnConfig in
-  // verify_attn_plan.h) instead of the device's best, or force prefix keys per split
+  // verify_attn_plan.h) instead of the device's best, force prefix keys per split, or force
+  // how many splits are reduced on chip together (1: none; 2: config 10's pairs)
   int force_config = -1;
   int force_split_keys = 0;
+  int force_split_group = 0;
 };
 
 // How verify_attn divides one launch (a pure function of the sizes and the device).

@@ -108,12 +108,14 @@ constexpr int kVerifyMaxSplits = 65535;      // grid.y
 // shorter splits pay the doubled partials and merge. 512 was not measured.
 constexpr int kVerifyDecodePairMinSplitKeys = 1024;
 
-// Config 10 reduces its splits in pairs on chip (a cluster of two CTAs along the keys, the
+// Config 10 can reduce its splits in pairs on chip (a cluster of two CTAs along the keys, the
 // partial O exchanged through distributed shared memory) before it writes partials: half the
 // partial bytes written and merged (H=64 n=1 32k: 17 MB of f32 partials, ~11 us of store and
-// merge at stop 37). -DKD_SEESAW_PAIRS=0 builds the unpaired form (A/B timing).
+// merge at stop 37). Off by default until it has been timed on a GPU (it has run on the
+// emulator only): -DKD_SEESAW_PAIRS=1 makes it the plan's choice, VerifyAttnParams::
+// force_split_group = 2 asks for it in one call (tests, `kdtree bench` cases).
 #ifndef KD_SEESAW_PAIRS
-#define KD_SEESAW_PAIRS 1
+#define KD_SEESAW_PAIRS 0
 #endif
 constexpr bool kVerifySeesawPairs = KD_SEESAW_PAIRS != 0;
 constexpr int kVerifySeesawSplitGroup = 2;
@@ -232,7 +234,11 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
   // Config 10's pairs need an even split count: one split more (the tree's split then holds the
   // tree alone, the one before it what is left of the prefix, maybe nothing), unless that costs
   // the search's plan another wave of pairs.
-  const bool pairs_may = pl.config == kVerifyBf16WgmmaSeesaw && kVerifySeesawPairs;
+  const int group_wanted = p.force_split_group > 0 ? p.force_split_group : kVerifySeesawPairs ? kVerifySeesawSplitGroup : 1;
+  if (group_wanted != 1 && (group_wanted != kVerifySeesawSplitGroup || pl.config != kVerifyBf16WgmmaSeesaw))
+    return KernelResult::invalid("verify_attn: force_split_group " + std::to_string(p.force_split_group) +
+                                 " needs config 10 (the seesaw tile) and 2; 1 or 0 elsewhere");
+  const bool pairs_may = group_wanted == kVerifySeesawSplitGroup;
   if (pairs_may && splits >= 2 && splits < kVerifyMaxSplits) {
     const int64_t pair_slots = std::max<int64_t>(kVerifySeesawSplitGroup, slots / kVerifySeesawSplitGroup * kVerifySeesawSplitGroup);
     const auto pair_waves = [&](int s) { return (base * s + pair_slots - 1) / pair_slots; };

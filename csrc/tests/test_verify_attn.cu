@@ -60,6 +60,7 @@ struct GpuAttnRunner {
     p.lse = lse.get();
     p.force_config = io.force_config;
     p.force_split_keys = io.force_split_keys;
+    p.force_split_group = io.force_split_group;
     if (KernelResult r = verify_attn_plan(p, &last_plan); !r.ok()) return r;
     DeviceBuffer<uint8_t> workspace(last_plan.workspace_bytes);
     p.workspace = workspace.get();
@@ -179,6 +180,21 @@ KD_GPU_TEST(small_cases_forced_splits) {
   }
 }
 
+// Config 10's pairs (clusters of two along the keys, O added through distributed shared
+// memory; verify_attn_cases.h, check_seesaw_pairs) at 64 heads, n=1 (128 query rows: two row
+// tiles) over prefixes of ~8-10k and 1.5k keys (quick mode, under the sanitizers: ~2k and 300).
+KD_GPU_TEST(seesaw_pairs) {
+  cudaDeviceProp prop;
+  KD_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9 || prop.minor != 0) KD_SKIP("config 10 is sm_90a's");
+  GpuAttnRunner runner;
+  std::mt19937_64 rng(test_seed());
+  if (quick_mode())
+    check_seesaw_pairs(runner, rng, 64, 2, 2000 + static_cast<int>(rng() % 500), 300, {0, 512, 192});
+  else
+    check_seesaw_pairs(runner, rng, 64, 2, 8000 + static_cast<int>(rng() % 2000), 1500, {0, 2048, 576, 320});
+}
+
 // One file per case (schema v0.*), generated on this machine from a logged seed; bf16 with the
 // plan's configuration, then with each one in $KDTREE_ATTN_ALSO_CONFIGS (comma-separated
 // VerifyAttnConfig numbers: a variant not yet planned, through the same long prefixes).
@@ -280,10 +296,19 @@ KD_TEST(launcher_rejects_impossible_requests) {
   q.max_prefix = 32768;
   KD_EXPECT(make_verify_attn_plan(q, 132, 232448, 233472, &plan, true).ok());
   KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16WgmmaSeesaw));
-  KD_EXPECT_EQ(plan.split_group, kVerifySeesawPairs ? 2 : 1);
-  KD_EXPECT_EQ(plan.splits, kVerifySeesawPairs ? 66 : 65);
-  KD_EXPECT_EQ(plan.workspace_bytes, verify_workspace_for(1, plan.splits / plan.split_group, 128));
-  KD_EXPECT(plan.split_bound >= plan.splits);
+  KD_EXPECT_EQ(plan.split_group, kVerifySeesawPairs ? 2 : 1);  // the build's default
+  for (int group : {1, 2}) {
+    q.force_split_group = group;
+    KD_EXPECT(make_verify_attn_plan(q, 132, 232448, 233472, &plan, true).ok());
+    KD_EXPECT_EQ(plan.split_group, group);
+    KD_EXPECT_EQ(plan.splits, group == 2 ? 66 : 65);
+    KD_EXPECT_EQ(plan.workspace_bytes, verify_workspace_for(1, plan.splits / group, 128));
+    KD_EXPECT(plan.split_bound >= plan.splits);
+  }
+  q.force_split_group = 3;  // no such reduction
+  KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan, true).status, KernelStatus::kInvalidArgument);
+  q.force_split_group = 2;  // pairs are config 10's alone
+  KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan, false).status, KernelStatus::kInvalidArgument);
   q = p;
   q.force_config = kVerifyBf16Wgmma;
   KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan).status, KernelStatus::kInvalidArgument);

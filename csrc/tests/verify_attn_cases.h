@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -27,7 +29,7 @@ struct AttnIO {
   AttnDType dtype = AttnDType::kBF16;
   int batch = 0, heads = 0, tree_len = 0, max_prefix = 0, vis_words = 0, kv_rows = 0;
   float scale = 0.0f;
-  int force_config = -1, force_split_keys = 0;
+  int force_config = -1, force_split_keys = 0, force_split_group = 0;
   bool with_prefix_array = true;
   std::vector<uint16_t> q_lat, q_pe, kv;  // bf16 bits as stored in the bundle
   std::vector<int32_t> prefix;
@@ -148,6 +150,73 @@ void run_attn_bundle(Runner& runner, const KdtrFile& f, const std::vector<int>& 
       check_attn(runner, io, ref_out, ref_lse, shape + " bf16 cfg" + std::to_string(cfg));
     }
   }
+}
+
+// A batch of two requests of fresh random bf16 inputs (N(0, 1), truncated: any bf16 will do):
+// `heads` x `tree` query rows, prefixes {prefix0, prefix1}, tree token t seeing vis[t] (tree
+// positions, bit i: token i), MLA's softmax scale. Its float32 kernel output, which the bundle
+// checks to 1e-5, is the reference the bf16 tiles are held to (ref).
+template <class Runner>
+AttnIO random_attn_case(std::mt19937_64& rng, int heads, int tree, int prefix0, int prefix1,
+                        const std::vector<uint32_t>& vis, Runner& runner, AttnIO* ref) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto bf16 = [&] {
+    const float f = normal(rng);
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    return static_cast<uint16_t>(bits >> 16);
+  };
+  AttnIO io;
+  io.batch = 2;
+  io.heads = heads;
+  io.tree_len = tree;
+  io.prefix = {prefix0, prefix1};
+  io.max_prefix = std::max(prefix0, prefix1);
+  io.kv_rows = io.max_prefix + tree;
+  io.scale = 1.0f / std::sqrt(192.0f);  // MLA's softmax scale (qk_nope + rope head dims)
+  io.vis_words = 1;
+  for (int b = 0; b < io.batch; ++b) io.vis.insert(io.vis.end(), vis.begin(), vis.end());
+  const size_t rows = static_cast<size_t>(io.batch) * tree * heads;
+  for (size_t i = 0; i < rows * kVerifyLatentDim; ++i) io.q_lat.push_back(bf16());
+  for (size_t i = 0; i < rows * kVerifyRopeDim; ++i) io.q_pe.push_back(bf16());
+  for (size_t i = 0; i < static_cast<size_t>(io.batch) * io.kv_rows * kVerifyQKDim; ++i) io.kv.push_back(bf16());
+  std::printf("    prefixes %d, %d\n", prefix0, prefix1);
+  *ref = io;
+  ref->dtype = AttnDType::kF32;
+  ref->poison_outputs();
+  KD_CHECK(runner.attn(*ref).ok());
+  return io;
+}
+
+// Config 10's pairs (force_split_group 2: two splits of a row tile reduced through distributed
+// shared memory, a cluster of two) against the float32 kernel on a random_attn_case of `heads`
+// x `tree` rows (a chain with a branch at 3 when tree > 3), prefixes {prefix0, prefix1}: per
+// forced split length (0: the plan's), one pair (the output written directly) or many, odd
+// counts evened (the tree's split alone, maybe an empty one before it), a shorter request whose
+// pairs are half or wholly empty. Returns how many of the runs had an odd count to even.
+template <class Runner>
+int check_seesaw_pairs(Runner& runner, std::mt19937_64& rng, int heads, int tree, int prefix0, int prefix1,
+                       const std::vector<int>& split_keys_list) {
+  std::vector<uint32_t> vis;
+  for (int t = 0; t < tree; ++t) vis.push_back(t == 3 ? 0b1001u : (2u << t) - 1);
+  AttnIO ref;
+  const AttnIO io = random_attn_case(rng, heads, tree, prefix0, prefix1, vis, runner, &ref);
+  int odd = 0;
+  for (int split_keys : split_keys_list) {
+    AttnIO c = io;
+    c.force_config = kVerifyBf16WgmmaSeesaw;
+    c.force_split_keys = split_keys;
+    c.force_split_group = kVerifySeesawSplitGroup;
+    check_attn(runner, c, ref.out.data(), ref.lse.data(), "seesaw pairs split_keys " + std::to_string(split_keys));
+    const VerifyAttnPlan& pl = runner.last_plan;
+    const int raw = split_keys > 0 ? (io.max_prefix + pl.split_len - 1) / pl.split_len : pl.splits;
+    odd += split_keys > 0 && raw % 2 == 1;
+    std::printf("      %d splits (%d before pairing) of %d keys, %d partials a row\n", pl.splits, raw, pl.split_len,
+                verify_plan_parts(pl));
+    if (pl.splits >= 2) KD_EXPECT_EQ(pl.split_group, kVerifySeesawSplitGroup);
+    KD_EXPECT(pl.splits % pl.split_group == 0);
+  }
+  return odd;
 }
 
 }  // namespace kdtree::test

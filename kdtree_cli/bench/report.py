@@ -62,7 +62,8 @@ def attn_row(case, native: dict, base: dict, ceil: dict) -> dict:
     return {
         "heads": case.heads, "n": case.n, "prefix": case.prefix, "batch": case.batch, "dtype": case.dtype,
         "kdtree_ms": ms, "tflops": native.get("tflops"), "cache_gbps": native.get("cache_gbps"),
-        "plan": f"{native.get('splits')} splits x {native.get('split_keys')} keys, config {native.get('config')}",
+        "plan": f"{native.get('splits')} splits x {native.get('split_keys')} keys"
+                + (" in pairs" if (native.get("split_group") or 1) > 1 else "") + f", config {native.get('config')}",
         "torch_ms": base.get("torch_ms"), "cublas_ms": base.get("cublas_ms"),
         "floor_ms": floor, "floor_bound": "memory" if floor is not None and floor == floor_memory else "compute",
         "vs_torch": _ratio(base.get("torch_ms"), ms), "vs_cublas": _ratio(base.get("cublas_ms"), ms),

@@ -246,7 +246,7 @@ def test_verify_attn_on_emulator(emulated):
     assert out.count(" f32 ") >= 18 and out.count(" bf16 cfg1 ") >= 18
     assert sum(out.count(f"decode cfg{c} ") for c in (3, 4, 11, 12)) == 8  # each decode tile, one split and several
     # config 10's pairs: one pair (the output written directly) and several, odd counts evened
-    assert out.count("seesaw split_keys ") == 5 and "[       OK ] verify_attn_seesaw_pairs" in out, out[-3000:]
+    assert out.count("seesaw pairs split_keys ") == 5 and "[       OK ] verify_attn_seesaw_pairs" in out, out[-3000:]
 
 
 def test_verify_attn_probes_merge_and_plan_on_emulator(emulated):

@@ -69,6 +69,7 @@ struct EmuAttnRunner {
     p.lse = io.lse.data();
     p.force_config = io.force_config;
     p.force_split_keys = io.force_split_keys;
+    p.force_split_group = io.force_split_group;
     VerifyAttnPlan plan;
     if (KernelResult r = make_verify_attn_plan(p, sms, smem_optin, smem_per_sm, &plan, wgmma); !r.ok()) return r;
     last_plan = plan;

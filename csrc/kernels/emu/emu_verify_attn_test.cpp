@@ -86,41 +86,6 @@ KD_TEST(verify_attn_tma_equals_lean_bitwise) {
     }
 }
 
-// A batch of two requests of fresh random bf16 inputs (N(0, 1), truncated: any bf16 will do):
-// `heads` x `tree` query rows, prefixes {prefix0, prefix1}, tree token t seeing vis[t] (tree
-// positions, bit i: token i), MLA's softmax scale. Its float32 kernel output, which the bundle
-// checks to 1e-5, is the reference the bf16 tiles are held to (ref).
-AttnIO random_attn_case(std::mt19937_64& rng, int heads, int tree, int prefix0, int prefix1,
-                        const std::vector<uint32_t>& vis, EmuAttnRunner& runner, AttnIO* ref) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto bf16 = [&] {
-    const float f = normal(rng);
-    uint32_t bits;
-    std::memcpy(&bits, &f, sizeof bits);
-    return static_cast<uint16_t>(bits >> 16);
-  };
-  AttnIO io;
-  io.batch = 2;
-  io.heads = heads;
-  io.tree_len = tree;
-  io.prefix = {prefix0, prefix1};
-  io.max_prefix = std::max(prefix0, prefix1);
-  io.kv_rows = io.max_prefix + tree;
-  io.scale = 1.0f / std::sqrt(192.0f);  // MLA's softmax scale (qk_nope + rope head dims)
-  io.vis_words = 1;
-  for (int b = 0; b < io.batch; ++b) io.vis.insert(io.vis.end(), vis.begin(), vis.end());
-  const size_t rows = static_cast<size_t>(io.batch) * tree * heads;
-  for (size_t i = 0; i < rows * kVerifyLatentDim; ++i) io.q_lat.push_back(bf16());
-  for (size_t i = 0; i < rows * kVerifyRopeDim; ++i) io.q_pe.push_back(bf16());
-  for (size_t i = 0; i < static_cast<size_t>(io.batch) * io.kv_rows * kVerifyQKDim; ++i) io.kv.push_back(bf16());
-  std::printf("    prefixes %d, %d\n", prefix0, prefix1);
-  *ref = io;
-  ref->dtype = AttnDType::kF32;
-  ref->poison_outputs();
-  KD_CHECK(runner.attn(*ref).ok());
-  return io;
-}
-
 // The decode tiles (configs 3, 4, 11, 12: <= 32 rows) over prefixes of many key tiles, partial last
 // tiles and requests of different lengths, one split and several: the bundle's decode-shaped
 // cases have short prefixes, so the tiles' pipelines (buffers reused, mbarrier phases past the
@@ -144,36 +109,14 @@ KD_TEST(verify_attn_decode_tiles_long_prefixes) {
     }
 }
 
-// Config 10's pairs (two splits of a row tile reduced through distributed shared memory, a
-// cluster of two): even and odd split counts (an odd one gains a split: the tree's alone, the
-// one before it maybe empty), a shorter request whose pairs are half or wholly empty, a partial
-// second row tile, two partials a row (one pair: the output written directly) and many, against
-// the float32 kernel on fresh random bf16 inputs.
+// Config 10's pairs on the emulator (verify_attn_cases.h, check_seesaw_pairs): 80 query rows
+// (a full row tile and a partial one), a chain with a branch; 64-key splits over 600..699 + 5
+// keys make an odd count, so the evened form (an empty split before the tree's) runs too.
 KD_TEST(verify_attn_seesaw_pairs) {
-  std::mt19937_64 rng(test_seed());
-  constexpr int kHeads = 16, kTree = 5;  // 80 query rows: a full row tile and a partial one
   EmuAttnRunner runner;
-  AttnIO ref;
-  const int prefix0 = 600 + static_cast<int>(rng() % 100);
-  const AttnIO io = random_attn_case(rng, kHeads, kTree, prefix0, 150, {0b1u, 0b11u, 0b111u, 0b1001u, 0b11111u}, runner,
-                                     &ref);  // a chain with a branch at 3
-  // 0: the plan's own split (4 pretend SMs); 384 keys: two splits, one pair; 128 and 192: odd or
-  // even counts depending on the drawn prefix, many pairs
-  bool odd_seen = false;
-  for (int split_keys : {0, 384, 192, 128, 64}) {
-    AttnIO c = io;
-    c.force_config = kVerifyBf16WgmmaSeesaw;
-    c.force_split_keys = split_keys;
-    check_attn(runner, c, ref.out.data(), ref.lse.data(), "seesaw split_keys " + std::to_string(split_keys));
-    const VerifyAttnPlan& pl = runner.last_plan;
-    const int raw = split_keys > 0 ? (io.max_prefix + pl.split_len - 1) / pl.split_len : pl.splits;
-    odd_seen = odd_seen || raw % 2 == 1;
-    std::printf("      %d splits (%d before pairing) of %d keys, %d partials a row\n", pl.splits, raw, pl.split_len,
-                verify_plan_parts(pl));
-    if (pl.splits >= 2) KD_EXPECT_EQ(pl.split_group, kVerifySeesawPairs ? 2 : 1);
-    KD_EXPECT(pl.splits % pl.split_group == 0);
-  }
-  KD_EXPECT(!kVerifySeesawPairs || odd_seen);  // 64-key splits over 600..699 + 5 keys: some count is odd
+  std::mt19937_64 rng(test_seed());
+  const int odd = check_seesaw_pairs(runner, rng, 16, 5, 600 + static_cast<int>(rng() % 100), 150, {0, 384, 192, 128, 64});
+  KD_EXPECT(odd > 0);
 }
 
 // The merge's two kernels (a warp per row up to kMergeRowsMaxSplits splits, warps over the
