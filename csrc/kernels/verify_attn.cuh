@@ -89,6 +89,9 @@ struct VerifyAttnPlan {
   bool merge_wide = false;
 };
 
+// Partials a (request, row) of a plan: the splits, less those reduced on chip together.
+inline int verify_plan_parts(const VerifyAttnPlan& pl) { return pl.splits / pl.split_group; }
+
 // The plan for these sizes on the current device (errors if impossible there).
 KernelResult verify_attn_plan(const VerifyAttnParams& p, VerifyAttnPlan* plan);
 // Bytes of workspace verify_attn needs for these sizes on the current device (0 on error).

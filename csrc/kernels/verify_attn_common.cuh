@@ -42,7 +42,7 @@ inline VerifyKernelParams make_kernel_params(const VerifyAttnParams& p, const Ve
   k.splits = plan.splits;
   k.split_len = plan.split_len;
   k.split_group = plan.split_group;
-  k.parts = plan.splits / plan.split_group;
+  k.parts = verify_plan_parts(plan);
   k.scale_log2 = p.scale * kLog2e;
   const size_t parts = static_cast<size_t>(p.batch) * k.parts * k.rows;
   const bool partials = plan.workspace_bytes > 0;

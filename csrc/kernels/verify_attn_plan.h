@@ -126,9 +126,6 @@ constexpr int kVerifySeesawSplitGroup = 2;
 // independently of the prefix (VerifyAttnPlan::split_bound).
 constexpr int kVerifyMaxSplitWaves = 2;
 
-// Partials a (request, row) of a plan: the splits, less those reduced on chip.
-inline int verify_plan_parts(const VerifyAttnPlan& pl) { return pl.splits / pl.split_group; }
-
 // Bytes of partials (normalised O rows, then lse at a 256-byte boundary) for `parts` a row.
 inline size_t verify_workspace_for(int batch, int parts, int rows) {
   if (parts <= 1) return 0;
@@ -231,9 +228,10 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
     splits = (p.max_prefix + pl.split_len - 1) / pl.split_len;
   }
   if (p.max_prefix == 0) pl.split_len = pl.tile_keys;
-  // Config 10's pairs need an even split count: one split more (the tree's split then holds the
-  // tree alone, the one before it what is left of the prefix, maybe nothing), unless that costs
-  // the search's plan another wave of pairs.
+  // Config 10's pairs need an even split count: one split more where it is odd (the tree's split
+  // then holds the tree alone, the one before it what is left of the prefix, maybe nothing).
+  // Unforced, they are taken only if the pairs' waves (clusters of two) are no more than the
+  // search's plan's waves of CTAs.
   const int group_wanted = p.force_split_group > 0 ? p.force_split_group : kVerifySeesawPairs ? kVerifySeesawSplitGroup : 1;
   if (group_wanted != 1 && (group_wanted != kVerifySeesawSplitGroup || pl.config != kVerifyBf16WgmmaSeesaw))
     return KernelResult::invalid("verify_attn: force_split_group " + std::to_string(p.force_split_group) +
@@ -241,9 +239,10 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
   const bool pairs_may = group_wanted == kVerifySeesawSplitGroup;
   if (pairs_may && splits >= 2 && splits < kVerifyMaxSplits) {
     const int64_t pair_slots = std::max<int64_t>(kVerifySeesawSplitGroup, slots / kVerifySeesawSplitGroup * kVerifySeesawSplitGroup);
-    const auto pair_waves = [&](int s) { return (base * s + pair_slots - 1) / pair_slots; };
-    if (splits % 2 == 0 || p.force_split_keys > 0 || pair_waves(splits + 1) == pair_waves(splits)) {
-      splits += splits % 2;
+    const int even = splits + splits % 2;
+    const auto waves = [&](int s, int64_t per_wave) { return (base * s + per_wave - 1) / per_wave; };
+    if (p.force_split_group > 0 || p.force_split_keys > 0 || waves(even, pair_slots) <= waves(splits, slots)) {
+      splits = even;
       pl.split_group = kVerifySeesawSplitGroup;
     }
   }
