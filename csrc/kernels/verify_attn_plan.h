@@ -111,9 +111,10 @@ constexpr int kVerifyDecodePairMinSplitKeys = 1024;
 // Config 10 can reduce its splits in pairs on chip (a cluster of two CTAs along the keys, the
 // partial O exchanged through distributed shared memory) before it writes partials: half the
 // partial bytes written and merged (H=64 n=1 32k: 17 MB of f32 partials, ~11 us of store and
-// merge at stop 37). Off by default until it has been timed on a GPU (it has run on the
-// emulator only): -DKD_SEESAW_PAIRS=1 makes it the plan's choice, VerifyAttnParams::
-// force_split_group = 2 asks for it in one call (tests, `kdtree bench` cases).
+// merge at stop 37). Off: timed on the H200 (stop 40) it saved 0.9 us there (35.2 / 34.3) and
+// lost elsewhere (H=64 n=16 32k 162.6 / 185.1: a third wave). -DKD_SEESAW_PAIRS=1 makes it the
+// plan's choice, VerifyAttnParams::force_split_group = 2 asks for it in one call (tests,
+// `kdtree bench` cases).
 #ifndef KD_SEESAW_PAIRS
 #define KD_SEESAW_PAIRS 0
 #endif
