@@ -25,8 +25,8 @@
 
 namespace kdtree::kern {
 
-// BulkKeys: key tiles by bulk copies (sm_90+: a row of 1152 bytes a copy, issued by one warp,
-// landing on an mbarrier) into rows padded by 16 bytes, which keeps ldmatrix conflict-free
+// BulkKeys: key tiles by bulk copies (sm_90+: a row of 1152 bytes a copy, every warp issuing
+// its share, landing on an mbarrier) into rows padded by 16 bytes, which keeps ldmatrix conflict-free
 // without a swizzle. Else cp.async, 16 bytes a thread a copy, into the swizzled rows.
 template <int TileKeys, int Stages, int RowGroups = 2, bool BulkKeys = false, int MinBlocks = 1>
 struct Bf16DecodeConfig {
@@ -91,6 +91,18 @@ KD_DEVICE void load_key_tile_bulk(uint8_t* dst, const __nv_bfloat16* kv, int64_t
     }
     fence_proxy_async_smem();  // these generic writes before the bulk copies that refill the buffer later
   }
+}
+
+// Key tile `kt` into dst: the bulk form on bar, or the cp.async form committed as one group.
+template <class Cfg>
+KD_DEVICE void issue_key_tile(uint8_t* dst, const __nv_bfloat16* kv, int64_t row_stride, const KeyTile& kt, uint64_t* bar,
+                              int warp, int lane) {
+  if (Cfg::kBulkKeys) {
+    load_key_tile_bulk<Cfg>(dst, kv, row_stride, kt.key0, kt.valid, bar, warp, lane);
+    return;
+  }
+  load_key_tile<Cfg>(dst, kv, row_stride, kt.key0, kt.valid);
+  cp_async_commit();
 }
 
 using Bf16DecodeSm90 = Bf16DecodeConfig<64, 2, 2, kVerifyDecodeBulkKeys>;    // ~188 KB: H100/H200
@@ -172,11 +184,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) verify_attn_de
   load_query_tile<Cfg>(q_s, k, w.b, w.row0);
   for (int t = 0; t < max(1, Cfg::kStages - 1) && t < n_tiles; ++t) {  // the first kStages - 1 tiles (one at least)
     const KeyTile kt = key_tile_at(w, prefix_tiles, tail_mask, t, Cfg::kTileKeys, T);
-    uint8_t* dst = smem + Cfg::kKOff + t * Cfg::kKBytes;
-    if (!Cfg::kBulkKeys) load_key_tile<Cfg>(dst, kv, k.p.kv_row_stride, kt.key0, kt.valid);
-    else load_key_tile_bulk<Cfg>(dst, kv, k.p.kv_row_stride, kt.key0, kt.valid, &kbar[t], warp, lane);
+    issue_key_tile<Cfg>(smem + Cfg::kKOff + t * Cfg::kKBytes, kv, k.p.kv_row_stride, kt, &kbar[t], warp, lane);
   }
-  cp_async_commit();
+  cp_async_commit();  // the query tile's copies (the bulk form's key tiles are not in a group)
 
   const int key_base = 8 * warp;  // an S warp's keys within the tile
   ATTN_CLK_LAP(kClkPrologue);
@@ -190,13 +200,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) verify_attn_de
     const int ahead = it + Cfg::kStages - 1;  // the tile that goes where tile it-1 was
     if (Cfg::kStages >= 2 && ahead < n_tiles) {
       const KeyTile nx = key_tile_at(w, prefix_tiles, tail_mask, ahead, Cfg::kTileKeys, T);
-      uint8_t* next = smem + Cfg::kKOff + (ahead % Cfg::kStages) * Cfg::kKBytes;
-      if (!Cfg::kBulkKeys) {
-        load_key_tile<Cfg>(next, kv, k.p.kv_row_stride, nx.key0, nx.valid);
-        cp_async_commit();
-      } else {
-        load_key_tile_bulk<Cfg>(next, kv, k.p.kv_row_stride, nx.key0, nx.valid, &kbar[ahead % Cfg::kStages], warp, lane);
-      }
+      const int st = ahead % Cfg::kStages;
+      issue_key_tile<Cfg>(smem + Cfg::kKOff + st * Cfg::kKBytes, kv, k.p.kv_row_stride, nx, &kbar[st], warp, lane);
     }
     ATTN_CLK_LAP(kClkTop);
 
@@ -320,12 +325,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) verify_attn_de
     if (Cfg::kStages == 1 && it + 1 < n_tiles) {
       __syncthreads();  // everyone is done with the single K buffer
       const KeyTile nx = key_tile_at(w, prefix_tiles, tail_mask, it + 1, Cfg::kTileKeys, T);
-      if (!Cfg::kBulkKeys) {
-        load_key_tile<Cfg>(smem + Cfg::kKOff, kv, k.p.kv_row_stride, nx.key0, nx.valid);
-        cp_async_commit();
-      } else {
-        load_key_tile_bulk<Cfg>(smem + Cfg::kKOff, kv, k.p.kv_row_stride, nx.key0, nx.valid, &kbar[0], warp, lane);
-      }
+      issue_key_tile<Cfg>(smem + Cfg::kKOff, kv, k.p.kv_row_stride, nx, &kbar[0], warp, lane);
     }
   }
 

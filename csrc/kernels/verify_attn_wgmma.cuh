@@ -264,15 +264,15 @@ KD_DEVICE void wgmma_store_scaled(const VerifyKernelParams& k, const SplitWork& 
   for (int h = 0; h < 2; ++h) {
     const int m = w.row0 + row_lo + 8 * h;
     if (m >= k.rows) continue;
-    if (k.parts == 1) {
-      OutT* row = static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(w.b) * k.rows + m) * kVerifyLatentDim + col_base + 2 * tig;
+    auto store = [&](auto* row) {  // OutT (the output) or float (a partial)
 #pragma unroll
       for (int j = 0; j < Cfg::kORegs / 4; ++j) store_out_pair(row + 8 * j, o[4 * j + 2 * h] * f[h], o[4 * j + 2 * h + 1] * f[h]);
+    };
+    if (k.parts == 1) {
+      store(static_cast<OutT*>(k.p.out) + (static_cast<int64_t>(w.b) * k.rows + m) * kVerifyLatentDim + col_base + 2 * tig);
       if (lse_writer && k.p.lse) k.p.lse[static_cast<int64_t>(w.b) * k.rows + m] = natural_lse(lse2[h]);
     } else {
-      float* row = k.part_o + (part_base + m) * kVerifyLatentDim + col_base + 2 * tig;
-#pragma unroll
-      for (int j = 0; j < Cfg::kORegs / 4; ++j) store_out_pair(row + 8 * j, o[4 * j + 2 * h] * f[h], o[4 * j + 2 * h + 1] * f[h]);
+      store(k.part_o + (part_base + m) * kVerifyLatentDim + col_base + 2 * tig);
       if (lse_writer) k.part_lse[part_base + m] = lse2[h];
     }
   }
