@@ -94,7 +94,7 @@ constexpr bool kVerifyMergeOverlap = true;
 constexpr bool kVerifyMergeOverlap = KD_VERIFY_MERGE_PDL != 0;
 #endif
 
-// Shortest split: two 32-key float32 tiles. The cost model below (+3 tiles per split) already
+// Shortest split: two 32-key float32 tiles. The cost model below (a wave's fixed cost) already
 // weighs a split's fixed costs; a larger floor left short prefixes (the prefill of a chat, a
 // small model's verify: 5 CTAs on 132 SMs at 256 keys, measured 59 us) on one split.
 constexpr int kVerifyMinSplitKeys = 64;
@@ -126,6 +126,17 @@ constexpr int kVerifySeesawSplitGroup = 2;
 // badly filled and never gains from a third; the cap makes the split count bounded
 // independently of the prefix (VerifyAttnPlan::split_bound).
 constexpr int kVerifyMaxSplitWaves = 2;
+
+// The split search's fixed cost of a wave of CTAs, in key tiles (the query load, the tree tail,
+// the epilogue and its partials): a second wave is taken only when it saves more than this.
+// Measured where it decides (H200, stop 41, results/h200/bench/stop41/lease3; 17 row tiles:
+// H=64 n=16, or H=16 n=64): one wave of 7 splits against two of 15, us: 32k 154.9 / 163.6,
+// 64k 284.2 / 281.3, 128k 512.7 / 511.6 (H=16 n=64 32k 153.8 / 162.5). 3 (before) took two
+// waves at 32k, 10 one at 64k; 5 takes the faster at each. -D overrides it for A/B runs.
+#ifndef KD_VERIFY_WAVE_FIXED_TILES
+#define KD_VERIFY_WAVE_FIXED_TILES 5
+#endif
+constexpr double kVerifyWaveFixedTiles = KD_VERIFY_WAVE_FIXED_TILES;
 
 // Bytes of partials (normalised O rows, then lse at a 256-byte boundary) for `parts` a row.
 inline size_t verify_workspace_for(int batch, int parts, int rows) {
@@ -191,15 +202,15 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
                                 fits(kVerifyBf16DecodeNarrowPair);
   int splits = 1;
   if (p.max_prefix > 0) {
-    // the split count with the least estimated time: waves x (key tiles per split + fixed
-    // cost of ~3 tiles for the query load, the tree tail and the epilogue)
+    // the split count with the least estimated time: waves x (key tiles per split + a wave's
+    // fixed cost)
     const int min_splits = p.dtype == AttnDType::kF32 ? (p.max_prefix + kVerifyF32MaxSplitKeys - 1) / kVerifyF32MaxSplitKeys : 1;
     const int max_splits = std::max(min_splits, std::min({kVerifyMaxSplits, split_cap,
                                                           (p.max_prefix + kVerifyMinSplitKeys - 1) / kVerifyMinSplitKeys}));
     double best = 0.0;
     for (int s = min_splits; s <= max_splits; ++s) {
       const int64_t waves = (base * s + slots - 1) / slots;
-      const double tiles = static_cast<double>((p.max_prefix + s - 1) / s) / pl.tile_keys + 3.0;
+      const double tiles = static_cast<double>((p.max_prefix + s - 1) / s) / pl.tile_keys + kVerifyWaveFixedTiles;
       const double cost = static_cast<double>(waves) * tiles;
       if (s == min_splits || cost < best * 0.98) {  // more splits only for a clear gain
         best = cost;
