@@ -94,7 +94,7 @@ constexpr bool kVerifyMergeOverlap = true;
 constexpr bool kVerifyMergeOverlap = KD_VERIFY_MERGE_PDL != 0;
 #endif
 
-// Shortest split: two 32-key float32 tiles. The cost model below (a wave's fixed cost) already
+// Shortest split: two 32-key float32 tiles. The cost model below (+3 tiles per split) already
 // weighs a split's fixed costs; a larger floor left short prefixes (the prefill of a chat, a
 // small model's verify: 5 CTAs on 132 SMs at 256 keys, measured 59 us) on one split.
 constexpr int kVerifyMinSplitKeys = 64;
@@ -127,16 +127,21 @@ constexpr int kVerifySeesawSplitGroup = 2;
 // independently of the prefix (VerifyAttnPlan::split_bound).
 constexpr int kVerifyMaxSplitWaves = 2;
 
-// The split search's fixed cost of a wave of CTAs, in key tiles (the query load, the tree tail,
-// the epilogue and its partials): a second wave is taken only when it saves more than this.
-// Measured where it decides (H200, stop 41, results/h200/bench/stop41/lease3; 17 row tiles:
-// H=64 n=16, or H=16 n=64): one wave of 7 splits against two of 15, us: 32k 154.9 / 163.6,
-// 64k 284.2 / 281.3, 128k 512.7 / 511.6 (H=16 n=64 32k 153.8 / 162.5). 3 (before) took two
-// waves at 32k, 10 one at 64k; 5 takes the faster at each. -D overrides it for A/B runs.
-#ifndef KD_VERIFY_WAVE_FIXED_TILES
-#define KD_VERIFY_WAVE_FIXED_TILES 5
+// Config 10's second wave: the split search below weighs a wave's fixed cost as 3 key tiles (the
+// query load, the tree tail, the epilogue), which took two waves where one measured faster: at
+// 17 row tiles (H=64 n=16, H=16 n=64) one wave of 7 splits against the search's two of 15, us
+// (H200, stop 41, results/h200/bench/stop41/lease3): 32k 154.9 / 163.6 (H=16 n=64 153.8 /
+// 162.5), 64k 284.2 / 281.3, 128k 512.7 / 511.6. So a two-wave choice of config 10 is weighed
+// again against the fullest single wave, each wave charged this many tiles; 8 puts the
+// crossover of those shapes at ~54k keys, between the measured 32k and 64k. At every shape of
+// a plan sweep where this moves the split count (stop41/scripts/plan_sweep.cpp; H 8-64, n
+// 8-64, batch 1-4) the single wave measured faster (stop41/lease5, us): H=64 n=16 32k 153.7 /
+// 162.9, 48k 216.1 / 217.3, batch 2 8k 98.7 / 100.8, batch 4 1k 47.1 / 47.5; H=8 n=32 batch 4
+// 32k 174.5 / 176.9, H=8 n=64 batch 4 8k 97.4 / 101.9, H=64 n=8 batch 4 8k 99.8 / 103.6.
+#ifndef KD_VERIFY_SECOND_WAVE_TILES
+#define KD_VERIFY_SECOND_WAVE_TILES 8
 #endif
-constexpr double kVerifyWaveFixedTiles = KD_VERIFY_WAVE_FIXED_TILES;
+constexpr double kVerifySecondWaveTiles = KD_VERIFY_SECOND_WAVE_TILES;
 
 // Bytes of partials (normalised O rows, then lse at a 256-byte boundary) for `parts` a row.
 inline size_t verify_workspace_for(int batch, int parts, int rows) {
@@ -202,20 +207,30 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
                                 fits(kVerifyBf16DecodeNarrowPair);
   int splits = 1;
   if (p.max_prefix > 0) {
-    // the split count with the least estimated time: waves x (key tiles per split + a wave's
-    // fixed cost)
+    // the split count with the least estimated time: waves x (key tiles per split + fixed
+    // cost of ~3 tiles for the query load, the tree tail and the epilogue)
     const int min_splits = p.dtype == AttnDType::kF32 ? (p.max_prefix + kVerifyF32MaxSplitKeys - 1) / kVerifyF32MaxSplitKeys : 1;
     const int max_splits = std::max(min_splits, std::min({kVerifyMaxSplits, split_cap,
                                                           (p.max_prefix + kVerifyMinSplitKeys - 1) / kVerifyMinSplitKeys}));
     double best = 0.0;
     for (int s = min_splits; s <= max_splits; ++s) {
       const int64_t waves = (base * s + slots - 1) / slots;
-      const double tiles = static_cast<double>((p.max_prefix + s - 1) / s) / pl.tile_keys + kVerifyWaveFixedTiles;
+      const double tiles = static_cast<double>((p.max_prefix + s - 1) / s) / pl.tile_keys + 3.0;
       const double cost = static_cast<double>(waves) * tiles;
       if (s == min_splits || cost < best * 0.98) {  // more splits only for a clear gain
         best = cost;
         splits = s;
       }
+    }
+    // config 10: two waves only if they beat the fullest single wave (kVerifySecondWaveTiles)
+    const int one_wave = static_cast<int>(std::min<int64_t>(max_splits, slots / base));
+    if (pl.config == kVerifyBf16WgmmaSeesaw && (base * splits + slots - 1) / slots > 1 && one_wave >= min_splits &&
+        one_wave < splits) {
+      auto per_wave_cost = [&](int s) {
+        return static_cast<double>((p.max_prefix + s - 1) / s) / pl.tile_keys + kVerifySecondWaveTiles;
+      };
+      if (per_wave_cost(one_wave) <= static_cast<double>((base * splits + slots - 1) / slots) * per_wave_cost(splits))
+        splits = one_wave;
     }
     // The tree's key tiles all fall on the last split: cut the prefix so that the last
     // split's prefix tiles plus the tree's come to no more than the others' (never longer than
