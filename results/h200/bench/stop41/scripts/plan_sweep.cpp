@@ -1,3 +1,7 @@
+// The verify_attn plans of a sweep of shapes on the H200's limits (132 SMs, 227 KB a block,
+// sm_90a): one line a shape. Built against two trees and diffed, it lists the shapes where a
+// plan change moves the split count (stop 41: lease 5's cases).
+//   g++ -std=c++17 -O1 -I<tree>/csrc -I/usr/local/cuda/include -o plans plan_sweep.cpp && ./plans
 #include "kernels/verify_attn_plan.h"
 #include <cstdio>
 using namespace kdtree;
