@@ -212,11 +212,14 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
     const int min_splits = p.dtype == AttnDType::kF32 ? (p.max_prefix + kVerifyF32MaxSplitKeys - 1) / kVerifyF32MaxSplitKeys : 1;
     const int max_splits = std::max(min_splits, std::min({kVerifyMaxSplits, split_cap,
                                                           (p.max_prefix + kVerifyMinSplitKeys - 1) / kVerifyMinSplitKeys}));
+    // a split count's waves of CTAs, and its split's key tiles plus a wave's fixed cost
+    auto split_waves = [&](int s) { return static_cast<double>((base * s + slots - 1) / slots); };
+    auto wave_cost = [&](int s, double fixed) {
+      return static_cast<double>((p.max_prefix + s - 1) / s) / pl.tile_keys + fixed;
+    };
     double best = 0.0;
     for (int s = min_splits; s <= max_splits; ++s) {
-      const int64_t waves = (base * s + slots - 1) / slots;
-      const double tiles = static_cast<double>((p.max_prefix + s - 1) / s) / pl.tile_keys + 3.0;
-      const double cost = static_cast<double>(waves) * tiles;
+      const double cost = split_waves(s) * wave_cost(s, 3.0);
       if (s == min_splits || cost < best * 0.98) {  // more splits only for a clear gain
         best = cost;
         splits = s;
@@ -224,14 +227,9 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
     }
     // config 10: two waves only if they beat the fullest single wave (kVerifySecondWaveTiles)
     const int one_wave = static_cast<int>(std::min<int64_t>(max_splits, slots / base));
-    if (pl.config == kVerifyBf16WgmmaSeesaw && (base * splits + slots - 1) / slots > 1 && one_wave >= min_splits &&
-        one_wave < splits) {
-      auto per_wave_cost = [&](int s) {
-        return static_cast<double>((p.max_prefix + s - 1) / s) / pl.tile_keys + kVerifySecondWaveTiles;
-      };
-      if (per_wave_cost(one_wave) <= static_cast<double>((base * splits + slots - 1) / slots) * per_wave_cost(splits))
-        splits = one_wave;
-    }
+    if (pl.config == kVerifyBf16WgmmaSeesaw && split_waves(splits) > 1 && one_wave >= min_splits && one_wave < splits &&
+        wave_cost(one_wave, kVerifySecondWaveTiles) <= split_waves(splits) * wave_cost(splits, kVerifySecondWaveTiles))
+      splits = one_wave;
     // The tree's key tiles all fall on the last split: cut the prefix so that the last
     // split's prefix tiles plus the tree's come to no more than the others' (never longer than
     // cutting the prefix alone), and take one split more when that shortens the longest split

@@ -26,11 +26,11 @@
 // part's latency hides behind the first part's MMAs. An odd tile count ends on a dummy tile
 // (valid = 0: every key masked, its V rows zeroed).
 //
-// Pairs (k.split_group 2; off in the plan, KD_SEESAW_PAIRS, since measured at stop 40): splits 2p and 2p + 1 of a row
-// tile run as a cluster of two and add their O through distributed shared memory before
-// anything is stored (seesaw_pair_store), so the partials written and merged are half: at 64
-// heads, n=1, 32k, 65 splits wrote 17 MB of f32 partials, and their store and merge were ~11 of
-// the ~35 us (stop 37).
+// Pairs (k.split_group 2; off in the plan, KD_SEESAW_PAIRS, since timed at stop 40): splits 2p
+// and 2p + 1 of a row tile run as a cluster of two and add their O through distributed shared
+// memory before anything is stored (seesaw_pair_store), so the partials written and merged are
+// half: at 64 heads, n=1, 32k, 65 splits wrote 17 MB of f32 partials, and their store and merge
+// were ~11 of the ~35 us (stop 37).
 #pragma once
 
 #include "cluster_support.cuh"
