@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# One lease of the GPU machine for the native engine (issues 11, 12): build, the smoke
-# check, the parity and decoding tests at full size, the engine and load benchmarks,
-# compute-sanitizer memcheck, the native kernel tests. Every step is bounded and logged
-# under $OUT; a short table comes last. Usage (repository root, on the GPU machine):
+# The native engine's GPU checks that no kdtree command runs yet, in one bounded, logged run:
+# the engine's pytest suites at full size on the GPU (parity, decode, soak, INT4, split,
+# multi-GPU), compute-sanitizer memcheck of the engine's smoke run, a metrics capture, and the
+# measuring builds (phase clocks, the W4A16 per-CTA timeline, Nsight Compute). The other steps
+# call the kdtree command that does the work (kdtree build, test --native [--large|--sanitize],
+# engine-check, demo, bench engine|load|moe|kernels|all|gpus|collectives), so that one run
+# collects everything under $OUT; run those commands directly when one is all you need.
+# Usage (repository root, on the GPU machine):
 #   OUT=/tmp/o scripts/gpu_engine_run.sh [steps...]     steps default to all, in order:
 #   build native sankernels smoke parity decode soak bench bench16 sanitize load capture demo w4a16 moe
-# and, named only: moetl (the W4A16 kernel's per-CTA timeline at n = 1 and 8: a -DKD_W4_TIMELINE build of bench_moe), sweep (scripts/sweep_cases.txt, twice), probe (scripts/divergence_probe.py on the bf16 seeds that diverged), moeab (bench_moe A/B against .ab/base), attnab (bench_kernels A/B against .ab/base: scripts/attnab_cases.txt), topk (the top-K scans' GPU test), topkrace (its racecheck), bf16dbg (initcheck on the engine smoke, the diverging bf16 seed), kab (bench_kernels A/B: scripts/kab_cases.txt), large (native tests on fresh large cases), clk (phase clocks of attention, top-K,
-# tree build: scripts/clk_cases.txt), ncu (source-level Nsight Compute: scripts/ncu_cases.txt), split (the simulated split on one GPU), multigpu (kdtree run --gpus 2 tests),
-# kernels (kdtree bench kernels, the full sweep), benchall (kdtree bench all: build, native tests
-# on fresh large cases, compute-sanitizer, the kernel bench; KDTREE_BENCH_BUDGET_S), int4 (the
-# INT4 DDTree == AR tests), attntma (verify_attn's TMA configs 9 / 10: tests, then bench against 8), attnclk (the wgmma attention's phase clocks), bf16ties (the bf16 DDTree == AR tests at the seeds that diverged at stop 23), gpus (1 vs KDTREE_GPUS=2 GPUs over NCCL), collectives (NCCL's cost per call at the engine's sizes)
+# and, named only: moetl (the W4A16 kernel's per-CTA timeline at n = 1 and 8: a -DKD_W4_TIMELINE
+# build of bench_moe; scripts/w4_timeline_ranks.py reads it), topk (the top-K scans' GPU test),
+# topkrace (its racecheck), large (native tests on fresh large cases), clk (phase clocks of
+# attention, top-K, tree build: scripts/clk_cases.txt), ncu (source-level Nsight Compute:
+# scripts/ncu_cases.txt), split (the simulated split on one GPU), multigpu (kdtree run --gpus 2
+# tests), kernels (kdtree bench kernels), benchall (kdtree bench all; KDTREE_BENCH_BUDGET_S),
+# int4 (the INT4 DDTree == AR tests), gpus (1 vs KDTREE_GPUS=2 GPUs over NCCL), collectives
+# (NCCL's cost per call at the engine's sizes), profile (per-kernel GPU times of a decode run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -49,23 +56,6 @@ for s in "${STEPS[@]}"; do
            cp "$OUT/kbench/bench.md" "$OUT/kernels.md" 2>/dev/null; cp "$OUT/kbench/bench.json" "$OUT/kernels.json" 2>/dev/null ;;
     benchall) step benchall 400 "$PY" -m kdtree_cli bench all --out "$OUT/all" --budget-s "${KDTREE_BENCH_BUDGET_S:-300}"
            for f in summary.md bench.md bench.json; do cp "$OUT/all/$f" "$OUT/all-$f" 2>/dev/null; done ;;
-    attntma) # verify_attn's TMA configs 9 and 10 (force-selected) against config 8: correctness on the
-           # committed and fresh large cases (the wgmma and TMA probes first), then one bench run
-           step attntma-build 300 "$PY" -m kdtree_cli build -j 16 test_verify_attn bench_kernels
-           step attntma-cases 300 "$PY" -m python_engine.refgen.large_attn_cases /tmp/attntma_large \
-             --only p2048_h16_n64 p2048_h64_n256 p32768_h64_n64 p32768_h16_n8_b3 p131072_h64_n8
-           step attntma-test 300 env KDTREE_LARGE_ATTN_DIR=/tmp/attntma_large KDTREE_ATTN_ALSO_CONFIGS=8,9 \
-             build/release/bin/test_verify_attn
-           step attntma-bench 300 build/release/bin/bench_kernels --cases scripts/attn_tma_cases.txt \
-             --json "$OUT/attn_tma.jsonl" ;;
-    attnclk) # the wgmma attention's cycles per phase (block 0, per 64-key tile), one case per process
-           # since the counters add up over launches; a measuring build of its own (build-clk)
-           step attnclk-build 300 env NVCC_APPEND_FLAGS=-DKD_ATTN_PHASE_CLOCKS "$PY" -m kdtree_cli build \
-             --build-dir build-clk -j 16 bench_kernels
-           for c in "heads=64 n=64 prefix=32768 config=8" "heads=64 n=1 prefix=32768 config=8" \
-                    "heads=64 n=64 prefix=32768 config=7"; do
-             echo "verify_attn $c" > /tmp/attn_case.txt
-             step "attnclk-${c//[ =]/_}" 120 build-clk/release/bin/bench_kernels --cases /tmp/attn_case.txt; done ;;
     large) step large 300 "$PY" -m kdtree_cli test --native --large ;;
     clk) # one measuring build with every kernel's phase clocks (they print only for their own kernel)
            step clk-build 300 env NVCC_APPEND_FLAGS="-DKD_ATTN_PHASE_CLOCKS -DKD_TOPK_PHASE_CLOCKS -DKD_TREE_PHASE_CLOCKS" \
@@ -81,11 +71,6 @@ for s in "${STEPS[@]}"; do
              ncu -i "$OUT/ncu-$name.ncu-rep" --page details > "$OUT/ncu-$name-details.txt" 2>&1
              ncu -i "$OUT/ncu-$name.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu-$name-sass.csv" 2>&1
            done 3< "${KDTREE_NCU_CASES:-scripts/ncu_cases.txt}" ;;
-    moeab) # bench_moe of the tree in .ab/base (carried: an earlier commit's sources) against this one's
-           step moeab-build 300 bash -c "cd .ab/base && $PY -m kdtree_cli build -j 16 bench_moe"
-           step moeab 400 "$PY" scripts/moe_ab.py base=.ab/base/build/release/bin/bench_moe new=build/release/bin/bench_moe \
-             --tokens 1 8 64 --rounds "${KDTREE_MOEAB_ROUNDS:-2}" --impl ${KDTREE_MOEAB_IMPL:-int4 int4_scan int4_nopf int4_pf14 int4_pf21 int4_serial} \
-             --json "$OUT/moeab.json" ;;
     moetl) # the W4A16 timeline (moe_w4a16_timeline.cuh): a measuring build of bench_moe, n = 1 and 8
            step moetl-build 300 env NVCC_APPEND_FLAGS=-DKD_W4_TIMELINE "$PY" -m kdtree_cli build --build-dir build-tl -j 16 bench_moe
            step moetl-routing 60 "$PY" -c "from kdtree_cli.bench.moe import MoeShape, routing_tensors; \
@@ -95,40 +80,7 @@ from python_engine.kdtr import write_kdtr; write_kdtr('$OUT/moetl-routing.kdtr',
            step topk 300 build/release/bin/test_tree_build topk_random ;;
     topkrace) step topkrace 150 env KDTREE_SANITIZE_QUICK=1 compute-sanitizer --tool racecheck --error-exitcode 9 \
              build/release/bin/test_tree_build topk_random ;;
-    attnab) # bench_kernels of the tree in .ab/base (carried: an earlier commit's sources) against this
-           # one's on scripts/attnab_cases.txt, alternating processes, twice each
-           step attnab-build 300 bash -c "cd .ab/base && $PY -m kdtree_cli build -j 16 bench_kernels"
-           for r in 1 2; do for side in base new; do
-             bin=build/release/bin/bench_kernels; [ $side = base ] && bin=.ab/base/build/release/bin/bench_kernels
-             step "attnab-$side$r" 200 "$bin" --cases "${KDTREE_ATTNAB_CASES:-scripts/attnab_cases.txt}" --json "$OUT/attnab-$side$r.json"
-           done; done
-           "$PY" scripts/bench_ab.py base="$OUT/attnab-base1.json,$OUT/attnab-base2.json" \
-             new="$OUT/attnab-new1.json,$OUT/attnab-new2.json" > "$OUT/attnab.txt" 2>&1; cat "$OUT/attnab.txt" ;;
-    kab) # bench_kernels A/B lines (scripts/kab_cases.txt), twice, in one process each
-           for r in 1 2; do step "kab$r" 300 build/release/bin/bench_kernels --cases "${KDTREE_KAB_CASES:-scripts/kab_cases.txt}" \
-             --json "$OUT/kab$r.json"; done ;;
-    sweep) # scripts/sweep_cases.txt: verify_attn's split length forced, the tree build's searches; then
-           # the same file with the tree build's level raise (KD_TREE_LEVEL_RAISE=1, read by its plan)
-           step sweep 200 build/release/bin/bench_kernels --cases scripts/sweep_cases.txt --json "$OUT/sweep.json"
-           step sweepraise 200 env KD_TREE_LEVEL_RAISE=1 build/release/bin/bench_kernels --cases scripts/sweep_cases.txt \
-             --json "$OUT/sweepraise.json" ;;
-    probe) # scripts/divergence_probe.py: the INT4 bf16 seed that diverged at stop 26, then the demo
-           # pair's bf16 seeds of stop 23 (their prompts: code_prompts(32, seed))
-           step probe-int4 240 env PYTHONPATH=. "$PY" scripts/divergence_probe.py --target refs/models/demo-target-int4 --dtype bfloat16 \
-             --seed 357993550 --out "$OUT/probe-int4"
-           for sd in 11 12; do step probe-demo-$sd 200 env PYTHONPATH=. "$PY" scripts/divergence_probe.py --target refs/models/demo-target \
-             --dtype bfloat16 --seed $sd --prompt-offset 0 --out "$OUT/probe-demo-$sd"; done ;;
-    bf16dbg) # the bf16 DDTree != AR divergences: uninitialized device reads in the engine (initcheck on the
-           # smoke, INT4 and demo targets, both dtypes), then the stop-26 seed that diverged, again
-           for tg in demo-target-int4 demo-target; do for dt in bfloat16 float32; do
-             step "initcheck-$tg-$dt" 240 compute-sanitizer --tool initcheck --error-exitcode 9 --print-limit 20 \
-               "$PY" -m python_engine.native.smoke --dtype $dt --target refs/models/$tg --requests 2 --tokens 24; done; done
-           step bf16seed 200 env KDTREE_SEED=357993550 "$PY" -m pytest -q -s -p no:cacheprovider \
-             tests/native/test_native_decode.py -k "int4 and bfloat16" ;;
     int4) step int4 300 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_decode.py -k int4 ;;
-    bf16ties) for sd in 11 12 3654389095; do  # the seeds whose bf16 divergences stop 23 saw (router near-ties)
-             step bf16ties-$sd 200 env KDTREE_SEED=$sd "$PY" -m pytest -q -s -p no:cacheprovider \
-               tests/native/test_native_decode.py -k "int4_ddtree and bfloat16 or demo-bfloat16"; done ;;
     moe) step moe 300 "$PY" -m kdtree_cli bench moe --no-build --out-dir "$OUT" ;;
     bench|bench16) dt=float32; [ $s = bench16 ] && dt=bfloat16
            step $s 300 "$PY" -c "from pathlib import Path; from kdtree_cli.bench.engine import EngineBench, run_engine_bench; \
@@ -154,5 +106,5 @@ done
 cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude='*.ncu-rep' ./* 2>/dev/null
 find . -type f ! -name logs.tgz ! -name env.txt ! -name native-results.jsonl ! -name native-run.jsonl \
   ! -name load.json ! -name engine.json ! -name moe.json ! -name gpus.json ! -name gpus.md ! -name moe.md \
-  ! -name kernels.md ! -name kernels.json ! -name all-summary.md ! -name all-bench.md ! -name all-bench.json ! -name collectives.json ! -name collectives.md ! -name moeab.json ! -name kab1.json -delete
+  ! -name kernels.md ! -name kernels.json ! -name all-summary.md ! -name all-bench.md ! -name all-bench.json ! -name collectives.json ! -name collectives.md -delete
 printf '%s\n' "${rows[@]}"

@@ -2,7 +2,7 @@
 """The W4A16 timeline (bench_moe built with -DKD_W4_TIMELINE) by each CTA's dispatch rank on its
 SM: the SM's gate/up (or down) CTAs ordered by blockIdx, the order the block scheduler gave them
 to it, and each rank's exit times. Reads moetl.jsonl lines of kind "timeline" that carry every
-CTA ("raw" from bench_moe, or "ctas_compact" as results/h200/bench/stop29 keeps them).
+CTA ("raw" from bench_moe, or "ctas_compact", the compact form of archived runs).
 
   scripts/w4_timeline_ranks.py MOETL.jsonl [--form gate_up|down] [--tokens 1]
 """
