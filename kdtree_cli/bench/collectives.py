@@ -72,7 +72,9 @@ def _rank(rank, job: dict) -> list[dict]:
 
 
 def run_collectives_bench(gpus: int, out_dir: Path | None) -> dict:
-    from kdtree_cli.bench.engine import _git_commit
+    from kdtree_cli.bench.gpu import git_commit
+    from kdtree_cli.bench.provenance import run_record
+    from python_engine.project import PROJECT_ROOT
     from python_engine.errors import KdtreeError
     from python_engine.native.multi_gpu import check_gpu_count, launch_ranks
 
@@ -85,7 +87,7 @@ def run_collectives_bench(gpus: int, out_dir: Path | None) -> dict:
     per_rank = launch_ranks(gpus, _rank, {"port": port}, comm="none")
     # a collective ends together on every rank; report rank 0's timings, the slowest rank's beside
     cases = [{**c, "us_slowest_rank": max(r[i]["us"] for r in per_rank)} for i, c in enumerate(per_rank[0])]
-    out = {"commit": _git_commit(), "host": socket.gethostname(), "gpus": gpus,
+    out = {"run": run_record(gpus), "commit": git_commit(PROJECT_ROOT), "host": socket.gethostname(), "gpus": gpus,
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "calls": CALLS, "runs": RUNS, "cases": cases}
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -2,14 +2,13 @@
 run on one GPU: the torch reference (AR, DDTree) and the native engine (AR; DDTree at each
 budget, one request at a time; DDTree with 32 requests at once), the native round's stage
 times and the share of everything but the two forwards, and whether every DDTree output
-equals its AR output. Writes engine.json and engine.md (results/<device>/ by default).
+equals its AR output. Writes engine.json and engine.md (results/<device>/engine/ by default).
 """
 
 from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,9 @@ from python_engine.demo.code_prompts import code_prompts
 from python_engine.demo.defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
 from python_engine.errors import KdtreeError
 from python_engine.project import PROJECT_ROOT
+
+from kdtree_cli.bench.gpu import git_commit
+from kdtree_cli.bench.provenance import run_record
 
 BUDGETS = (8, 16, 32, 64, 128)
 TORCH_BUDGET = 32  # the torch reference's DDTree at the demo's default budget
@@ -39,19 +41,6 @@ class EngineBench:
     def say(self, msg: str) -> None:
         self.log.append(msg)
         print(msg, flush=True)
-
-
-def _git_commit() -> str:
-    """KDTREE_COMMIT when set (a copied tree's .git may be stale), else git's HEAD."""
-    import os
-
-    if os.environ.get("KDTREE_COMMIT"):
-        return os.environ["KDTREE_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_ROOT, capture_output=True,
-                              text=True, timeout=10).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def _torch_runs(b: EngineBench, prompts) -> dict:
@@ -152,7 +141,7 @@ def run_engine_bench(b: EngineBench) -> dict:
            f"native_ddtree_batch{b.batch}": native["native_ddtree_batch"]["tokens_per_s"],
            f"native_ar_batch{b.batch}": native["native_ar_batch"]["tokens_per_s"]}
     result = {
-        "device": device, "host": socket.gethostname(), "commit": _git_commit(),
+        "run": run_record(), "device": device, "host": socket.gethostname(), "commit": git_commit(PROJECT_ROOT),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "dtype": b.dtype,
         "pair": "refs/models/demo-target + demo-drafter", "prompts": len(prompts), "max_tokens": b.max_tokens,
         "tokens_per_s": tps, "best_budget": native["best_budget"],

@@ -102,7 +102,9 @@ def _run(n: int, job: dict) -> dict:
 
 
 def run_gpus_bench(b: GpusBench) -> dict:
-    from kdtree_cli.bench.engine import _git_commit
+    from kdtree_cli.bench.gpu import git_commit
+    from kdtree_cli.bench.provenance import run_record
+    from python_engine.project import PROJECT_ROOT
     from python_engine.demo.defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
     from python_engine.model.config import load_target_config
     from python_engine.native.multi_gpu import check_gpu_count
@@ -110,7 +112,7 @@ def run_gpus_bench(b: GpusBench) -> dict:
     if b.gpus < 2:
         raise KdtreeError("kdtree bench gpus compares 1 GPU with --gpus N >= 2")
     check_gpu_count(b.gpus)
-    out: dict = {"commit": _git_commit(), "host": socket.gethostname(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    out: dict = {"run": run_record(b.gpus), "commit": git_commit(PROJECT_ROOT), "host": socket.gethostname(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "gpus": b.gpus, "prompts": b.prompts, "max_tokens": b.max_tokens, "budget": b.budget, "models": {}}
     for model in b.models:
         if model == "demo":

@@ -12,6 +12,7 @@ from python_engine.project import PROJECT_ROOT
 
 from . import baselines, report
 from .gpu import device_facts, nvml_clocks, require_gpu
+from .provenance import run_record
 from .native import build_bench, record_key, run_native
 from .suites import (AcceptCase, AttnCase, Case, CompactCase, CopyCase, GemmCase, LaunchCase, TopkCase, TreeCase,
                      sweep)
@@ -49,7 +50,7 @@ def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None,
         for rec in records:
             if record_key(rec, case) == case.key():
                 by_key[case.key()] = rec
-    res = report.BenchResult(facts=facts)
+    res = report.BenchResult(facts=facts, run=run_record())
     for case in cases:
         rec = by_key.get(case.key())
         if rec is None or not rec.get("ok"):

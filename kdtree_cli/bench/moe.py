@@ -14,7 +14,6 @@ routing and writes results/<device>/bench/moe.{json,md}). CUDA-event timing, med
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -24,6 +23,8 @@ from typing import Callable
 
 import numpy as np
 
+from kdtree_cli.bench.gpu import device_slug, git_commit
+from kdtree_cli.bench.provenance import run_record
 from kdtree_cli.bench.timing import Timing, time_cuda
 from python_engine.errors import KdtreeError
 
@@ -250,29 +251,9 @@ def markdown(facts: dict, rows: list[Row], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def device_slug(name: str) -> str:
-    """A folder name for a device: 'NVIDIA H200' -> 'h200'."""
-    s = name.lower().replace("nvidia", "").strip()
-    for needle, slug in (("h200", "h200"), ("h100", "h100"), ("b200", "b200"), ("rtx pro 6000", "rtx-pro-6000")):
-        if needle in s:
-            return slug
-    return re.sub(r"[^a-z0-9]+", "-", s).strip("-") or "gpu"
-
-
-def git_commit() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return head.stdout.strip() + ("-dirty" if dirty else "") if head.returncode == 0 else "unknown"
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-
-
 def write_results(out_dir: Path, facts: dict, rows: list[Row], meta: dict) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = {"meta": meta, **facts, "goals": goals(rows),
+    data = {"run": run_record(), "meta": meta, **facts, "goals": goals(rows),
             "rows": [{**r.__dict__, "int4_over_floor": r.int4_over_floor, "torch_over_int4": r.torch_over_int4}
                      for r in rows]}
     json_path, md_path = out_dir / "moe.json", out_dir / "moe.md"
@@ -302,7 +283,7 @@ def run(tokens: tuple[int, ...], sets: int, reps: int, seed: int, out_dir: Path 
         torch_times, torch_error = None, f"{type(exc).__name__}: {exc}"
         log(f"torch _grouped_mm failed: {torch_error}")
     facts, rows = compose(records, torch_times, torch.cuda.get_device_name(0))
-    meta = {"commit": git_commit(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    meta = {"commit": git_commit(REPO_ROOT), "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "torch": torch.__version__, "torch_cuda": torch.version.cuda, "seed": seed, "sets": sets, "reps": reps,
             "torch_error": torch_error}
     out_dir = out_dir or REPO_ROOT / "results" / device_slug(facts["device"]) / "bench"

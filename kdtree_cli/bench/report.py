@@ -35,6 +35,7 @@ class BenchResult:
     ceilings: dict = field(default_factory=dict)  # peak_tflops, copy_gbps, gemm rows
     rows: dict = field(default_factory=dict)      # suite -> list of row dicts
     errors: list = field(default_factory=list)    # cases that failed, with their message
+    run: dict = field(default_factory=dict)       # command, commit, device, date (provenance.run_record)
 
     def goals(self) -> list[dict]:
         out = []
@@ -46,7 +47,7 @@ class BenchResult:
         return out
 
     def to_json(self) -> str:
-        return json.dumps({"facts": self.facts, "ceilings": self.ceilings, "rows": self.rows,
+        return json.dumps({"run": self.run, "facts": self.facts, "ceilings": self.ceilings, "rows": self.rows,
                            "goals": self.goals(), "errors": self.errors}, indent=1)
 
 

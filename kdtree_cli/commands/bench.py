@@ -108,7 +108,7 @@ def engine(
     prompts: Annotated[int, typer.Option(help="Prompts (lines of this repository's Python source).", min=1)] = 8,
     max_tokens: Annotated[int, typer.Option(help="Tokens per request.", min=1)] = 128,
     out: Annotated[Optional[Path], typer.Option(
-        "--out", help="Output folder \\[default: results/<device>/].", file_okay=False, show_default=False)] = None,
+        "--out", help="Output folder \\[default: results/<device>/engine].", file_okay=False, show_default=False)] = None,
 ) -> None:
     from kdtree_cli.bench.engine import EngineBench, run_engine_bench
     from kdtree_cli.bench.gpu import device_facts, require_gpu
@@ -116,7 +116,7 @@ def engine(
     from python_engine.project import PROJECT_ROOT
 
     require_gpu("kdtree bench engine")
-    out = out or default_out_dir(device_facts(PROJECT_ROOT)).parent
+    out = out or default_out_dir(device_facts(PROJECT_ROOT)).with_name("engine")
     r = run_engine_bench(EngineBench(dtype=dtype, prompts=prompts, max_tokens=max_tokens, out_dir=out))
     typer.echo((out / "engine.md").read_text())
     if not all(r["identical_to_ar"].values()) and dtype == "float32":
@@ -124,7 +124,7 @@ def engine(
 
 
 def _several_gpus_out(command: str, n: int, out: Optional[Path]) -> Path:
-    """Checks there is a GPU; the output folder: --out, else results/<device>x<N>/."""
+    """Checks there is a GPU; the output folder: --out, else results/<device>x<N>/gpus/."""
     from kdtree_cli.bench.gpu import device_facts, require_gpu
     from kdtree_cli.bench.kernels import default_out_dir
     from python_engine.project import PROJECT_ROOT
@@ -133,7 +133,7 @@ def _several_gpus_out(command: str, n: int, out: Optional[Path]) -> Path:
     if out is not None:
         return out
     one = default_out_dir(device_facts(PROJECT_ROOT)).parent
-    return one.with_name(f"{one.name}x{n}")
+    return one.with_name(f"{one.name}x{n}") / "gpus"
 
 
 @bench_app.command("gpus", help="The native engine whole on 1 GPU and split over --gpus N (NCCL, a process per "
@@ -149,7 +149,7 @@ def gpus(
     scratch: Annotated[Path, typer.Option(help="Where the Kimi slice is written (removed afterwards).",
                                           file_okay=False)] = Path("/tmp/kdtree-gpus-bench"),
     out: Annotated[Optional[Path], typer.Option(
-        "--out", help="Output folder \\[default: results/<device>x<N>/].", file_okay=False, show_default=False)] = None,
+        "--out", help="Output folder \\[default: results/<device>x<N>/gpus].", file_okay=False, show_default=False)] = None,
 ) -> None:
     from kdtree_cli.bench.gpus import GpusBench, run_gpus_bench
 
@@ -168,7 +168,7 @@ def gpus(
 def collectives(
     n: Annotated[int, typer.Option("--gpus", help="GPUs (one process each).", min=2)] = 2,
     out: Annotated[Optional[Path], typer.Option(
-        "--out", help="Output folder \\[default: results/<device>x<N>/].", file_okay=False, show_default=False)] = None,
+        "--out", help="Output folder \\[default: results/<device>x<N>/gpus].", file_okay=False, show_default=False)] = None,
 ) -> None:
     from kdtree_cli.bench.collectives import run_collectives_bench
 
@@ -184,20 +184,21 @@ def load(
     scratch: Annotated[Path, typer.Option(help="Where the checkpoint is written (removed afterwards).",
                                           file_okay=False)] = Path("/tmp/kdtree-kimi-slice"),
     out: Annotated[Optional[Path], typer.Option(
-        "--out", help="Output folder \\[default: results/<device>/].", file_okay=False, show_default=False)] = None,
+        "--out", help="Output folder \\[default: results/<device>/engine].", file_okay=False, show_default=False)] = None,
 ) -> None:
     import json
 
     from kdtree_cli.bench.gpu import device_facts, require_gpu
     from kdtree_cli.bench.kernels import default_out_dir
     from kdtree_cli.bench.load import run_load_bench
+    from kdtree_cli.bench.provenance import run_record
     from python_engine.project import PROJECT_ROOT
 
     require_gpu("kdtree bench load")
-    out = out or default_out_dir(device_facts(PROJECT_ROOT)).parent
+    out = out or default_out_dir(device_facts(PROJECT_ROOT)).with_name("engine")
     r = run_load_bench(scratch)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "load.json").write_text(json.dumps(r, indent=2) + "\n")
+    (out / "load.json").write_text(json.dumps({"run": run_record(), **r}, indent=2) + "\n")
     typer.echo(f"native {r['native_gb_per_s']:.2f} GB/s, safetensors+torch {r['torch_gb_per_s']:.2f} GB/s; "
                f"memory used {r['memory']['ratio']:.3f}x the report; left behind {r['memory']['left_behind']} bytes")
 
