@@ -8,8 +8,8 @@ file and install one of two policies:
   a host with no entry at all is added to the file; a host that has an entry under another
   key type is treated as changed and refused.
 
-known_hosts is read here, not by paramiko (whose reader fails on marker lines, paramiko
-issue 1219), the way OpenSSH reads it:
+known_hosts is read here, not by paramiko (whose reader fails on marker lines:
+https://github.com/paramiko/paramiko/issues/1219), the way OpenSSH reads it:
 - `@revoked PATTERNS KEY`: that key is refused for every host, even where a plain line
   lists it, and is never added by --accept-new-host-key;
 - `@cert-authority PATTERNS KEY`: skipped (paramiko cannot check host certificates); a

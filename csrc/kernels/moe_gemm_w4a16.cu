@@ -25,13 +25,9 @@
 // rows), and the x rows of an expert once per CTA. Instructions: the dequantization costs ~1.9
 // per weight, so at decode sizes the kernel runs near the issue limit and the memory limit at
 // once; the ring loop runs whole trips without per-block checks (SASS per weight word: plain
-// 20.5, SwiGLU 19.4; docs/int4.md). Tried and measured no faster on the H200
-// (results/h200/bench/README.md): x loaded a block ahead, a second mma chain, 10-deep plain /
-// 6-deep SwiGLU rings, an L2 256-byte prefetch hint, L2 prefetches of blocks past the ring or
-// of the down weights from the gate/up launch (also, stop 26, of just the down warps' ring
-// fills, asked as each decode gate/up CTA ends: 61.4 vs 61.0 us at n = 1; stop 31, of the rest
-// of each waiting down warp's slice, one bulk prefetch per warp: 68.4 vs 59.7 us), bulk copies
-// (cp.async.bulk) into the ring.
+// 20.5, SwiGLU 19.4; docs/int4.md). Loading x a block ahead, a second mma chain, deeper rings,
+// L2 prefetch hints and prefetches, and bulk copies into the ring were measured no faster on
+// the H200 (docs/kernels/moe_w4a16.md, appendix).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -57,8 +53,8 @@ constexpr int w4_min_blocks(int warps, int frags) { return (frags == 1 ? 32 : 16
 // many 64-column chunks, so that its cp.async ring (4-8 blocks deep) reaches a steady state
 // instead of one fill and drain per CTA. Kimi's gate/up (k = 7168, 112 chunks) gets 4 slices
 // x 2 row tiles: 8 decode experts x 2048 / 32 = 512 CTAs; its down (k = 2048, 32 chunks) 1
-// slice x 8 row tiles. Measured on the H200 (results/h200/bench/moe.md, int4_slices*): these
-// were the fastest or within a few percent at n = 1 .. 128 for each GEMM.
+// slice x 8 row tiles. On the H200 these were the fastest slice counts, or within a few percent,
+// at n = 1 .. 128 for each GEMM (`kdtree bench moe`'s int4_slices* rows).
 constexpr int kW4MinChunksPerSlice = 28;
 
 // 16-byte x pieces a thread loads before storing any when it stages x (kXShared): a decode
@@ -190,8 +186,7 @@ KD_DEVICE uint4 load_x16(const void* p) {
 // one zeroes the slot's two words). Every gate/up CTA adds 1 to its slot's count with a release
 // reduction, which it does not wait for, and CTA 0 of the slot also adds the slot's CTA count
 // shifted by kW4SyncTotalShift: a down CTA sees its slot done when the low half equals a nonzero
-// high half. Against a count returned to each CTA and a mark published by the last (stop 30),
-// that takes two round trips through a loaded memory system off the path from a slot's last
+// high half. Against a count returned to each CTA and a mark published by the last, that takes two round trips through a loaded memory system off the path from a slot's last
 // gate/up store to its down CTAs' first mma, and one off each gate/up CTA's exit.
 enum W4SlotSyncPart : int { kW4SyncDone = 0, kW4SyncPassed = 1 };
 constexpr int kW4SyncTotalShift = 16;
@@ -353,8 +348,8 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
     // the weights first: their addresses depend on nothing loaded (the x_row lookups below do).
     // Issuing the first pass's fill before the expert's rows are read (one load earlier) was
     // part of a change measured no faster at n = 1 and slower at n = 8 on the H200: the
-    // decode kernels spilled. (Loading x's first batch before the fill, stop 29: gate/up 39.6
-    // -> 42.9 us at n = 1, and the timeline showed x ready no sooner: what holds the CTAs for
+    // decode kernels spilled. (Loading x's first batch before the fill was slower too, and the
+    // per-CTA timeline showed x ready no sooner: what holds the CTAs for
     // ~4 us at the start is the fill's own issue, which waits while the SMs' first requests,
     // ~14 MB in all, are served)
 #pragma unroll
@@ -634,7 +629,7 @@ inline int w4_ctas_per_sm(const DeviceLimits& d, const W4Launch& l, size_t smem)
 }
 
 // kAuto stages x when an SM still holds this many warps (or as many as without staging): on the
-// H200 (results/h200/bench/moe.md) the down GEMM with 8 staged rows (3 CTAs of 8 warps per SM)
+// H200 (docs/kernels/moe_w4a16.md) the down GEMM with 8 staged rows (3 CTAs of 8 warps per SM)
 // beat x from global memory (4 per SM) by 7-13% at n = 8..128, while a gate/up GEMM with 8 staged
 // rows of k = 7168 (1 CTA per SM) lost 30-45%
 constexpr int kW4XStageMinWarps = 24;
@@ -674,9 +669,8 @@ constexpr double kW4SmallGridWaves = 2.0;
 // Slices of the down GEMM under the slot hand-off when not forced: its CTAs of a late slot start
 // their mmas when the slot's last gate/up CTA has stored, with only their ring's fill landed, and
 // with one slice each warp then streams the other 3/4 of its 32 chunks (Kimi, k = 2048) at the
-// loaded memory system's round trips; with 2 slices half of them, in twice the CTAs (H200, one
-// Kimi layer at n = 1, results/h200/bench/README.md, stop 31: 59.7 -> 58.7 us). -D overrides are
-// for measuring builds only.
+// loaded memory system's round trips; with 2 slices half of them, in twice the CTAs (faster on
+// the H200: docs/kernels/moe_w4a16.md). -D overrides are for measuring builds only.
 #ifndef KD_W4_HANDOFF_DOWN_SLICES
 #define KD_W4_HANDOFF_DOWN_SLICES 2
 #endif
@@ -718,9 +712,8 @@ KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
                                     std::to_string(kMoeMaxExperts));
   // An expert owns at most `most` rows. max_rows_per_expert is the host's bound (tokens), not
   // the routing's real load, which at decode and verify sizes is a few rows per expert: there
-  // the 8-row tile wins (H200, results/h200/bench/moe.md, one Kimi layer: at n = 16, 64, 128
-  // tokens 1.04 / 2.60 / 3.25 ms against 1.17 / 3.71 / 4.60 for the 16- and 32-row tiles the
-  // bound picked; a tie at n <= 8). Above
+  // the 8-row tile wins (H200, one Kimi layer, docs/kernels/moe_w4a16.md: faster than the 16-
+  // and 32-row tiles the bound picked at n = 16..128, a tie at n <= 8). Above
   // kW4SmallTileMaxTokens (prefill chunks, unmeasured) a tile that covers the bound reads the
   // weights once.
   const int most = p.max_rows_per_expert > 0 ? std::min(p.max_rows_per_expert, p.rows) : p.rows;
@@ -750,7 +743,7 @@ KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
     bool small_ctas = p.cta_warps == kern::kW4SmallCtaWarps;
     // auto picks by waves, but under the slot hand-off 8-warp CTAs stay: the down GEMM alone is
     // slower with them, the layer faster, since fewer, larger down CTAs overlap the gate/up tail
-    // better (H200, one Kimi layer at n = 1: 59.9 against 61.0 us, results/h200/bench/stop30)
+    // better (H200, one Kimi layer at n = 1: docs/kernels/moe_w4a16.md)
     if (p.cta_warps == 0 && !p.slot_sync) {
       const double ctas = static_cast<double>(kern::ceil_div(kern::ceil_div(p.n, kW4TileRows), l.warps_n)) * slots;
       const double waves = ctas / (static_cast<double>(d.sms) * kern::w4_min_blocks(kern::kW4Warps, 1));

@@ -43,11 +43,9 @@ constexpr int kW4BlockWords = kW4WeightWords + kW4ScaleWords;
 // kAuto takes the 8-row tile up to this many tokens (decode and verify sizes, where each
 // expert gets a few rows): the largest size the tile choice was measured at (moe_gemm_w4a16.cu)
 constexpr int kW4SmallTileMaxTokens = 128;
-// MoeW4a16Params::slot_sync applies up to this many rows per expert: single-token decode. On
-// the H200 (one Kimi layer, results/h200/bench/stop29, two A/B runs) it took n = 1 from 61.1
-// to 60.6 us and from 61.8 to 61.4; at n = 8 one run gained 1.1 us and the other lost 2.6
-// (365.7 vs 366.8, 372.9 vs 370.3 us), and at n = 64 it lost (1.766 vs 1.678 ms: down CTAs
-// that wait hold room that later gate/up waves need)
+// MoeW4a16Params::slot_sync applies up to this many rows per expert: single-token decode, where
+// it was measured faster; at n = 8 it was a wash and at n = 64 it lost (down CTAs that wait hold
+// room that later gate/up waves need; docs/kernels/moe_w4a16.md)
 constexpr int kW4SlotSyncMaxRows = 1;
 
 // uint32 words of one expert's repacked [n, k] weight (its slice of the stacked buffer).

@@ -11,7 +11,7 @@
 namespace kdtree::kern {
 
 // threads per request block; -D overrides are for measuring builds only (256 was slower at
-// every measured shape, NOTES.md; 128 breaks N = 1024 trees on the emulator)
+// every measured shape, docs/kernels/tree_build.md; 128 breaks N = 1024 trees on the emulator)
 #ifndef KD_TREE_BUILD_THREADS
 #define KD_TREE_BUILD_THREADS 512
 #endif

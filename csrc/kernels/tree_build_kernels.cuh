@@ -1055,9 +1055,8 @@ KD_DEVICE void tree_build_block(const TreeBuildParams& p, bool onepass, uint8_t*
 }
 
 // kBlocksPerSM 2 (64 registers, a few spills): a batch of up to 2 x SMs requests runs in one
-// wave. 1 (the body needs ~80-90 registers: no spills) for batches that fill one wave anyway:
-// flat N=256 B=1 15.6 against 16.1 us, B=64 20.2 against 20.6 (H200, results/h200/bench,
-// stop 36). One kernel per kStaged (a single body per kernel: with both in one, registers
+// wave. 1 (the body needs ~80-90 registers: no spills) for batches that fill one wave anyway,
+// measured faster at every such batch (docs/kernels/tree_build.md). One kernel per kStaged (a single body per kernel: with both in one, registers
 // spill far more).
 template <bool kStaged, bool kLevelRaise, int kBlocksPerSM>
 __global__ void __launch_bounds__(kTreeBuildThreads, kBlocksPerSM) tree_build_kernel(const TreeBuildParams p, bool onepass) {

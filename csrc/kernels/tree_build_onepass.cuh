@@ -35,12 +35,12 @@ constexpr int kOnePassBinCrowd = 192;  // more candidates in one bin: give up (e
                                        //   candidates' order is quadratic in it; flat N=256: <= ~80)
 // Levels down to this depth are grown by the whole block, a barrier each; below it each warp
 // grows its share of the frontier alone. At a fixed tb a block level is a scan, a room and the
-// writes, no dearer than a warp's level (phase clocks, NOTES.md), but a warp's frontier is its
+// writes, no dearer than a warp's level (phase clocks), but a warp's frontier is its
 // own (the first depth-1 nodes hold most of a flat tree), so block levels spread it first.
 #ifndef KD_ONEPASS_SYNC_DEPTH
 constexpr int kOnePassSyncDepth = 4;
 #else
-constexpr int kOnePassSyncDepth = KD_ONEPASS_SYNC_DEPTH;  // A/B builds (scripts/kernel_variants_ab.sh)
+constexpr int kOnePassSyncDepth = KD_ONEPASS_SYNC_DEPTH;  // measuring builds (-D)
 #endif
 static_assert(kOnePassCands >= 2 * kOnePassMaxBudget, "the candidates (~N) fit one per thread");
 static_assert(kOnePassMaxBudget <= kDpBins, "dp_threshold: a thread per rank of a row");

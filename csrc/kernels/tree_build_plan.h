@@ -22,7 +22,7 @@ struct TreeBuildPlan {
   bool staged = false;     // the logp rows are copied into shared memory beside the node pool
   bool level_raise = false;  // the sweep raises its threshold every level (tree_build_kernels.cuh,
                             //   LevelRaise): env KD_TREE_LEVEL_RAISE=1; off by default until timed
-                            //   faster on the H200 (NOTES.md, tree_build)
+                            //   faster on the H200 (docs/kernels/tree_build.md)
   bool lone = false;        // one block per SM (the kernel instance with registers to spare): the
                             //   batch fits one wave of single blocks, or two blocks' shared memory
                             //   would not fit an SM anyway

@@ -51,7 +51,7 @@ constexpr int kDpSumUnroll = 4;  // a sum loads this many ranks' q at once (a la
 #ifndef KD_DP_MAX_SUM_RANKS
 constexpr int kDpMaxSumRanks = 16;
 #else
-constexpr int kDpMaxSumRanks = KD_DP_MAX_SUM_RANKS;  // A/B builds (scripts/kernel_variants_ab.sh)
+constexpr int kDpMaxSumRanks = KD_DP_MAX_SUM_RANKS;  // measuring builds (-D)
 #endif
 static_assert(kDpMaxSumRanks % kDpSumUnroll == 0, "whole groups");
 // relative slack on float rounding: deltas, the spine's and the bound's subtractions (~1e-7

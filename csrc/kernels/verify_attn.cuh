@@ -1,5 +1,5 @@
-// verify_attn: the MLA attention of DDTree's verify pass, absorbed form (csrc/kernels/
-// NOTES.md). Per request, the T = 1 + n tree tokens x H heads query the latent
+// verify_attn: the MLA attention of DDTree's verify pass, absorbed form
+// (docs/kernels/verify_attn.md). Per request, the T = 1 + n tree tokens x H heads query the latent
 // cache: the prefix rows (no mask) and the tree's own T rows (ancestor mask `vis`).
 //
 //   score = scale * (q_lat . c + q_pe . k_pe)      c = cache row [0, 512), k_pe = [512, 576)

@@ -201,15 +201,15 @@ KD_DEVICE float natural_lse(float lse2) { return lse2 == -INFINITY ? -INFINITY :
 //     kMergeWarps warps over every kMergeWarps-th split, lanes 4 columns each.
 // One round trip of loads per batch: each warp loads its splits' partial rows and lse values
 // together and keeps its own running maximum (the online softmax's rescaling), and the warps
-// meet once, in shared memory, at the end. The merge before this one read every lse first
-// (the maximum over all splits), then the partials behind the weights: three dependent round
-// trips at 65 splits, 7.1 us of H=64 n=1 32k's ~35 (ncu, H200, stop 37).
+// meet once, in shared memory, at the end, instead of reading every lse first (the maximum
+// over all splits) and then the partials behind the weights: three dependent round trips,
+// which at 65 splits were a fifth of H=64 n=1 32k's launch (docs/kernels/verify_attn.md).
 constexpr int kMergeWarps = 8;
 constexpr int kMergeThreads = kMergeWarps * kWarpSize;
 constexpr int kMergeColBlocks = kVerifyLatentDim / (4 * kWarpSize);  // blocks of 128 columns
 // partial rows (float4 a lane) a warp of the split kernel loads in one round trip: 8 keeps it
 // at <= 64 registers (all 512 blocks of H=64 n=1 in one wave of four a SM; 12 took 104
-// registers and two waves: 35.1 against 33.8 us at 32k, H200, stop 37) ...
+// registers and two waves, and was slower) ...
 constexpr int kMergeBatch = 8;
 constexpr int kMergeNarrowBlocksPerSm = 4;  // the register budget that batch keeps to
 // ... and where its blocks fit one wave of one a SM anyway (few rows: H=8 n=1, 129 splits), 24:

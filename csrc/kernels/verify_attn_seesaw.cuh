@@ -1,8 +1,8 @@
-// Config 10 of the bf16 verify_attn kernel (sm_90a): the wgmma tile with TMA loads, the two
+// The seesaw tile (config 10) of the bf16 verify_attn kernel (sm_90a): the wgmma tile with TMA loads, the two
 // warpgroups on alternate key tiles ("seesaw", after FlashMLA's decode kernel) so that one's
 // softmax runs while the other's MMAs keep the tensor cores busy.
 //
-// Why: in configs 8 and 9 both warpgroups compute S for the same tile (32 keys each), so Q is
+// Why: in the lean and TMA wgmma tiles (configs 8, 9) both warpgroups compute S for the same tile (32 keys each), so Q is
 // read twice per tile (S sits at the shared-memory read bound, ~1700 clk a tile), and both
 // then run their softmax at the same time with the tensor cores idle (~1100 clk a tile).
 // Here a pair of tiles A, B (buffers K0, K1) is processed as
@@ -26,11 +26,11 @@
 // part's latency hides behind the first part's MMAs. An odd tile count ends on a dummy tile
 // (valid = 0: every key masked, its V rows zeroed).
 //
-// Pairs (k.split_group 2; off in the plan, KD_SEESAW_PAIRS, since timed at stop 40): splits 2p
-// and 2p + 1 of a row tile run as a cluster of two and add their O through distributed shared
-// memory before anything is stored (seesaw_pair_store), so the partials written and merged are
-// half: at 64 heads, n=1, 32k, 65 splits wrote 17 MB of f32 partials, and their store and merge
-// were ~11 of the ~35 us (stop 37).
+// Pairs (k.split_group 2; off in the plan, KD_SEESAW_PAIRS): splits 2p and 2p + 1 of a row tile
+// run as a cluster of two and add their O through distributed shared memory before anything is
+// stored (seesaw_pair_store), so the partials written and merged are half. Timed on the H200 it
+// gained less than a microsecond where the partials cost most and lost a wave elsewhere
+// (docs/kernels/verify_attn.md, appendix).
 #pragma once
 
 #include "cluster_support.cuh"

@@ -35,10 +35,9 @@ from .gpu import device_facts, require_gpu
 from .suites import SUITES
 
 # Seconds a step needs left of the budget to be started (below this it is skipped; a step that
-# starts may run past the budget). Measured on the H200 (results/h200/bench/README.md, stop 28):
-# the three sanitizers 101 s (racecheck 81 of them); the full kernel bench 10-15 s, most of it
-# torch's baselines, so the quick one runs only when even that does not fit (stop 28's lease 5
-# skipped the bench with 44 s left at the old 60 / 200 s).
+# starts may run past the budget). On the H200 the three sanitizers take ~100 s (racecheck most
+# of it) and the full kernel bench 10-15 s, most of it torch's baselines, so the quick one runs
+# only when even that does not fit (the step lines of results/h200/bench/all-summary.md).
 MIN_SECONDS = {"sanitize": 120.0, "bench": 10.0, "bench_full": 40.0}
 
 

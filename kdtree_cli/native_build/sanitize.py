@@ -25,7 +25,7 @@ _CASES_RE = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?\s*$", r
 
 
 # racecheck runs a build of its own with these nvcc flags (build root: the usual one + this
-# suffix). verify_attn's config 10 hands data between its warpgroups with bar.arrive on one side
+# suffix). verify_attn's seesaw tile (config 10) hands data between its warpgroups with bar.arrive on one side
 # and bar.sync on the other; bar.arrive releases the arriving thread's earlier accesses (PTX ISA,
 # barrier), but racecheck reports hazards there, even across a later __syncthreads (H200, CUDA
 # 13.0: 31-60 on test_verify_attn). With every such arrive a bar.sync (the same accesses in the

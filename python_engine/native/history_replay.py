@@ -5,8 +5,8 @@ round's rows as the decode loop pads it) and `keep`, with the greedy walk done h
 If every round's walk takes the engine's accepted path, the decode loop computed exactly what
 its primitives compute from the same history. In bf16 that history differs from AR's (its cache
 rows come from tree verifies of other shapes than AR's one-token decodes), which is where bf16
-DDTree may part from AR without anything being wrong (stop 27: the torch reference's own bf16
-DDTree parts from its own AR on 14 of 32 prompts; float32 on none).
+DDTree may part from AR without anything being wrong (the torch reference's own bf16 DDTree
+parts from its own AR on some prompts of the demo pair; in float32 on none).
 """
 
 from __future__ import annotations

@@ -104,8 +104,8 @@ def test_tree_build_fuzz_on_emulator(emulated, tmp_path, seed, search):
 @pytest.mark.parametrize("search", SEARCHES)
 def test_tree_build_barrier_budget_and_heap_agreement(emulated, search):
     """The profile tool's trees equal the C++ reference heap's on bench_kernels' inputs, and the
-    barriers per request stay near what NOTES.md states. Barriers count rounds of the search,
-    not time (NOTES.md), but more of them would mean the search regressed."""
+    barriers per request stay near what docs/kernels/tree_build.md states. Barriers count rounds of
+    the search, not time, but more of them would mean the search regressed."""
     proc = subprocess.run([str(emulated["emu_tree_build_profile"]), "2"], capture_output=True, text=True, timeout=600,
                           env={**os.environ, **SEARCHES[search]})
     assert proc.returncode == 0, proc.stderr
@@ -158,7 +158,7 @@ def test_tree_build_barrier_budget_and_heap_agreement(emulated, search):
 
 def test_topk_scans_agree_and_barrier_budget(emulated):
     """topk_logprobs' two scans (TopkScanVariant) give the same log-probabilities on bench rows
-    (448 x 163840, K=256 in NOTES.md; 4 rows here), neither re-reads a row, and the lean scan's
+    (448 x 163840, K=256 in docs/kernels/topk_logprobs.md; 4 rows here), neither re-reads a row, and the lean scan's
     compactions and final select keep their fewer barriers (at 1d4e2ca+: 6 per compaction and
     16 for the select, against topk2's 12 and 21.5; the summary 1 against 15)."""
     proc = subprocess.run([str(emulated["emu_topk_profile"]), "4"], capture_output=True, text=True, timeout=600)

@@ -51,7 +51,7 @@ def test_the_same_divergence_is_one_expert_boundary():
     assert ex.boundary.margin < 1e-3
 
 
-# The bf16 INT4 divergences of stop 23 on the H200 (results/h200/bench/stop23-extra.md):
+# The bf16 INT4 divergences seen on the H200 (their record: tag lab-notebook-final, results/h200/bench/):
 # (test seed, prompt index in code_prompts(32, seed + 3), step, native AR's token, native
 # DDTree's token). The runs recorded no sequences; the float32 reference's greedy prefix is
 # used, and it must reproduce the runs' situation: its choice is one of the two tokens and the

@@ -2,7 +2,7 @@
 // (TopkScanVariant): compactions, re-reads, candidates, and per warp and 2048-logit step how
 // often a warp takes the candidate path and how many times it walks its lanes' set bits (the
 // largest count in the warp: SIMT runs the loop that often). Rows as bench_kernels draws them
-// (normal(0, 2.5)). A tool for NOTES.md, from the kernel's KD_EVENT marks.
+// (normal(0, 2.5)). A tool for docs/kernels/topk_logprobs.md, from the kernel's KD_EVENT marks.
 //
 //   emu_topk_profile [ROWS [VOCAB [K [SMS]]]]   (built like the emulated tests, -DKD_SIMT_EMULATION)
 //   SMS: the pretend device's SMs, which set the block size as the plan does (default 1: 128

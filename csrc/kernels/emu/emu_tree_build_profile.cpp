@@ -1,9 +1,9 @@
 // Where tree_build's time goes, counted on the SIMT emulator: barriers per request by phase
 // (the kernel's KD_PHASE marks), and how often the one-sweep search hands over to the
 // bisection, on bench_kernels' input kinds. Barriers count rounds, not time: what a launch
-// costs on the GPU is the length of the dependent chains between them (see NOTES.md; the
+// costs on the GPU is the length of the dependent chains between them (docs/kernels/tree_build.md; the
 // kernel's -DKD_TREE_PHASE_CLOCKS build measures cycles per phase). Every tree is also checked
-// against the reference heap (csrc/bench/tree_heap.h). A tool for NOTES.md; its output is
+// against the reference heap (csrc/bench/tree_heap.h). Its output is
 // checked by tests/kernels/test_emulated_kernels.py.
 //
 //   emu_tree_build_profile [REQUESTS [KIND [N]]]   (built like the emulated tests, -DKD_SIMT_EMULATION)
