@@ -15,26 +15,26 @@ namespace kdtree {
 
 // Compiled tile configurations (verify_attn_bf16.cuh / verify_attn_f32.cuh), by plan.config.
 enum VerifyAttnConfig : int {
-  kVerifyBf16Sm90 = 0,    // 64 rows x 64 keys, two K stages: needs ~226 KB of shared memory
-  kVerifyBf16Small = 1,   // 32 rows x 32 keys, one K stage: ~76 KB (sm_120, sm_89, ...)
+  kVerifyBf16Sm90 = 0,    // mma tile: 64 rows x 64 keys, two K stages: needs ~226 KB of shared memory
+  kVerifyBf16Small = 1,   // small tile: 32 rows x 32 keys, one K stage: ~76 KB (sm_120, sm_89, ...)
   kVerifyF32 = 2,         // 16 rows x 32 keys, CUDA cores
-  kVerifyBf16Decode = 3,  // <= 32 rows (decode shapes), 64 keys, two K stages: ~188 KB
-  kVerifyBf16DecodeSmall = 4,  // <= 32 rows, 32 keys, one K stage: ~75 KB
-  kVerifyBf16Sm90Classic = 5,  // config 0's tile in the earlier warp layout (only when forced: timing)
-  kVerifyBf16Wgmma = 6,   // config 7 with all of P from shared memory (only when forced: timing)
-  kVerifyBf16WgmmaRs = 7, // 64 rows x 64 keys on wgmma (sm_90a only), two K stages: ~226 KB (only when forced)
-  kVerifyBf16WgmmaLean = 8,  // config 7 with fewer instructions a tile (H200: 0.71 vs 0.95 ms at 64 heads,
-                             // n=64, 32k; only when forced since config 10)
-  kVerifyBf16WgmmaTma = 9,   // config 8 with Q and the key tiles loaded by TMA (only when forced: 0.644 ms there)
-  kVerifyBf16WgmmaSeesaw = 10,  // TMA loads, the warpgroups on alternate tiles: the plan's choice on sm_90a
-                                // (H200, one lease: 0.484 vs 0.701 ms for config 8 at 64 heads, n=64, 32k)
-  kVerifyBf16DecodeNarrow = 11,  // config 3 with one m16 row group: <= 16 rows (8 heads, 1-2 tokens), ~167 KB
-  kVerifyBf16DecodeNarrowPair = 12,  // config 11 as 32-key tiles, two blocks a SM (~93 KB each): the plan's
+  kVerifyBf16Decode = 3,  // decode tile: <= 32 rows (decode shapes), 64 keys, two K stages: ~188 KB
+  kVerifyBf16DecodeSmall = 4,  // small decode tile: <= 32 rows, 32 keys, one K stage: ~75 KB
+  kVerifyBf16Sm90Classic = 5,  // classic mma tile: the mma tile in its earlier warp layout (only when forced: timing)
+  kVerifyBf16Wgmma = 6,   // wgmma tile, P via shared memory: config 7 with all of P from shared memory (only when forced)
+  kVerifyBf16WgmmaRs = 7, // wgmma tile, own P in registers: 64 x 64 on wgmma (sm_90a), two K stages: ~226 KB (only when forced)
+  kVerifyBf16WgmmaLean = 8,  // lean wgmma tile: config 7 with fewer instructions a tile (only when forced:
+                             // the seesaw tile is faster, docs/kernels/verify_attn.md)
+  kVerifyBf16WgmmaTma = 9,   // TMA wgmma tile: config 8 with Q and the key tiles loaded by TMA (only when forced)
+  kVerifyBf16WgmmaSeesaw = 10,  // seesaw tile: TMA loads, the warpgroups on alternate tiles: the plan's
+                                // choice on sm_90a (the fastest wgmma tile, docs/kernels/verify_attn.md)
+  kVerifyBf16DecodeNarrow = 11,  // narrow decode tile: config 3 with one m16 row group: <= 16 rows, ~167 KB
+  kVerifyBf16DecodeNarrowPair = 12,  // narrow decode, two a SM: config 11 as 32-key tiles (~93 KB each): the plan's
                                      // choice over 11 where 11's splits would be long (kVerifyDecodePairMinSplitKeys)
   kVerifyConfigCount = 13,
 };
 
-// The sm_90 decode tiles (configs 3 and 11) take their key tiles by bulk copies into rows
+// The sm_90 decode tiles (decode and narrow decode, configs 3 and 11) take their key tiles by bulk copies into rows
 // padded by kBulkRowPad bytes (verify_attn_decode.cuh); -DKD_DECODE_BULK_KEYS=0 builds the
 // cp.async form (A/B timing).
 #ifndef KD_DECODE_BULK_KEYS
@@ -101,18 +101,17 @@ constexpr int kVerifyMinSplitKeys = 64;
 constexpr int kVerifyF32MaxSplitKeys = 4096; // keeps float32 running sums short (accuracy)
 constexpr int kVerifyMaxSplits = 65535;      // grid.y
 
-// Config 11's splits from which config 12 (two blocks a SM, so one block's wait for its tile
-// overlaps the other's work; twice the splits, each half as long) replaces it. H200, stop 38
-// lease 6, 12 against 11: H=8 n=1 128k (11: 1024 keys a split) 55.5 / 60.3 us, 32k batch 4
-// (1024) 54.0 / 59.0; but 32k (256) 26.4 / 24.2, AR decode 32k 24.4 / 23.0, 8k 15.9 / 15.0:
-// shorter splits pay the doubled partials and merge. 512 was not measured.
+// The narrow decode tile's (config 11) splits from which its two-a-SM form (config 12: one
+// block's wait for its tile overlaps the other's work; twice the splits, each half as long)
+// replaces it. On the H200 it won at 1024-key splits and lost at <= 256, where the doubled
+// partials and merge cost more (docs/kernels/verify_attn.md); 512 was not measured.
 constexpr int kVerifyDecodePairMinSplitKeys = 1024;
 
-// Config 10 can reduce its splits in pairs on chip (a cluster of two CTAs along the keys, the
-// partial O exchanged through distributed shared memory) before it writes partials: half the
-// partial bytes written and merged (H=64 n=1 32k: 17 MB of f32 partials, ~11 us of store and
-// merge at stop 37). Off: timed on the H200 (stop 40) it saved 0.9 us there (35.2 / 34.3) and
-// lost elsewhere (H=64 n=16 32k 162.6 / 185.1: a third wave). -DKD_SEESAW_PAIRS=1 makes it the
+// The seesaw tile (config 10) can reduce its splits in pairs on chip (a cluster of two CTAs along
+// the keys, the partial O exchanged through distributed shared memory) before it writes
+// partials: half the partial bytes written and merged. Off: on the H200 it saved under a
+// microsecond where the partials cost most (H=64 n=1 32k) and lost a wave elsewhere
+// (docs/kernels/verify_attn.md, appendix). -DKD_SEESAW_PAIRS=1 makes it the
 // plan's choice, VerifyAttnParams::force_split_group = 2 asks for it in one call (tests,
 // `kdtree bench` cases).
 #ifndef KD_SEESAW_PAIRS
@@ -127,17 +126,14 @@ constexpr int kVerifySeesawSplitGroup = 2;
 // independently of the prefix (VerifyAttnPlan::split_bound).
 constexpr int kVerifyMaxSplitWaves = 2;
 
-// Config 10's second wave: the split search below weighs a wave's fixed cost as 3 key tiles (the
-// query load, the tree tail, the epilogue), which took two waves where one measured faster: at
-// 17 row tiles (H=64 n=16, H=16 n=64) one wave of 7 splits against the search's two of 15, us
-// (H200, stop 41, results/h200/bench/stop41/lease3): 32k 154.9 / 163.6 (H=16 n=64 153.8 /
-// 162.5), 64k 284.2 / 281.3, 128k 512.7 / 511.6. So a two-wave choice of config 10 is weighed
+// The seesaw tile's (config 10) second wave: the split search below weighs a wave's fixed cost
+// as 3 key tiles (the query load, the tree tail, the epilogue), which took two waves where one
+// measured faster on the H200 (at 17 row tiles, H=64 n=16 or H=16 n=64, one wave of 7 splits
+// against the search's two of 15 at 32k). So a two-wave choice of the seesaw tile is weighed
 // again against the fullest single wave, each wave charged this many tiles; 8 puts the
-// crossover of those shapes at ~54k keys, between the measured 32k and 64k. At every shape of
-// a plan sweep where this moves the split count (stop41/scripts/plan_sweep.cpp; H 8-64, n
-// 8-64, batch 1-4) the single wave measured faster (stop41/lease5, us): H=64 n=16 32k 153.7 /
-// 162.9, 48k 216.1 / 217.3, batch 2 8k 98.7 / 100.8, batch 4 1k 47.1 / 47.5; H=8 n=32 batch 4
-// 32k 174.5 / 176.9, H=8 n=64 batch 4 8k 97.4 / 101.9, H=64 n=8 batch 4 8k 99.8 / 103.6.
+// crossover of those shapes at ~54k keys, between the measured 32k and 64k, and at every shape
+// of a plan sweep (H 8-64, n 8-64, batch 1-4) where it moves the split count the single wave
+// measured faster (docs/kernels/verify_attn.md).
 #ifndef KD_VERIFY_SECOND_WAVE_TILES
 #define KD_VERIFY_SECOND_WAVE_TILES 8
 #endif
