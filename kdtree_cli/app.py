@@ -17,7 +17,7 @@ from python_engine.errors import KdtreeError
 # Order is the order `kdtree --help` lists them in.
 COMMAND_MODULES = [
     "demo", "train_demo", "train_agree",
-    "run",
+    "run", "serve",
     "quantize",
     "refs",
     "build",
@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "bench",
     "tui",
     "deploy", "hosts",
+    "plan",
 ]
 
 app = typer.Typer(

@@ -12,6 +12,9 @@ vLLM's and SGLang's speculative-decoding metrics where one exists (prefix kdtree
   kdtree_gen_throughput                            tokens/s over the last few seconds (SGLang)
   kdtree_round_stage_seconds{stage}                draft, tree_build, verify, commit per round
   kdtree_requests_finished_total                   (from the `done` field of round events)
+
+`kdtree serve` keeps the same metrics without a port of their own (port None) and answers
+them at its `GET /metrics`.
 """
 
 from __future__ import annotations
@@ -27,12 +30,12 @@ STAGE_BUCKETS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
 
 
 class PrometheusExporter:
-    def __init__(self, port: int, addr: str = "0.0.0.0"):
+    def __init__(self, port: int | None, addr: str = "0.0.0.0"):
         try:
             from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
         except ImportError as exc:
             raise KdtreeError(f"--prometheus needs the prometheus-client package: {exc}") from None
-        if not 0 < port < 65536:
+        if port is not None and not 0 < port < 65536:
             raise KdtreeError(f"--prometheus {port}: a TCP port is 1..65535")
         self.registry = r = CollectorRegistry()
         self.drafts = Counter("kdtree_spec_decode_num_drafts", "Verify steps (target forwards of a tree)", registry=r)
@@ -50,6 +53,9 @@ class PrometheusExporter:
         self.finished = Counter("kdtree_requests_finished", "Requests finished", registry=r)
         self._last_tokens: dict = {}
         self._recent: collections.deque = collections.deque()
+        self.server = self.thread = None
+        if port is None:
+            return
         try:
             self.server, self.thread = start_http_server(port, addr=addr, registry=r)
         except OSError as exc:
@@ -86,4 +92,5 @@ class PrometheusExporter:
             self.throughput.set(sum(n for _, n in self._recent) / span)
 
     def close(self) -> None:
-        self.server.shutdown()
+        if self.server is not None:
+            self.server.shutdown()

@@ -1,19 +1,29 @@
-"""Autoregressive decoding of the target: prefill, then one token per forward."""
+"""Autoregressive decoding of the target: prefill, then one token per forward.
+
+`ar_steps` is the loop as a generator that yields after the first token and after every
+round (the server steps many requests through it, one round each in turn); `ar_generate`
+runs it to the end."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Callable
 
 import torch
 
 from python_engine.decode.choice import ChoiceRule, standard_choice
-from python_engine.decode.result import Generation, RoundInfo, finish_tokens
+from python_engine.decode.result import Generation, RoundInfo, finish_tokens, run_to_end
 from python_engine.decode.timer import StageClock, us
 from python_engine.model.target import TargetModel
 
 
+def ar_generate(*args, **kwargs) -> Generation:
+    """`ar_steps` (the same arguments) run to the end."""
+    return run_to_end(ar_steps(*args, **kwargs))
+
+
 @torch.no_grad()
-def ar_generate(
+def ar_steps(
     target: TargetModel,
     prompt: list[int],
     max_new_tokens: int,
@@ -22,7 +32,7 @@ def ar_generate(
     stop_ids=(),
     choice_rule: ChoiceRule = standard_choice,
     on_round: Callable[[RoundInfo], None] | None = None,
-) -> Generation:
+) -> Generator[Generation, None, Generation]:
     generator = generator or torch.Generator().manual_seed(0)
     clock = StageClock(target.device)
     gen = Generation(prompt=list(prompt))
@@ -36,6 +46,7 @@ def ar_generate(
     done = finish_tokens(gen.tokens, [token], max_new_tokens, stop_ids)[1]
     t1 = clock.now()
     gen.prefill_s = t1 - t0
+    yield gen
     pos = P
     while not done:
         a = clock.now()
@@ -51,5 +62,7 @@ def ar_generate(
         gen.rounds.append(info)
         if on_round:
             on_round(info)
+        if not done:
+            yield gen
     gen.decode_s = clock.now() - t1
     return gen

@@ -13,31 +13,42 @@ give the first token, the first round's root). Then per round:
              the accepted nodes' target features become the drafter's new context.
 The emitted tokens are the accepted nodes' tokens then the bonus; the bonus is the next
 round's root and is not in the cache yet.
+
+`ddtree_steps` is the loop as a generator that yields after the first token and after
+every round (the server steps many requests through it, one round each in turn);
+`ddtree_generate` runs it to the end.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Callable
 
 import numpy as np
 import torch
 
 from python_engine.ddtree import accept_walk, build_tree, compaction_indices, topk_logprobs, visibility_dense
+from python_engine.decode.budget_auto import AutoBudget
 from python_engine.decode.choice import ChoiceRule, standard_choice
-from python_engine.decode.result import Generation, RoundInfo, finish_tokens
+from python_engine.decode.result import Generation, RoundInfo, finish_tokens, run_to_end
 from python_engine.decode.timer import StageClock, us
 from python_engine.errors import KdtreeError
 from python_engine.model.drafter_base import Drafter
 from python_engine.model.target import TargetModel
 
 
+def ddtree_generate(*args, **kwargs) -> Generation:
+    """`ddtree_steps` (the same arguments) run to the end."""
+    return run_to_end(ddtree_steps(*args, **kwargs))
+
+
 @torch.no_grad()
-def ddtree_generate(
+def ddtree_steps(
     target: TargetModel,
     drafter: Drafter,
     prompt: list[int],
     max_new_tokens: int,
-    budget: int,
+    budget: int | AutoBudget,
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
     block_size: int | None = None,
@@ -45,11 +56,16 @@ def ddtree_generate(
     choice_rule: ChoiceRule = standard_choice,
     on_round: Callable[[RoundInfo], None] | None = None,
     trace: bool = False,
-) -> Generation:
+) -> Generator[Generation, None, Generation]:
     generator = generator or torch.Generator().manual_seed(0)
     block_size = block_size or drafter.block_size
     if block_size < 1:
         raise KdtreeError(f"block size must be >= 1, got {block_size}")
+    # --budget auto: the best tree of max_budget nodes is built, then cut to the size the
+    # policy picks for this round (the first n nodes are the best tree of n: only the
+    # tree's size changes, never its order)
+    auto = budget if isinstance(budget, AutoBudget) else None
+    budget = auto.max_budget if auto else budget
     if budget < 0:
         raise KdtreeError(f"node budget must be >= 0, got {budget}")
     V = target.cfg.vocab_size
@@ -70,6 +86,7 @@ def ddtree_generate(
     done = finish_tokens(gen.tokens, [bonus], max_new_tokens, stop_ids)[1]
     t1 = clock.now()
     gen.prefill_s = t1 - t0
+    yield gen
     start = P  # the root's position; the cache holds rows [0, start)
 
     while not done:
@@ -79,6 +96,8 @@ def ddtree_generate(
         logits_np = draft_logits.float().cpu().numpy()
         logp, tok = topk_logprobs(logits_np, min(budget, V))
         tree = build_tree(logp, tok, budget, root_token=bonus)
+        if auto:
+            tree = tree.prefix(auto.choose(tree.score, context=start))
         c = clock.now()
 
         past = cache.length
@@ -101,7 +120,9 @@ def ddtree_generate(
 
         info = RoundInfo(len(gen.rounds), len(accepted), tree.n, tree.max_depth,
                          {"draft": us(b - a), "tree_build": us(c - b), "verify": us(d - c), "commit": us(e - d)},
-                         len(gen.tokens))
+                         len(gen.tokens), budget=tree.n if auto else budget)
+        if auto:
+            auto.observe(info.accept_len, info.times_us)
         gen.rounds.append(info)
         if trace:
             gen.trace.append({
@@ -116,5 +137,7 @@ def ddtree_generate(
             })
         if on_round:
             on_round(info)
+        if not done:
+            yield gen
     gen.decode_s = clock.now() - t1
     return gen

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 
 
@@ -27,6 +27,7 @@ class RoundInfo:
     tree_depth: int  # deepest node of the tree
     times_us: dict[str, float]  # draft, tree_build, verify, commit
     tokens: int  # tokens generated so far for the request
+    budget: int = 0  # the round's node budget (--budget auto: chosen per round)
 
 
 @dataclass
@@ -57,3 +58,13 @@ def finish_tokens(tokens: list[int], new: list[int], max_new: int, stop_ids) -> 
         if int(t) in stop_ids:
             return tokens, True
     return tokens, len(tokens) >= max_new
+
+
+def run_to_end(steps: Generator[object, None, Generation]) -> Generation:
+    """Drive a decode loop written as steps (ar_steps, ddtree_steps: one `yield` after the
+    first token and after every round) to its end; its Generation."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value

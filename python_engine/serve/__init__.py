@@ -1,0 +1,3 @@
+"""`kdtree serve`: an OpenAI-compatible HTTP server over either engine, with continuous
+batching (engine_loop.py), streaming text (text_stream.py), chat templates
+(chat_template.py), and the metrics events as a live stream (event_hub.py)."""
