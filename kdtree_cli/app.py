@@ -25,7 +25,6 @@ COMMAND_MODULES = [
     "bench",
     "tui",
     "deploy", "hosts",
-    "plan",
 ]
 
 app = typer.Typer(
