@@ -8,9 +8,10 @@ summary:
   3. the native tests on them
   4. compute-sanitizer memcheck, racecheck, initcheck on the GPU test programs (small cases)
   5. `kdtree bench kernels` (quick when time is short)
-  6. summary.md: the steps, the worst attention errors, the issue's goals
+  6. summary.md and summary.json: the steps, the worst attention errors, the kernels' goals, and
+     (summary.json) the run's command, commit, device and date
 
-Files in the output folder: summary.md, bench.json, bench.md, attention.png, tree_topk.png and
+Files in the output folder: summary.md, summary.json, bench.json, bench.md, attention.png, tree_topk.png and
 logs.tar.gz (every program's output, resources.txt, env.txt). Steps that no longer fit the
 time budget are skipped and said so; the exit status is 0 only when every step ran and passed.
 """
@@ -21,9 +22,10 @@ import re
 import subprocess
 import tarfile
 import tempfile
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -32,6 +34,7 @@ from python_engine.project import PROJECT_ROOT
 
 from . import report
 from .gpu import device_facts, require_gpu
+from .provenance import run_record
 from .suites import SUITES
 
 # Seconds a step needs left of the budget to be started (below this it is skipped; a step that
@@ -95,6 +98,7 @@ def run_gpu_check(out_dir: Path, seed: int | None, budget_s: float, arch: str | 
     out_dir.mkdir(parents=True, exist_ok=True)
     seed = fresh_seed() if seed is None else seed
     facts = device_facts(PROJECT_ROOT)
+    run = run_record()
     steps: list[Step] = []
     bench_res = None
     with tempfile.TemporaryDirectory(prefix="kdtree-gpu-check-") as tmp:
@@ -172,6 +176,9 @@ def run_gpu_check(out_dir: Path, seed: int | None, budget_s: float, arch: str | 
         summary = _summary(steps, bench_res, logs, seed, time.perf_counter() - start)
         (logs / "summary.md").write_text(summary)
         (out_dir / "summary.md").write_text(summary)
+        record = {"run": run, "seed": seed, "seconds": time.perf_counter() - start,
+                  "steps": [asdict(s) for s in steps], "goals": bench_res.goals() if bench_res is not None else None}
+        (out_dir / "summary.json").write_text(json.dumps(record, indent=1) + "\n")
         with tarfile.open(out_dir / "logs.tar.gz", "w:gz") as tar:
             tar.add(logs, arcname="logs")
     console.print(summary, highlight=False, markup=False)

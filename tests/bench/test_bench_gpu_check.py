@@ -1,9 +1,10 @@
 """`kdtree bench all` without a GPU: the steps replaced by stand-ins, checking what the lead
-reads: the output folder's files (at most six, no deeper folders), the summary's step
+reads: the output folder's files (at most seven, no deeper folders), the summary's step
 table and goals, the worst attention errors read from the test log, and the exit status."""
 
 from __future__ import annotations
 
+import json
 import tarfile
 from types import SimpleNamespace
 
@@ -52,7 +53,11 @@ def test_summary_files_and_status(monkeypatch, tmp_path):
     status = gpu_check.run_gpu_check(out, 1234, 480.0, None, Console(file=open("/dev/null", "w")))
     assert status == 0
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["bench.json", "logs.tar.gz", "summary.md"] and all(p.is_file() for p in out.iterdir())
+    assert files == ["bench.json", "logs.tar.gz", "summary.json", "summary.md"] and all(p.is_file() for p in out.iterdir())
+    record = json.loads((out / "summary.json").read_text())
+    assert set(record["run"]) == {"command", "commit", "device", "date"} and record["seed"] == 1234
+    assert [s["name"] for s in record["steps"]][:3] == ["build", "generate cases", "native tests"]
+    assert all(s["ok"] for s in record["steps"]) and record["goals"] is not None
     summary = (out / "summary.md").read_text()
     assert "worst bf16 attention error: 03_p32768_h64_n64 bf16 rel 1.893e-03" in summary
     assert "worst f32 attention error: 03_p32768_h64_n64 f32 rel 1.015e-06" in summary
@@ -75,4 +80,6 @@ def test_a_failed_test_fails_the_run_and_a_short_budget_skips(monkeypatch, tmp_p
     assert status == 1
     summary = (out / "summary.md").read_text()
     assert "native tests             FAILED" in summary
+    record = json.loads((out / "summary.json").read_text())  # written whether or not the bench ran
+    assert record["goals"] is None and any(s["ok"] is False for s in record["steps"])
     assert "sanitize                 skipped" in summary and "bench kernels            skipped" in summary
