@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "bench",
     "tui",
     "deploy", "hosts",
+    "plan",
 ]
 
 app = typer.Typer(

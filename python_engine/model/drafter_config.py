@@ -35,6 +35,7 @@ class DrafterConfig:
     input_embedding_scale: float = 1.0
     output_multiplier: float = 1.0
     final_logit_softcapping: float | None = None
+    num_target_layers: int | None = None  # the depth of the target it was trained on, when given
     source: str = "<drafter config>"
 
 
@@ -87,6 +88,8 @@ def drafter_config_from_dict(raw: dict, source: str = "<drafter config>") -> Dra
         input_embedding_scale=config_number(source, "input_embedding_scale", value("input_embedding_scale", 1.0)),
         output_multiplier=config_number(source, "output_multiplier", value("output_multiplier", 1.0)),
         final_logit_softcapping=optional_number(source, "final_logit_softcapping", softcap or None),
+        num_target_layers=(None if value("num_target_layers") is None
+                           else need_int("num_target_layers", value("num_target_layers"))),
         source=source,
     )
 
@@ -134,6 +137,11 @@ def check_against_target(d: DrafterConfig, t: TargetConfig) -> None:
     """The drafter reads the target's embeddings, lm_head and hidden states: shapes must agree."""
     if d.hidden_size != t.hidden_size:
         raise KdtreeError(f"{d.source}: hidden_size {d.hidden_size} != the target's {t.hidden_size}")
+    if d.num_target_layers is not None and d.num_target_layers != t.num_hidden_layers:
+        raise KdtreeError(
+            f"{d.source}: num_target_layers {d.num_target_layers} says it was built for a target of that many "
+            f"layers; this target has {t.num_hidden_layers}"
+        )
     bad = [i for i in d.target_layer_ids if not 0 <= i < t.num_hidden_layers]
     if bad:
         raise KdtreeError(
