@@ -66,8 +66,8 @@ def plan(
                                                         show_default=False)] = None,
     tau: Annotated[Optional[str], typer.Option("--tau", help="tau per budget, overriding the curve: 8=5.3,64=7.0.",
                                                show_default=False)] = None,
-    routing: Annotated[Optional[Path], typer.Option("--routing", help="Measured routing-sharing file (JSON: "
-                                                    "ratio_by_tokens); default: random routing.",
+    routing: Annotated[Optional[Path], typer.Option("--routing", help="Measured routing sharing: the routing.json "
+                                                    "`kdtree bench routing` writes; default: random routing.",
                                                     show_default=False)] = None,
     allreduce_us: Annotated[Optional[float], typer.Option("--allreduce-us", help="Your own figure for one all-reduce, "
                                                           "in us, instead of the model's.", min=0.0,

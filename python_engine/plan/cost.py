@@ -34,6 +34,7 @@ from python_engine.plan.weights import DTYPE_BYTES, WeightParts
 
 ZLAB_ACCEPTANCE = 5.3  # z-lab/Kimi-K2.5-DFlash model card: accept length at block 8, HumanEval and GSM8K (SGLang)
 ZLAB_SOURCE = "z-lab/Kimi-K2.5-DFlash model card: acceptance length 5.3 at block size 8 (HumanEval, GSM8K; SGLang)"
+RATIO_NOISE = 1.05  # a measured distinct / random ratio may pass 1 by sampling noise, not by more
 P2P_OFF_SHARE = 0.5  # with peer-to-peer off NCCL stages every transfer through host memory: two PCIe crossings
 
 
@@ -79,26 +80,35 @@ class RoutingSharing:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "RoutingSharing":
-        """A measured ratio file: a JSON object with "ratio_by_tokens" {T: distinct / random
-        expectation} and, optionally, "source" (what it was measured on) and "commit"."""
+        """A measured ratio file: `kdtree bench routing`'s routing.json ("ratio_by_T": {T: [...],
+        ratio: [...], measured_on}, "run": {commit}), or an object "ratio_by_tokens" {T: ratio}
+        with optional "source" and "commit"."""
         p = Path(path)
         try:
             raw = json.loads(p.read_text())
         except (OSError, ValueError) as exc:
             raise KdtreeError(f"routing file {p}: cannot read it as JSON ({exc})") from None
-        table = raw.get("ratio_by_tokens") if isinstance(raw, dict) else None
-        if not isinstance(table, dict) or not table:
-            raise KdtreeError(f"routing file {p}: needs an object \"ratio_by_tokens\" of tokens -> ratio")
+        if not isinstance(raw, dict):
+            raise KdtreeError(f"routing file {p}: must hold a JSON object")
+        bench = raw.get("ratio_by_T")
         try:
-            ratios = {int(k): float(v) for k, v in table.items()}
-        except (TypeError, ValueError):
-            raise KdtreeError(f"routing file {p}: ratio_by_tokens keys must be token counts, values numbers") from None
-        bad = [k for k, v in ratios.items() if k < 1 or not 0 < v <= 1.0 + 1e-9]
-        if bad:
-            raise KdtreeError(f"routing file {p}: token counts >= 1 and ratios in (0, 1] only (bad: T = {bad[:3]})")
-        where = raw.get("source", "")
-        commit = raw.get("commit", "")
-        return cls(ratios, f"{p}" + (f" (commit {commit})" if commit else "") + (f": {where}" if where else ""),
+            if isinstance(bench, dict):
+                ratios = {int(t): float(r) for t, r in zip(bench["T"], bench["ratio"], strict=True)}
+                where = bench.get("measured_on", "")
+                commit = (raw.get("run") or {}).get("commit", "")
+            elif isinstance(raw.get("ratio_by_tokens"), dict):
+                ratios = {int(k): float(v) for k, v in raw["ratio_by_tokens"].items()}
+                where, commit = raw.get("source", ""), raw.get("commit", "")
+            else:
+                raise KeyError("ratio_by_T")
+        except (KeyError, TypeError, ValueError):
+            raise KdtreeError(f"routing file {p}: needs \"ratio_by_T\" (T and ratio lists, as `kdtree bench "
+                              f"routing` writes) or \"ratio_by_tokens\" {{T: ratio}}") from None
+        bad = [k for k, v in ratios.items() if k < 1 or not 0 < v <= RATIO_NOISE]
+        if not ratios or bad:
+            raise KdtreeError(f"routing file {p}: token counts >= 1 and ratios in (0, {RATIO_NOISE}] only "
+                              f"(bad: T = {bad[:3]})")
+        return cls(ratios, f"{p}" + (f" (commit {commit})" if commit else "") + (f": measured on {where}" if where else ""),
                    "measured")
 
 

@@ -93,8 +93,16 @@ def test_measured_routing_sharing_cuts_the_expert_reads(kimi, tmp_path):
     assert a.distinct_experts == pytest.approx(b.distinct_experts / 2)
     assert a.weights_ms < b.weights_ms and a.attention_ms == b.attention_ms
     assert "abc1234" in shared.routing.source and shared.routing.kind == "measured"
+    bench = tmp_path / "bench.json"  # what `kdtree bench routing` writes
+    bench.write_text(json.dumps({"run": {"commit": "def5678"},
+                                 "ratio_by_T": {"T": [1, 65], "ratio": [1.0, 0.5], "measured_on": "demo pair"}}))
+    from_bench = RoutingSharing.from_file(bench)
+    assert from_bench.ratio(65) == 0.5 and "def5678" in from_bench.source and "demo pair" in from_bench.source
     f.write_text(json.dumps({"ratio_by_tokens": {"9": 1.5}}))
     with pytest.raises(KdtreeError, match="ratios in"):
+        RoutingSharing.from_file(f)
+    f.write_text(json.dumps({"something": 1}))
+    with pytest.raises(KdtreeError, match="ratio_by_T"):
         RoutingSharing.from_file(f)
 
 
