@@ -336,7 +336,7 @@ void bench_verify(const Case& c, Env& env, Record& r) {
   p.out = out.get();
   p.force_config = static_cast<int>(c.num("config", -1));
   p.force_split_keys = static_cast<int>(c.num("split_keys", 0));
-  p.force_split_group = static_cast<int>(c.num("split_group", 0));  // 2: config 10's pairs (0: the plan's choice)
+  p.force_split_group = static_cast<int>(c.num("split_group", 0));  // 2: the seesaw tile's pairs (0: the plan's choice)
   VerifyAttnPlan plan;
   check(verify_attn_plan(p, &plan));
   DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
@@ -352,7 +352,7 @@ void bench_verify(const Case& c, Env& env, Record& r) {
   r.num("tflops", flops / t.median / 1e9);
   r.num("cache_gbps", static_cast<double>(batch) * prefix * kVerifyQKDim * esz / t.median / 1e6);
   r.integer("splits", plan.splits);
-  r.integer("split_group", plan.split_group);  // splits reduced on chip together (config 10's pairs: 2)
+  r.integer("split_group", plan.split_group);  // splits reduced on chip together (the seesaw tile's pairs: 2)
   r.integer("split_keys", plan.split_len);
   r.integer("config", plan.config);
   r.integer("row_tiles", plan.m_tiles);

@@ -59,7 +59,7 @@ struct VerifyAttnParams {
   size_t workspace_bytes = 0;
   // test hooks (leave at their defaults): force a tile configuration (VerifyAttnConfig in
   // verify_attn_plan.h) instead of the device's best, force prefix keys per split, or force
-  // how many splits are reduced on chip together (1: none; 2: config 10's pairs)
+  // how many splits are reduced on chip together (1: none; 2: the seesaw tile's pairs, config 10)
   int force_config = -1;
   int force_split_keys = 0;
   int force_split_group = 0;
@@ -73,7 +73,7 @@ struct VerifyAttnPlan {
   int splits = 0;       // CTAs along the key axis per (request, row tile); the last takes the tree
   int split_len = 0;    // prefix keys per split (multiple of tile_keys)
   // Splits reduced on chip in clusters of this many along the key axis before any partial is
-  // written (config 10: pairs); the merge sees splits / split_group partials a row.
+  // written (the seesaw tile's pairs); the merge sees splits / split_group partials a row.
   int split_group = 1;
   size_t smem_bytes = 0;
   size_t workspace_bytes = 0;  // partials: 0 when splits / split_group == 1

@@ -22,8 +22,8 @@ KernelResult launch_config(const kern::VerifyKernelParams& k, const VerifyAttnPl
   return launch_status("verify_attn (bf16) kernel launch");
 }
 
-// Configs 9 and 10: wgmma tiles with TMA loads, their tensor maps encoded for this launch's
-// pointers; a plan that reduces its splits on chip (config 10's pairs) launches clusters of
+// The TMA wgmma and seesaw tiles (configs 9 and 10): wgmma tiles with TMA loads, their tensor maps encoded for this launch's
+// pointers; a plan that reduces its splits on chip (the seesaw tile's pairs) launches clusters of
 // split_group CTAs along the keys.
 template <void (*Kernel)(kern::VerifyKernelParams, kern::AttnTmaMaps)>
 KernelResult launch_wgmma_tma(const kern::VerifyKernelParams& k, const VerifyAttnPlan& plan, size_t smem_bytes,

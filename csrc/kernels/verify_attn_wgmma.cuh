@@ -13,12 +13,12 @@
 //   O += P V         warpgroup g: output columns 256 g .. 256 g + 255, 4 m64n256k16 with V
 //                    (= the key tile's first 512 columns) read N-major; 128 f32 registers;
 //                    the two steps over the group's own keys take P from its registers and
-//                    are issued before the barrier that publishes P (config 7)
+//                    are issued before the barrier that publishes P (config 7, own P in registers)
 // A warpgroup's accumulator rows are its S rows (16 (warp % 4) + lane / 4, + 8), so the
 // rescaling of O needs no exchange. Three barriers a tile (tile landed, maxima, P).
-// Config 9 loads Q and the key tiles with TMA instead (one thread issues them; mbarriers
+// The TMA wgmma tile (config 9) loads Q and the key tiles with TMA instead (one thread issues them; mbarriers
 // say when a tile landed and when its buffer is free: two barriers a tile; see kTma below).
-// Config 10, the plan's choice on sm_90a, is verify_attn_seesaw.cuh (TMA, the warpgroups on
+// The seesaw tile (config 10), the plan's choice on sm_90a, is verify_attn_seesaw.cuh (TMA, the warpgroups on
 // alternate key tiles).
 #pragma once
 
@@ -145,7 +145,7 @@ KD_DEVICE void wgmma_load_key_tile_lean(uint8_t* dst, const __nv_bfloat16* kv, i
   }
 }
 
-// Config 9 (kTma): Q and the key tiles by the Tensor Memory Accelerator. Thread 0 issues a
+// The TMA wgmma tile (config 9, kTma): Q and the key tiles by the Tensor Memory Accelerator. Thread 0 issues a
 // tile as 9 boxes of 64 rows x 64 columns (one per 64-column block: the 128-byte-swizzle box
 // layout is sw128_offset's), which land on the buffer's `full` mbarrier; the consumers wait on
 // its parity instead of cp.async groups and the top-of-tile barrier. Before refilling a buffer
@@ -306,8 +306,8 @@ KD_DEVICE void wgmma_store_rows(const VerifyKernelParams& k, const SplitWork& w,
 // kOwnPInRegs: the P V steps over a warpgroup's own keys take P from registers, before the
 // barrier that publishes P (config kVerifyBf16WgmmaRs: 3-4% faster on the H200); else all
 // four from shared memory (kVerifyBf16Wgmma, for timing).
-// kLean (config kVerifyBf16WgmmaLean, with kOwnPInRegs; the plan's choice on sm_90a until
-// config 10: H200, 64 heads, n=64, 32k: 0.71 ms vs config 7's 0.95 ms in one run): fewer instructions a
+// kLean (config kVerifyBf16WgmmaLean, with kOwnPInRegs; a quarter faster than config 7 on the
+// H200, and slower than the seesaw tile: docs/kernels/verify_attn.md): fewer instructions a
 // tile, since with 8 warps a scheduler has two warps and issue slots count (~1300 SASS
 // instructions a tile a warp in config 7): the warpgroup index made warp-uniform, so that the
 // descriptors are a loop-invariant base plus constants in uniform registers; the copies by

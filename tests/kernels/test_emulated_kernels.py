@@ -245,7 +245,7 @@ def test_verify_attn_on_emulator(emulated):
                "verify_attn_decode_tiles_long_prefixes", "verify_attn_seesaw_pairs")
     assert out.count(" f32 ") >= 18 and out.count(" bf16 cfg1 ") >= 18
     assert sum(out.count(f"decode cfg{c} ") for c in (3, 4, 11, 12)) == 8  # each decode tile, one split and several
-    # config 10's pairs: one pair (the output written directly) and several, odd counts evened
+    # the seesaw tile's (config 10) pairs: one pair (the output written directly) and several, odd counts evened
     assert out.count("seesaw pairs split_keys ") == 5 and "[       OK ] verify_attn_seesaw_pairs" in out, out[-3000:]
 
 

@@ -85,7 +85,7 @@ def test_sanitize_needs_native():
 
 def test_racecheck_runs_its_own_build_with_the_sync_only_seesaw(monkeypatch, tmp_path):
     """racecheck's programs come from a build root of their own compiled with
-    RACECHECK_NVCC_FLAGS (config 10's arrives as syncs); the other tools use the usual build,
+    RACECHECK_NVCC_FLAGS (the seesaw tile's arrives as syncs); the other tools use the usual build,
     and NVCC_APPEND_FLAGS is as it was afterwards."""
     from types import SimpleNamespace
 
