@@ -189,12 +189,12 @@ KD_DEVICE int hist_nth_bin(const uint32_t* h, int n) {
 // of only when a level overflows the pool (emulator, 64 requests, grows + raises per request
 // mean/max: flat N=256 12.1/15 -> 6.2/8, flat N=16 8.1/12 -> 3.3/5, peaky N=256 15.5/23 ->
 // 8.9/15, logits N=256 3.9/7 -> 2.7/4, with the empty last level not grown).
-// Opt-in (KD_TREE_LEVEL_RAISE=1): its first cut (742ad6a) was SLOWER on the H200 despite the
-// fewer rounds (B=1 N=256 flat 31.2 -> 40.9 us, logits 15.4 -> 23.9 us, logits N=16 10.1 ->
-// 16.0 us): every counting warp (and, at the skipped level, all 16) scanned the histogram with
-// uint4 loads 128 bytes apart, 8-way bank conflicts in each quarter warp, and the sample's
-// shared atomics cost too. Since: conflict-free scans (hist_quad), warp 0 alone at the skip,
-// the bins' shift without a loop, the root's sample (smaller levels 1-2). Not timed yet.
+// Opt-in (KD_TREE_LEVEL_RAISE=1): fewer rounds, but the scans' shared-memory traffic and the
+// sample's atomics cost more than the rounds save where it matters: on the H200 it is faster on
+// flat rows and slower on the drafter's logits rows (docs/kernels/tree_build.md). Its scans are
+// conflict-free (hist_quad: uint4 loads 128 bytes apart had put 8-way bank conflicts in each
+// quarter warp), warp 0 alone handles the skipped level, and the root's sample keeps levels 1-2
+// small.
 struct LevelRaise {
   int n = 0;                       // the budget
   float best = 0.0f;               // the best score: the bins' top
