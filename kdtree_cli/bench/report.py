@@ -1,5 +1,5 @@
 """Rows of a bench run: each kernel's time next to its baselines and ceilings, the ratios,
-and the issue's goals; written as JSON, a Markdown table and PNG plots."""
+and the kernels' goals; written as JSON, a Markdown table and PNG plots."""
 
 from __future__ import annotations
 
