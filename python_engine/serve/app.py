@@ -98,7 +98,7 @@ def create_app(state: ServeState, lifespan=None) -> FastAPI:
 
         async def stream():
             try:
-                while not state.loop.draining:
+                while not state.loop.closing:
                     try:
                         event = await asyncio.wait_for(queue.get(), EVENTS_IDLE_S)
                     except asyncio.TimeoutError:

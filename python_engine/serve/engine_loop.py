@@ -90,6 +90,11 @@ class EngineLoop:
     def draining(self) -> bool:
         return self._drain_deadline is not None
 
+    @property
+    def closing(self) -> bool:
+        """Draining or stopped: the long-lived streams (events) should end."""
+        return self._drain_deadline is not None or self._stop
+
     def counts(self) -> dict[str, int]:
         with self._cond:
             return {"running": len(self._running), "waiting": len(self._waiting),

@@ -149,11 +149,8 @@ class Serving:
             self.close()
 
     def close(self) -> None:
-        from sse_starlette.sse import AppStatus
-
         self.loop.stop()
         self.exporter.close()
-        AppStatus.should_exit = True  # any SSE stream still open ends now
         if self._metrics_file is not None:
             self._metrics_file.close()
             self._metrics_file = None
@@ -163,7 +160,8 @@ class Serving:
         import uvicorn
         from sse_starlette.sse import AppStatus
 
-        # streams end when their requests do (the drain), not the moment a signal arrives
+        # streams end when their requests do (the drain; the events streams when it begins),
+        # not the moment a signal arrives
         AppStatus.disable_automatic_graceful_drain()
         config = uvicorn.Config(self.app, host=self.opts.bind, port=self.opts.port, log_level="info",
                                 access_log=self.opts.access_log,

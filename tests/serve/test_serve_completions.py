@@ -1,0 +1,175 @@
+"""`kdtree serve` on the torch engine (the demo pair) through the real `openai` client:
+completions and chat, streamed and not, equal at temperature 0 to `kdtree run --ar` on the
+same prompt; stop strings; the events stream and the Prometheus metrics."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import numpy as np
+import openai
+import pytest
+from conftest import CHAT_TEMPLATE, code_text_prompts, served, wait_idle
+from reference import ar_reference
+
+from python_engine.events import parse
+
+
+def client(url: str, **kw) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=kw.pop("api_key", "unused"), max_retries=0, **kw)
+
+
+def test_completion_equals_ar(demo_server, rng):
+    url, serving = demo_server
+    prompt = code_text_prompts(rng, 1)[0]
+    max_tokens = int(rng.integers(4, 48))
+    ids = serving.state.codec.encode(prompt)
+    want_text, want_tokens = ar_reference(serving, ids, max_tokens)
+
+    got = client(url).completions.create(model="demo-target", prompt=prompt, max_tokens=max_tokens, temperature=0)
+    assert got.choices[0].text == want_text
+    assert got.usage.prompt_tokens == len(ids)
+    assert got.usage.completion_tokens == len(want_tokens)
+    stopped = want_tokens[-1] in serving.state.stop_ids
+    assert got.choices[0].finish_reason == ("stop" if stopped else "length")
+
+
+def test_streamed_completion_equals_ar(demo_server, rng):
+    url, serving = demo_server
+    prompt = code_text_prompts(rng, 1)[0]
+    max_tokens = int(rng.integers(4, 48))
+    want_text, want_tokens = ar_reference(serving, serving.state.codec.encode(prompt), max_tokens)
+
+    chunks = list(client(url).completions.create(model="demo-target", prompt=prompt, max_tokens=max_tokens,
+                                                 temperature=0, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == want_text
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
+    assert chunks[-1].usage.completion_tokens == len(want_tokens)
+    assert not any("\ufffd" in c.choices[0].text for c in chunks)
+
+
+def test_stream_ends_with_done(demo_server, rng):
+    """The raw SSE stream: `data:` chunks, the last one `data: [DONE]`."""
+    url, serving = demo_server
+    prompt = code_text_prompts(rng, 1)[0]
+    body = {"model": "demo-target", "prompt": prompt, "max_tokens": int(rng.integers(2, 20)), "temperature": 0,
+            "stream": True}
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        data = [line.removeprefix("data: ") for line in r.iter_lines() if line.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    assert json.loads(data[-2])["usage"]["completion_tokens"] >= 1
+
+
+def test_stop_string_across_tokens(demo_server, rng):
+    """A stop string taken from inside the reference text (so it spans token boundaries more
+    often than not) cuts the text right before its first occurrence."""
+    url, serving = demo_server
+    for prompt in code_text_prompts(rng, 5):
+        want_text, _ = ar_reference(serving, serving.state.codec.encode(prompt), 40)
+        if len(want_text) >= 8:
+            break
+    else:
+        pytest.skip("the draws gave no reference text long enough to cut")
+    start = int(rng.integers(1, len(want_text) - 3))
+    stop = want_text[start:start + int(rng.integers(2, 4))]
+    cut = want_text[: want_text.find(stop)]
+    for stream in (False, True):
+        out = client(url).completions.create(model="demo-target", prompt=prompt, max_tokens=40, temperature=0,
+                                             stop=[stop], stream=stream)
+        if stream:
+            chunks = list(out)
+            text, finish = "".join(c.choices[0].text for c in chunks), chunks[-1].choices[0].finish_reason
+        else:
+            text, finish = out.choices[0].text, out.choices[0].finish_reason
+        assert (text, finish) == (cut, "stop"), f"stop={stop!r}"
+    assert wait_idle(serving)["running"] == 0  # the stopped requests left their slots
+
+
+def test_models_and_health(demo_server):
+    url, serving = demo_server
+    models = client(url).models.list()
+    assert [m.id for m in models.data] == ["demo-target"]
+    health = httpx.get(f"{url}/health").json()
+    assert health["status"] == "ok" and health["slots"] == serving.loop.backend.max_slots
+
+
+def test_chat_without_template_is_400(demo_server):
+    url, _ = demo_server
+    with pytest.raises(openai.BadRequestError) as err:
+        client(url).chat.completions.create(model="demo-target", messages=[{"role": "user", "content": "hi"}])
+    assert "chat_template" in str(err.value)
+
+
+def test_chat_equals_ar_on_the_rendered_template(chat_model_dir, rng):
+    """Chat: the messages rendered by the model's template as transformers renders them,
+    then decoded as AR decodes those ids."""
+    from transformers import PreTrainedTokenizerFast
+
+    oracle = PreTrainedTokenizerFast(tokenizer_file=str(chat_model_dir / "tokenizer.json"),
+                                     bos_token="<|endoftext|>", eos_token="<|endoftext|>")
+    oracle.chat_template = CHAT_TEMPLATE
+    system, user = code_text_prompts(rng, 2)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    ids = oracle.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    max_tokens = int(rng.integers(4, 32))
+    with served(model=chat_model_dir, max_slots=2) as (url, serving):
+        want_text, want_tokens = ar_reference(serving, list(ids), max_tokens)
+        c = client(url)
+        got = c.chat.completions.create(model="demo-chat", messages=messages, max_tokens=max_tokens, temperature=0)
+        assert got.choices[0].message.content == want_text
+        assert got.choices[0].message.role == "assistant"
+        assert got.usage.prompt_tokens == len(ids)
+        chunks = list(c.chat.completions.create(model="demo-chat", messages=messages, max_tokens=max_tokens,
+                                                temperature=0, stream=True))
+        assert chunks[0].choices[0].delta.role == "assistant"
+        assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == want_text
+        assert chunks[-1].usage.completion_tokens == len(want_tokens)
+
+
+def test_seeded_sampling_repeats(demo_server, rng):
+    """temperature > 0 with a seed: the same text twice; the tokens are the model's own
+    (sampling is checked against its distribution in tests/decode)."""
+    url, _ = demo_server
+    prompt = code_text_prompts(rng, 1)[0]
+    seed = int(rng.integers(0, 2**31))
+    texts = [client(url).completions.create(model="demo-target", prompt=prompt, max_tokens=24, temperature=0.9,
+                                            seed=seed).choices[0].text for _ in range(2)]
+    assert texts[0] == texts[1]
+
+
+def test_events_stream_and_metrics(demo_server, rng):
+    """/v1/kdtree/events hands on run_start then the round events of a request (valid
+    under the events contract); /metrics counts the same rounds."""
+    url, serving = demo_server
+    prompt = code_text_prompts(rng, 1)[0]
+    before = _drafts(httpx.get(f"{url}/metrics").text)
+    events = []
+    with httpx.stream("GET", f"{url}/v1/kdtree/events", timeout=60) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        first = next(line for line in lines if line.startswith("data: "))
+        events.append(parse(first.removeprefix("data: "))[0])
+        got = client(url).completions.create(model="demo-target", prompt=prompt, max_tokens=24, temperature=0)
+        for line in lines:
+            if line.startswith("data: "):
+                event, problems = parse(line.removeprefix("data: "))
+                assert not problems
+                events.append(event)
+                if json.loads(line.removeprefix("data: ")).get("done"):
+                    break
+    assert events[0]["event"] == "run_start" and events[0]["engine"] == "torch"
+    rounds = [e for e in events if e["event"] == "round"]
+    assert rounds and rounds[-1]["tokens"] == got.usage.completion_tokens
+    after = _drafts(httpx.get(f"{url}/metrics").text)
+    assert after - before == len(rounds)
+
+
+def _drafts(metrics_text: str) -> float:
+    for line in metrics_text.splitlines():
+        if line.startswith("kdtree_spec_decode_num_drafts_total"):
+            return float(line.split()[-1])
+    raise AssertionError("no kdtree_spec_decode_num_drafts_total in /metrics")
