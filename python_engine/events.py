@@ -166,8 +166,9 @@ def times_us(v: Any) -> dict[str, float]:
     if missing:
         raise _Bad(f"lacks {', '.join(missing)}")
     out = {s: _field(v, s, stage_time) for s in STAGES}
-    if "collective" in v:  # a split model's collectives (inside draft and verify), optional
-        out["collective"] = _field(v, "collective", stage_time)
+    if "collective" in v:  # a split model's collectives (inside draft and verify), optional;
+        # null: one rank's share alone, whose collectives are counted but not run
+        out["collective"] = None if v["collective"] is None else _field(v, "collective", stage_time)
     return out
 
 

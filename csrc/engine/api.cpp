@@ -129,6 +129,15 @@ kd_status kd_engine_memory(kd_engine* e, kd_memory_report* report) {
   });
 }
 
+int32_t kd_engine_weight_count(kd_engine* e) { return e && e->impl ? e->impl->weight_count() : -1; }
+
+kd_status kd_engine_weight_info(kd_engine* e, int32_t index, kd_weight_info* info) {
+  return guarded(e, [&](auto& x) {
+    if (!info) kdtree::engine::fail(KD_INVALID_ARGUMENT, "info is null");
+    x.weight_info(index, info);
+  });
+}
+
 kd_status kd_engine_options_get(kd_engine* e, kd_engine_options* options) {
   return guarded(e, [&](auto& x) {
     if (!options) kdtree::engine::fail(KD_INVALID_ARGUMENT, "options is null");

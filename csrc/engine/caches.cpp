@@ -6,9 +6,13 @@
 
 namespace kdtree::engine {
 
+size_t TargetCache::bytes_for(const TargetDims& t, const EngineLimits& l) {
+  return static_cast<size_t>(t.layers) * l.slots * l.cache_capacity() * kVerifyQKDim * model_dtype_bytes(l.dtype);
+}
+
 TargetCache::TargetCache(const TargetDims& t, const EngineLimits& l, cudaStream_t stream)
     : layers_(t.layers), slots_(l.slots), capacity_(l.cache_capacity()), row_(kVerifyQKDim), dtype_(l.dtype) {
-  const size_t bytes = static_cast<size_t>(layers_) * slots_ * capacity_ * row_ * model_dtype_bytes(dtype_);
+  const size_t bytes = bytes_for(t, l);
   mem_ = DeviceBuffer(bytes, "the target's latent cache (" + std::to_string(slots_) + " slots x " +
                                  std::to_string(capacity_) + " rows x " + std::to_string(layers_) + " layers)");
   KD_CUDA_CHECK(cudaMemsetAsync(mem_.data(), 0, bytes, stream));
@@ -19,9 +23,13 @@ void* TargetCache::layer(int l, int first_slot) const {
                         model_dtype_bytes(dtype_));
 }
 
+size_t DrafterCache::bytes_for(const DrafterDims& d, const EngineLimits& l) {
+  return size_t{2} * d.layers * l.slots * l.cache_capacity() * d.kv_heads * d.head_dim * model_dtype_bytes(l.dtype);
+}
+
 DrafterCache::DrafterCache(const DrafterDims& d, const EngineLimits& l, cudaStream_t stream)
     : layers_(d.layers), slots_(l.slots), capacity_(l.cache_capacity()), row_(d.kv_heads * d.head_dim), dtype_(l.dtype) {
-  const size_t bytes = size_t{2} * layers_ * slots_ * capacity_ * row_ * model_dtype_bytes(dtype_);
+  const size_t bytes = bytes_for(d, l);
   mem_ = DeviceBuffer(bytes, "the drafter's context cache");
   KD_CUDA_CHECK(cudaMemsetAsync(mem_.data(), 0, bytes, stream));
 }

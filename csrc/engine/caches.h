@@ -18,6 +18,7 @@ namespace kdtree::engine {
 class TargetCache {
  public:
   TargetCache(const TargetDims& t, const EngineLimits& l, cudaStream_t stream);
+  static size_t bytes_for(const TargetDims& t, const EngineLimits& l);  // what the constructor allocates
   void* layer(int l, int first_slot = 0) const;
   int64_t slot_stride() const { return static_cast<int64_t>(capacity_) * row_; }  // elements
   int64_t layer_stride() const { return slot_stride() * slots_; }
@@ -35,6 +36,7 @@ class TargetCache {
 class DrafterCache {
  public:
   DrafterCache(const DrafterDims& d, const EngineLimits& l, cudaStream_t stream);
+  static size_t bytes_for(const DrafterDims& d, const EngineLimits& l);  // what the constructor allocates
   void* keys(int l, int first_slot = 0) const;
   void* values(int l, int first_slot = 0) const;
   int64_t row() const { return row_; }

@@ -46,6 +46,27 @@ class SoloCollective final : public Collective {
   }
 };
 
+// One rank's share of a split model, alone on its GPU: every collective does nothing, so the
+// rank computes exactly its part of a round (the sizes and the work of each of `world`
+// GPUs) with no peers. An all-gather leaves the other ranks' parts zero: outputs mean nothing.
+class ShareCollective final : public Collective {
+ public:
+  ShareCollective(int rank, int world) : Collective(rank, world, 0.0) {}
+  bool runs() const override { return false; }
+  void wait(cudaStream_t stream) override { KD_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+
+ protected:
+  void do_all_reduce(void*, size_t, ModelDType, cudaStream_t) override {}
+  void do_all_gather(const void* send, void* recv, size_t bytes, cudaStream_t stream) override {
+    char* base = static_cast<char*>(recv);
+    char* own = base + static_cast<size_t>(rank_) * bytes;
+    char* after = own + bytes;
+    if (rank_ > 0) KD_CUDA_CHECK(cudaMemsetAsync(base, 0, static_cast<size_t>(own - base), stream));
+    if (rank_ + 1 < world_) KD_CUDA_CHECK(cudaMemsetAsync(after, 0, bytes * static_cast<size_t>(world_ - rank_ - 1), stream));
+    if (send != own) KD_CUDA_CHECK(cudaMemcpyAsync(own, send, bytes, cudaMemcpyDeviceToDevice, stream));
+  }
+};
+
 // Parts take turns in rank order between collectives: part r runs until its next
 // collective, leaves its buffers and passes the turn to r + 1; the last part combines every
 // part's buffers (in rank order) and passes the turn back to part 0. One thread per part.
@@ -163,15 +184,18 @@ float CollectiveTimer::elapsed_us(int count) const {
 
 void Collective::all_reduce_sum(void* buf, size_t count, ModelDType dtype, cudaStream_t stream) {
   if (!split()) return;
+  if (!runs()) return timer_.count_untimed();
   timer_.start(stream);
   do_all_reduce(buf, count, dtype, stream);
   timer_.stop(stream);
 }
 
 void Collective::all_gather(const void* send, void* recv, size_t bytes, cudaStream_t stream) {
-  if (split()) timer_.start(stream);
+  const bool timed = split() && runs();
+  if (split() && !runs()) timer_.count_untimed();
+  if (timed) timer_.start(stream);
   do_all_gather(send, recv, bytes, stream);
-  if (split()) timer_.stop(stream);
+  if (timed) timer_.stop(stream);
 }
 
 void Collective::wait(cudaStream_t stream) {
@@ -209,6 +233,7 @@ std::unique_ptr<Collective> make_collective(const kd_engine_options& o, int devi
     return std::make_unique<SoloCollective>();
   }
   switch (o.comm) {
+    case KD_COMM_NONE: return std::make_unique<ShareCollective>(o.rank, world);
     case KD_COMM_NCCL: return make_nccl_collective(o.rank, world, o.nccl_id, timeout);
     case KD_COMM_SIMULATED:
       if (!o.sim_group) fail(KD_INVALID_ARGUMENT, "engine options: KD_COMM_SIMULATED needs sim_group");
@@ -218,7 +243,7 @@ std::unique_ptr<Collective> make_collective(const kd_engine_options& o, int devi
       return std::make_unique<SimulatedCollective>(o.rank, o.sim_group, timeout);
     default:
       fail(KD_INVALID_ARGUMENT, "engine options: world_size " + std::to_string(world) +
-                                    " needs comm KD_COMM_NCCL or KD_COMM_SIMULATED");
+                                    " needs comm KD_COMM_NONE (one rank's share), KD_COMM_NCCL or KD_COMM_SIMULATED");
   }
 }
 

@@ -26,15 +26,17 @@ namespace kdtree::engine {
 class CollectiveTimer {
  public:
   ~CollectiveTimer();
-  void reset() { next_ = 0; }
-  int count() const { return next_; }
+  void reset() { next_ = untimed_ = 0; }
+  int count() const { return next_ + untimed_; }  // timed or not
   void start(cudaStream_t stream);
   void stop(cudaStream_t stream);
+  void count_untimed() { ++untimed_; }  // a rank share's collective: counted, not run
   float elapsed_us(int count) const;  // after the stream has finished
 
  private:
   std::vector<cudaEvent_t> events_;  // start, stop per collective
-  int next_ = 0;
+  int next_ = 0;     // timed collectives since reset()
+  int untimed_ = 0;  // counted ones since reset()
 };
 
 class Collective {
@@ -43,6 +45,8 @@ class Collective {
   int rank() const { return rank_; }
   int world() const { return world_; }
   bool split() const { return world_ > 1; }
+  // false for one rank's share alone (KD_COMM_NONE, world > 1): its collectives do nothing
+  virtual bool runs() const { return true; }
   // Graph capture of a round (a simulated group synchronises on the host: no capture).
   virtual bool capturable() const { return true; }
 
@@ -68,7 +72,8 @@ class Collective {
   CollectiveTimer timer_;
 };
 
-// The C API's options -> the collective of this engine (throws EngineError on bad options).
+// The C API's options -> the collective of this engine (throws EngineError on bad options):
+// Solo, Nccl, Simulated, or Share (one rank's part alone: collectives that do nothing).
 std::unique_ptr<Collective> make_collective(const kd_engine_options& options, int device);
 
 // Holds a Collective's turn for one API call (see Collective::enter).

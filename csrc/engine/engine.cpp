@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "common/cuda_check.h"
@@ -36,13 +37,34 @@ Engine::Engine(const kd_target_config& target, const kd_drafter_config* drafter,
 
   WeightPlan plan(limits_.dtype);
   plan_target_weights(tdims_, &plan);
+  memory_.target_weights = plan.total_bytes();
   if (ddims_) plan_drafter_weights(*ddims_, &plan);
+  memory_.drafter_weights = plan.total_bytes() - memory_.target_weights;
+  plan_memory_limit(options, free_before, total);
+  memory_.weights = plan.total_bytes();
+  memory_.target_cache = TargetCache::bytes_for(tdims_, limits_);
+  memory_.drafter_cache = ddims_ ? DrafterCache::bytes_for(*ddims_, limits_) : 0;
+  check_memory_fits(/*workspace=*/0);
   LoadOptions lo;
   lo.threads = limits_.load_threads;
   lo.progress = progress;
   lo.progress_user = progress_user;
+  load_format_ = options.load_format;
+  dummy_seed_ = options.dummy_seed;
+  memory_limit_ = options.memory_limit;
+  for (const WeightSlot& w : plan.slots()) weight_shapes_.push_back({w.name, w.shape, w.bytes});
   const auto load_start = std::chrono::steady_clock::now();
-  weights_ = DeviceWeights::load(plan, tensors, n_tensors, lo);
+  if (options.load_format == KD_LOAD_DUMMY) {
+    if (n_tensors != 0)
+      fail(KD_INVALID_ARGUMENT, "engine options: load_format dummy makes every weight itself; pass no tensor table (got " +
+                                    std::to_string(n_tensors) + " entries)");
+    weights_ = DeviceWeights::dummy(plan, options.dummy_seed, lo);
+  } else if (options.load_format == KD_LOAD_CHECKPOINT) {
+    weights_ = DeviceWeights::load(plan, tensors, n_tensors, lo);
+  } else {
+    fail(KD_INVALID_ARGUMENT, "engine options: load_format " + std::to_string(options.load_format) +
+                                  " is neither KD_LOAD_CHECKPOINT (0) nor KD_LOAD_DUMMY (1)");
+  }
   memory_.load_us = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - load_start).count());
 
@@ -76,6 +98,8 @@ Engine::Engine(const kd_target_config& target, const kd_drafter_config* drafter,
   ws_.declare(&io_vis_, static_cast<size_t>(limits_.forward_rows()) * io_vis_words_ * sizeof(uint32_t));
   ws_.declare(&io_keep_, static_cast<size_t>(std::max(limits_.tree_rows(), limits_.max_block) + 1) * sizeof(int32_t));
   ws_.declare(&io_counts_, 2 * static_cast<size_t>(limits_.slots) * sizeof(int32_t));
+  memory_.drafter_cache += slots_->bytes();
+  check_memory_fits(ws_.total() + gemm_.workspace_bytes());
   ws_.allocate(stream_);
   target_->upload_constants(stream_);
   if (drafter_) drafter_->upload_constants(stream_);
@@ -90,6 +114,48 @@ Engine::Engine(const kd_target_config& target, const kd_drafter_config* drafter,
   memory_.workspace = ws_.bytes() + gemm_.workspace_bytes();
   memory_.total = memory_.weights + memory_.target_cache + memory_.drafter_cache + memory_.workspace;
   memory_.device_free_after = device_memory_info().first;
+}
+
+namespace {
+
+std::string gib(uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / static_cast<double>(uint64_t{1} << 30));
+  return text;
+}
+
+}  // namespace
+
+void Engine::plan_memory_limit(const kd_engine_options& options, uint64_t free_before, uint64_t device_total) {
+  if (options.memory_limit == 0) {
+    memory_.limit = free_before;  // 0 when the device cannot say: no check before allocating
+    return;
+  }
+  if (device_total != 0 && options.memory_limit > free_before)
+    fail(KD_INVALID_ARGUMENT, "engine options: memory_limit " + gib(options.memory_limit) + " is more than device " +
+                                  std::to_string(limits_.device) + " has free (" + gib(free_before) + " of " +
+                                  gib(device_total) + "); lower --gpu-memory-limit");
+  memory_.limit = options.memory_limit;
+}
+
+void Engine::check_memory_fits(uint64_t workspace) const {
+  if (memory_.limit == 0) return;
+  const uint64_t caches = memory_.target_cache + memory_.drafter_cache;
+  const uint64_t need = memory_.weights + caches + workspace;
+  if (need <= memory_.limit) return;
+  std::string parts = "weights " + gib(memory_.weights) + " (target " + gib(memory_.target_weights) + ", drafter " +
+                      gib(memory_.drafter_weights) + "), target cache " + gib(memory_.target_cache) +
+                      ", drafter cache and slots " + gib(memory_.drafter_cache);
+  if (workspace) parts += ", workspace " + gib(workspace);
+  const bool weights_alone = memory_.weights > memory_.limit;
+  const std::string change =
+      weights_alone ? "the weights alone are over it: split the model over more GPUs (--world-size / --gpus), drop the "
+                      "drafter, or raise the limit"
+                    : "lower --max-tokens (tokens per slot: " + std::to_string(limits_.max_tokens) + ") or --max-slots (" +
+                          std::to_string(limits_.slots) + ")" + (workspace ? " or --budget (" + std::to_string(limits_.max_budget) + ")" : "") +
+                          ", or raise the limit";
+  fail(KD_OUT_OF_MEMORY, "the engine needs " + gib(need) + " of GPU memory but may use " + gib(memory_.limit) + " (" +
+                             parts + "): " + change);
 }
 
 Engine::~Engine() {
@@ -120,7 +186,21 @@ kd_engine_options Engine::options() const {
   o.rank = comm_->rank();
   o.comm = comm_kind_;
   o.overlap_collectives = comm_stream_ ? 1 : 0;
+  o.load_format = load_format_;
+  o.dummy_seed = dummy_seed_;
+  o.memory_limit = memory_limit_;
   return o;
+}
+
+void Engine::weight_info(int index, kd_weight_info* out) const {
+  if (index < 0 || index >= static_cast<int>(weight_shapes_.size()))
+    fail(KD_OVER_LIMIT, "weight " + std::to_string(index) + " outside 0.." + std::to_string(weight_shapes_.size() - 1));
+  const WeightShape& w = weight_shapes_[static_cast<size_t>(index)];
+  std::memset(out, 0, sizeof *out);
+  std::snprintf(out->name, sizeof out->name, "%s", w.name.c_str());
+  out->ndim = static_cast<int32_t>(w.shape.size());
+  for (size_t i = 0; i < w.shape.size() && i < 4; ++i) out->shape[i] = w.shape[i];
+  out->bytes = w.bytes;
 }
 
 void Engine::check_slot_range(int first, int count, const char* what) const {

@@ -48,6 +48,8 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   kd_memory_report memory() const { return memory_; }
+  int weight_count() const { return static_cast<int>(weight_shapes_.size()); }
+  void weight_info(int index, kd_weight_info* out) const;
   Collective* collective() const { return comm_.get(); }
   kd_engine_options options() const;
 
@@ -69,6 +71,10 @@ class Engine {
   void release(int64_t id);
 
  private:
+  // The memory this engine may use (memory_.limit) from the options and the device.
+  void plan_memory_limit(const kd_engine_options& options, uint64_t free_before, uint64_t device_total);
+  // Refuses, naming what to lower, when memory_'s weights and caches plus `workspace` exceed it.
+  void check_memory_fits(uint64_t workspace) const;
   void check_slot_range(int first, int count, const char* what) const;
   void check_tokens(const int32_t* tokens, int64_t n, const char* what) const;
   int32_t read_field(const int32_t* field, int slot) const;
@@ -108,6 +114,14 @@ class Engine {
   std::unique_ptr<DecodeRound> round_;
   Workspace ws_;
   kd_memory_report memory_{};
+  int32_t load_format_ = KD_LOAD_CHECKPOINT;
+  uint64_t dummy_seed_ = 0, memory_limit_ = 0;
+  struct WeightShape {
+    std::string name;
+    std::vector<int64_t> shape;  // as held on this GPU
+    uint64_t bytes;
+  };
+  std::vector<WeightShape> weight_shapes_;  // the weight plan, in order
 
   // host-driven forward inputs
   int32_t *io_tokens_ = nullptr, *io_positions_ = nullptr, *io_keep_ = nullptr, *io_counts_ = nullptr;

@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define KD_ENGINE_ABI 5        /* bumped whenever a struct below changes */
+#define KD_ENGINE_ABI 6        /* bumped whenever a struct below changes */
 #define KD_NCCL_ID_BYTES 128   /* ncclUniqueId */
 #define KD_MAX_WORLD 8         /* ranks of one split model (a simulated group's fixed arrays) */
 #define KD_MAX_TARGET_LAYER_IDS 16
@@ -111,20 +111,37 @@ typedef struct kd_engine_options {
   int32_t overlap_collectives; /* 1: a forward of several slots runs as two halves, each half's
                                    all-reduce beside the other half's compute; 0 (default): in line
                                    (the halves re-read the weights: slower where measured) */
+  int32_t load_format;     /* kd_load_format */
+  uint64_t dummy_seed;     /* KD_LOAD_DUMMY: the weights' random seed */
+  uint64_t memory_limit;   /* bytes this engine may allocate on the device (0: all it has); what
+                              does not fit is refused before anything is allocated */
 } kd_engine_options;
+
+typedef enum kd_load_format {
+  KD_LOAD_CHECKPOINT = 0, /* read the tensors of the table */
+  KD_LOAD_DUMMY = 1,      /* no files: every planned weight made on the device from dummy_seed
+                             (INT4 experts in the W4A16 layout, with scales), for timing and
+                             memory; the table must be empty, and tokens from it mean nothing */
+} kd_load_format;
 
 typedef enum kd_comm_kind {
   KD_COMM_NONE = 0,      /* world_size 1 */
   KD_COMM_NCCL = 1,      /* one process per GPU, NCCL communicators (intra- and inter-host) */
   KD_COMM_SIMULATED = 2, /* every part in this process on one GPU, run one after another and
                             reduced in rank order: a check of the split against the whole model */
+  /* KD_COMM_NONE with world_size > 1: one rank's share alone. The engine holds rank `rank`'s
+     parts and its collectives do nothing (an all-gather leaves the other ranks' parts zero),
+     so one GPU times and sizes what each of world_size GPUs computes in a round; the step
+     report says the collectives did not run (collectives_run 0). Outputs mean nothing. */
 } kd_comm_kind;
 
 /* Memory decided at create time (bytes). */
 typedef struct kd_memory_report {
   uint64_t weights, target_cache, drafter_cache, workspace, total;
   uint64_t device_total, device_free_before, device_free_after;
-  uint64_t load_us; /* reading the checkpoint into GPU memory */
+  uint64_t load_us; /* reading the checkpoint into GPU memory (or making dummy weights) */
+  uint64_t target_weights, drafter_weights; /* weights = their sum */
+  uint64_t limit;   /* what the engine planned within: memory_limit, or the device's free memory */
 } kd_memory_report;
 
 typedef void (*kd_progress_fn)(void* user, uint64_t done_bytes, uint64_t total_bytes);
@@ -151,6 +168,16 @@ kd_status kd_nccl_unique_id(uint8_t* id, char* error, size_t error_len);
 kd_status kd_sim_group_create(int32_t world_size, kd_sim_group** out, char* error, size_t error_len);
 void kd_sim_group_free(kd_sim_group* group);
 kd_status kd_engine_memory(kd_engine* engine, kd_memory_report* report);
+
+/* One weight of the engine's plan (this rank's part of it when split), as held on the device. */
+typedef struct kd_weight_info {
+  char name[160];
+  int32_t ndim;
+  int64_t shape[4];
+  uint64_t bytes;
+} kd_weight_info;
+int32_t kd_engine_weight_count(kd_engine* engine); /* -1 for a null engine */
+kd_status kd_engine_weight_info(kd_engine* engine, int32_t index, kd_weight_info* info);
 /* The options the engine runs with (defaults filled in). */
 kd_status kd_engine_options_get(kd_engine* engine, kd_engine_options* options);
 
@@ -242,6 +269,8 @@ typedef struct kd_step_report {
   int32_t sample_accept_len;
   int32_t collectives;    /* collectives in the round (0 on one GPU) */
   float collective_us;    /* their summed time (CUDA events), inside draft and verify */
+  int32_t collectives_run; /* 0: a rank share (KD_COMM_NONE, world_size > 1): counted, not run
+                              nor timed (collective_us is then meaningless, never 0 us) */
 } kd_step_report;
 
 kd_status kd_submit(kd_engine* engine, const kd_request* request, int64_t* id);

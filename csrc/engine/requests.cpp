@@ -255,6 +255,7 @@ void Engine::run_round(bool tree, bool want_tree, kd_step_report* report) {
 void Engine::step(bool want_tree, kd_step_report* report) {
   std::memset(report, 0, sizeof *report);
   report->sampled_slot = -1;
+  report->collectives_run = comm_->runs() ? 1 : 0;
   admit(report);
   run_round(/*tree=*/true, want_tree, report);
   run_round(/*tree=*/false, want_tree, report);

@@ -13,9 +13,13 @@
 #include <mutex>
 #include <thread>
 
+#include <cmath>
+#include <random>
+
 #include "engine/engine_error.h"
 #include "kernels/elementwise.cuh"
 #include "kernels/moe_gemm_w4a16.cuh"
+#include "kernels/random_fill.cuh"
 
 namespace kdtree::engine {
 namespace {
@@ -586,6 +590,110 @@ DeviceWeights DeviceWeights::load(const WeightPlan& plan, const kd_tensor_entry*
   for (auto& t : pool) t.join();
   if (!first_error.empty()) fail(KD_LOAD_ERROR, first_error);  // w (and its memory) goes with the throw
   if (options.progress) options.progress(options.progress_user, total, total);
+  return w;
+}
+
+namespace {
+
+// Dummy INT4 experts: this many distinct random experts per stack, repeated through it (each
+// expert still has its own bytes, so a round reads what a real checkpoint's would).
+constexpr int kDummyDistinctExperts = 2;
+// A vector weight (RMSNorm scale, router bias) near 1, as trained norms are.
+constexpr float kDummyVectorLow = 0.9f, kDummyVectorHigh = 1.1f;
+// An INT4 value spans -8..7: a scale of this over sqrt(k) keeps the product's spread near a
+// dense matrix's 1/sqrt(fan-in).
+constexpr float kDummyInt4ScaleNumerator = 0.25f;
+
+// One random INT4 expert [n, k] in the engine's layout: W4A16 tiles (bf16 compute) or the
+// dequantized float32 matrix (float32 compute), as the loader would store a checkpoint's.
+std::vector<char> dummy_int4_expert(int n, int k, ModelDType compute, std::mt19937_64* rng) {
+  std::vector<int32_t> packed(static_cast<size_t>(n) * k / kInt4PerWord);
+  std::vector<uint16_t> scale(static_cast<size_t>(n) * k / kInt4Group);
+  for (int32_t& w : packed) w = static_cast<int32_t>((*rng)());
+  std::uniform_real_distribution<float> spread(0.5f, 1.5f);
+  const float base = kDummyInt4ScaleNumerator / std::sqrt(static_cast<float>(k));
+  for (uint16_t& sc : scale) {
+    const float v = round_bf16(base * spread(*rng));
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    sc = static_cast<uint16_t>(bits >> 16);
+  }
+  std::vector<char> out;
+  if (compute == ModelDType::kBF16) {
+    out.resize(static_cast<size_t>(moe_w4a16_expert_words(n, k)) * sizeof(uint32_t));
+    const KernelResult r = moe_w4a16_repack(packed.data(), scale.data(), n, k, reinterpret_cast<uint32_t*>(out.data()));
+    if (!r.ok()) fail(KD_INTERNAL, "dummy INT4 expert: " + r.message);
+    return out;
+  }
+  out.resize(static_cast<size_t>(n) * k * sizeof(float));
+  float* full = reinterpret_cast<float*>(out.data());
+  for (int r = 0; r < n; ++r)
+    for (int c = 0; c < k; ++c) {
+      const uint32_t word = static_cast<uint32_t>(packed[static_cast<size_t>(r) * (k / kInt4PerWord) + c / kInt4PerWord]);
+      const int q = static_cast<int>((word >> (4 * (c % kInt4PerWord))) & 0xfu) - kInt4Offset;
+      full[static_cast<size_t>(r) * k + c] = round_bf16(static_cast<float>(q) * bf16_bits_to_float(scale[static_cast<size_t>(r) * (k / kInt4Group) + c / kInt4Group]));
+    }
+  return out;
+}
+
+}  // namespace
+
+DeviceWeights DeviceWeights::dummy(const WeightPlan& plan, uint64_t seed, const LoadOptions& options) {
+  DeviceWeights w;
+  w.memory_ = DeviceBuffer(plan.total_bytes(), "the model weights");
+  for (const WeightSlot& s : plan.slots()) w.by_name_[s.name] = w.memory_.bytes_ptr(s.offset);
+  cudaStream_t stream = nullptr;
+  KD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  struct StreamGuard {
+    cudaStream_t s;
+    ~StreamGuard() {
+      (void)cudaStreamSynchronize(s);
+      (void)cudaStreamDestroy(s);
+    }
+  } guard{stream};
+  std::mt19937_64 rng(seed);
+  // the first slot holding each distinct expert of an INT4 stack, by (n, k, which)
+  std::unordered_map<std::string, const WeightSlot*> distinct;
+  uint64_t done = 0;
+  const uint64_t total = plan.total_bytes();
+  uint64_t index = 0;
+  for (const WeightSlot& s : plan.slots()) {
+    ++index;
+    if (s.int4) {
+      const int which = static_cast<int>(index % kDummyDistinctExperts);
+      const std::string key = std::to_string(s.n) + "x" + std::to_string(s.k) + "#" + std::to_string(which);
+      auto it = distinct.find(key);
+      if (it == distinct.end()) {
+        const std::vector<char> host = dummy_int4_expert(static_cast<int>(s.n), static_cast<int>(s.k), plan.dtype(), &rng);
+        if (host.size() != s.bytes) fail(KD_INTERNAL, "dummy INT4 expert: " + s.module + " size differs from its plan");
+        // synchronous: `host` is freed at the end of this block
+        KD_CUDA_CHECK(cudaMemcpy(w.memory_.bytes_ptr(s.offset), host.data(), s.bytes, cudaMemcpyHostToDevice));
+        distinct.emplace(key, &s);
+      } else {
+        KD_CUDA_CHECK(cudaMemcpyAsync(w.memory_.bytes_ptr(s.offset), w.memory_.bytes_ptr(it->second->offset), s.bytes,
+                                      cudaMemcpyDeviceToDevice, stream));
+      }
+    } else {
+      FillUniformParams p;
+      p.dtype = s.float32 ? ModelDType::kF32 : plan.dtype();
+      p.count = numel(s.shape);
+      p.out = w.memory_.bytes_ptr(s.offset);
+      p.seed = seed;
+      p.stream = index;
+      if (s.source_shape.size() == 1) {
+        p.low = kDummyVectorLow;
+        p.high = kDummyVectorHigh;
+      } else {  // fan-in: a checkpoint matrix is [out, in]
+        const float bound = 1.0f / std::sqrt(static_cast<float>(s.source_shape.back()));
+        p.low = -bound;
+        p.high = bound;
+      }
+      check_kernel(fill_uniform(p, stream));
+    }
+    done += s.bytes;
+    if (options.progress) options.progress(options.progress_user, done, total);
+  }
+  KD_CUDA_CHECK(cudaStreamSynchronize(stream));
   return w;
 }
 

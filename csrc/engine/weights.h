@@ -97,6 +97,11 @@ class DeviceWeights {
   // nothing stays allocated.
   static DeviceWeights load(const WeightPlan& plan, const kd_tensor_entry* entries, int n_entries,
                             const LoadOptions& options);
+  // Every planned weight made on the device from `seed`, no files (kd_load_format
+  // KD_LOAD_DUMMY): matrices uniform in +-1/sqrt(fan-in), vectors (norms, biases) near 1, INT4
+  // experts a few distinct random experts repeated through each stack, in the layout the
+  // W4A16 kernel reads. For timing and memory: tokens from these weights mean nothing.
+  static DeviceWeights dummy(const WeightPlan& plan, uint64_t seed, const LoadOptions& options);
 
  private:
   DeviceBuffer memory_;

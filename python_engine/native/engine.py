@@ -48,12 +48,27 @@ class NativeOptions:
     # split, several slots: run them as two halves, each half's all-reduce beside the other
     # half's compute (off by default: the halves re-read the weights, slower on two H200s)
     overlap: bool = False
+    # "checkpoint" reads the model's safetensors; "dummy" makes every weight on the device from
+    # dummy_seed (no files: timing and memory only, its tokens mean nothing)
+    load_format: str = "checkpoint"
+    dummy_seed: int = 0
+    memory_limit: int = 0       # bytes the engine may use on the device (0: what is free)
+
+    @property
+    def rank_share(self) -> bool:
+        """One rank's part of a split model alone (comm none, world_size > 1): its collectives
+        do nothing, so it times and sizes one of world_size GPUs."""
+        return self.world_size > 1 and self.comm == "none"
 
     def to_c(self) -> L.EngineOptionsC:
         if self.dtype not in L.DTYPES:
             raise KdtreeError(f"native engine dtype {self.dtype!r}: choose {' or '.join(L.DTYPES)}")
         if self.comm not in L.COMMS:
             raise KdtreeError(f"native engine comm {self.comm!r}: choose {', '.join(L.COMMS)}")
+        if self.load_format not in L.LOAD_FORMATS:
+            raise KdtreeError(f"native engine load format {self.load_format!r}: choose {' or '.join(L.LOAD_FORMATS)}")
+        if self.memory_limit < 0:
+            raise KdtreeError(f"native engine memory limit {self.memory_limit}: must be >= 0 bytes (0: what is free)")
         if self.comm == "nccl" and len(self.nccl_id) != L.NCCL_ID_BYTES:
             raise KdtreeError(f"comm nccl needs the {L.NCCL_ID_BYTES}-byte id of rank 0 (library.nccl_unique_id())")
         opts = L.EngineOptionsC(
@@ -61,7 +76,9 @@ class NativeOptions:
             max_tokens=self.max_tokens, max_budget=self.max_budget, max_block_size=self.max_block_size,
             prefill_chunk=self.prefill_chunk, use_graphs=int(self.use_graphs), load_threads=self.load_threads,
             world_size=self.world_size, rank=self.rank, comm=L.COMMS[self.comm],
-            collective_timeout_s=self.collective_timeout_s, overlap_collectives=int(self.overlap))
+            collective_timeout_s=self.collective_timeout_s, overlap_collectives=int(self.overlap),
+            load_format=L.LOAD_FORMATS[self.load_format], dummy_seed=self.dummy_seed & (2**64 - 1),
+            memory_limit=self.memory_limit)
         if self.nccl_id:
             ctypes.memmove(opts.nccl_id, self.nccl_id, L.NCCL_ID_BYTES)
         if self.sim_group is not None:
@@ -94,7 +111,9 @@ class StepReport:
     graph_replayed: bool
     tree: dict | None = None  # one request's tree: {"request", "parent", "token", "accepted"}
     collectives: int = 0        # a split model's collectives in the step's round
-    collective_us: float = 0.0  # their time (inside the draft and verify stages)
+    # their time (inside the draft and verify stages); None for a rank share, whose
+    # collectives are counted but not run
+    collective_us: float | None = 0.0
 
 
 @dataclass
@@ -149,7 +168,8 @@ class NativeEngine:
         self._lock = threading.Lock()
         self._handle = c_void_p()
         desc = describe(self.target_config, self.drafter_config)
-        entries = target_table(self.target_dir) + (drafter_table(self.drafter_dir) if self.drafter_dir else [])
+        entries = [] if options.load_format == "dummy" else (
+            target_table(self.target_dir) + (drafter_table(self.drafter_dir) if self.drafter_dir else []))
         table, keep = _table_c(entries)
         opts = options.to_c()
         err = ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
@@ -169,7 +189,9 @@ class NativeEngine:
             prefill_chunk=got.prefill_chunk, use_graphs=bool(got.use_graphs), load_threads=got.load_threads,
             world_size=max(1, got.world_size), rank=got.rank, comm={v: k for k, v in L.COMMS.items()}.get(got.comm, "none"),
             nccl_id=options.nccl_id, sim_group=options.sim_group, collective_timeout_s=options.collective_timeout_s,
-            overlap=bool(got.overlap_collectives) if max(1, got.world_size) > 1 else options.overlap)
+            overlap=bool(got.overlap_collectives) if max(1, got.world_size) > 1 else options.overlap,
+            load_format={v: k for k, v in L.LOAD_FORMATS.items()}[got.load_format], dummy_seed=int(got.dummy_seed),
+            memory_limit=int(got.memory_limit))
         self.vocab = self.target_config.vocab_size
         self.feature_width = (len(self.drafter_config.target_layer_ids) * self.target_config.hidden_size
                               if self.drafter_config else 0)
@@ -205,6 +227,18 @@ class NativeEngine:
         with self._lock:
             self._call(self.lib.kd_engine_memory, byref(m))
         return {name: int(getattr(m, name)) for name, _ in L.MemoryReportC._fields_}
+
+    def weights(self) -> list[dict]:
+        """The engine's weight plan as held on this GPU (this rank's parts when split):
+        [{"name", "shape", "bytes"}] in allocation order."""
+        out = []
+        with self._lock:
+            count = self.lib.kd_engine_weight_count(self._handle)
+            info = L.WeightInfoC()
+            for i in range(max(0, count)):
+                self._call(self.lib.kd_engine_weight_info, i, byref(info))
+                out.append({"name": info.name.decode(), "shape": tuple(info.shape[: info.ndim]), "bytes": int(info.bytes)})
+        return out
 
     # ---- part 1: forwards --------------------------------------------------------------------
     def slot_reset(self, slot: int) -> None:
@@ -302,7 +336,7 @@ class NativeEngine:
                     "accepted": list(r.sample_accepted[: r.sample_accept_len])}
         return StepReport(r.rounds, r.batch, records, dict(zip(L.STAGES, map(float, r.stage_us))), r.admitted,
                           r.finished, r.waiting, r.running, bool(r.graph_replayed), tree, r.collectives,
-                          float(r.collective_us))
+                          float(r.collective_us) if r.collectives_run else None)
 
     def request(self, rid: int) -> RequestInfo:
         info = L.RequestInfoC()

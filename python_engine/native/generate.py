@@ -56,7 +56,9 @@ class NativeRunSummary:
     rounds: int  # target forwards (batched: one per step)
     stage_us: dict[str, float] = field(default_factory=dict)  # summed over the run
     graph_steps: int = 0
-    collective_us: float = 0.0  # a split model's collectives, summed (inside draft and verify)
+    # a split model's collectives, summed (inside draft and verify); None for a rank share,
+    # whose collectives are counted but not run (never reported as 0 us)
+    collective_us: float | None = 0.0
     collectives: int = 0        # and their count
 
     @property
@@ -108,9 +110,14 @@ def run_native(engine: NativeEngine, prompts: list[list[int]], settings: NativeR
         # a round's stage times are the whole batch's; each request's record carries them
         times = {k: round(report.stage_us[k], 1) for k in STAGE_KEYS}
         if report.collectives:
-            times["collective"] = round(report.collective_us, 1)
-            collective_us += report.collective_us
             collectives += report.collectives
+            if report.collective_us is None:  # a rank share: counted, not run
+                times["collective"] = None
+                collective_us = None
+            else:
+                times["collective"] = round(report.collective_us, 1)
+                if collective_us is not None:
+                    collective_us += report.collective_us
         gpu_figures = gpus.sample() if gpus is not None else None
         for rec in report.records:
             extra = {}

@@ -18,10 +18,11 @@ from pathlib import Path
 from python_engine.errors import KdtreeError
 from python_engine.project import PROJECT_ROOT
 
-ABI_VERSION = 5  # KD_ENGINE_ABI
+ABI_VERSION = 6  # KD_ENGINE_ABI
 NCCL_ID_BYTES = 128  # KD_NCCL_ID_BYTES
 MAX_WORLD = 8  # KD_MAX_WORLD
-COMMS = {"none": 0, "nccl": 1, "simulated": 2}  # kd_comm_kind
+COMMS = {"none": 0, "nccl": 1, "simulated": 2}  # kd_comm_kind ("none" with world_size > 1: one rank's share)
+LOAD_FORMATS = {"checkpoint": 0, "dummy": 1}  # kd_load_format
 MAX_TARGET_LAYER_IDS = 16
 MAX_STOP_IDS = 16
 MAX_BATCH = 256
@@ -85,13 +86,19 @@ class EngineOptionsC(Structure):
         "abi_version", "dtype", "device", "max_slots", "max_tokens", "max_budget", "max_block_size",
         "prefill_chunk", "use_graphs", "load_threads", "world_size", "rank", "comm")] + [
         ("collective_timeout_s", c_float), ("nccl_id", c_uint8 * NCCL_ID_BYTES), ("sim_group", c_void_p),
-        ("overlap_collectives", c_int32)]
+        ("overlap_collectives", c_int32), ("load_format", c_int32), ("dummy_seed", c_uint64),
+        ("memory_limit", c_uint64)]
 
 
 class MemoryReportC(Structure):
     _fields_ = [(name, c_uint64) for name in (
         "weights", "target_cache", "drafter_cache", "workspace", "total",
-        "device_total", "device_free_before", "device_free_after", "load_us")]
+        "device_total", "device_free_before", "device_free_after", "load_us",
+        "target_weights", "drafter_weights", "limit")]
+
+
+class WeightInfoC(Structure):
+    _fields_ = [("name", ctypes.c_char * 160), ("ndim", c_int32), ("shape", c_int64 * 4), ("bytes", c_uint64)]
 
 
 class RequestC(Structure):
@@ -117,7 +124,7 @@ class StepReportC(Structure):
                 ("graph_replayed", c_int32), ("sampled_slot", c_int32), ("sample_request", c_int64), ("sample_n", c_int32),
                 ("sample_parent", c_int32 * 1025), ("sample_token", c_int32 * 1025),
                 ("sample_accepted", c_int32 * 33), ("sample_accept_len", c_int32),
-                ("collectives", c_int32), ("collective_us", c_float)]
+                ("collectives", c_int32), ("collective_us", c_float), ("collectives_run", c_int32)]
 
 
 PROGRESS_FN = ctypes.CFUNCTYPE(None, c_void_p, c_uint64, c_uint64)
@@ -132,6 +139,8 @@ _SIGNATURES = {
     "kd_engine_last_error": ([c_void_p], c_char_p),
     "kd_engine_memory": ([c_void_p, POINTER(MemoryReportC)], c_int32),
     "kd_engine_options_get": ([c_void_p, POINTER(EngineOptionsC)], c_int32),
+    "kd_engine_weight_count": ([c_void_p], c_int32),
+    "kd_engine_weight_info": ([c_void_p, c_int32, POINTER(WeightInfoC)], c_int32),
     "kd_slot_reset": ([c_void_p, c_int32], c_int32),
     "kd_slot_lengths": ([c_void_p, c_int32, POINTER(c_int32), POINTER(c_int32)], c_int32),
     "kd_prefill": ([c_void_p, c_int32, POINTER(c_int32), c_int32, POINTER(c_float), POINTER(c_float)], c_int32),
