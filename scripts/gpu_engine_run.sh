@@ -42,7 +42,7 @@ step() {  # name, timeout seconds, command...
 for s in "${STEPS[@]}"; do
   case $s in
     build) step build 300 "$PY" -m kdtree_cli build -j 16 ;;
-    smoke) step smoke 120 "$PY" -m python_engine.native.smoke --requests 4 --tokens 32 ;;
+    smoke) step smoke 120 "$PY" -m python_engine.demo.engine_check --requests 4 --tokens 32 ;;
     parity) step parity 300 "$PY" -m pytest -q -x -s -p no:cacheprovider tests/native/test_native_forward.py ;;
     decode) step decode 400 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_decode.py ;;
     soak) step soak 300 "$PY" -m pytest -q -s -p no:cacheprovider tests/native/test_native_soak.py ;;
@@ -90,7 +90,7 @@ from python_engine.kdtr import write_kdtr; write_kdtr('$OUT/moetl-routing.kdtr',
            --log-file "$OUT/ncu.csv" "$PY" -m kdtree_cli.bench.kernel_profile --dtype float32 --tokens 12
            "$PY" -m kdtree_cli.bench.kernel_profile --summarize "$OUT/ncu.csv" >"$OUT/profile.txt" 2>&1 ;;
     sanitize) step sanitize 300 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
-           "$PY" -m python_engine.native.smoke --requests 4 --tokens 32 ;;
+           "$PY" -m python_engine.demo.engine_check --requests 4 --tokens 32 ;;
     load) step load 400 "$PY" -c "from pathlib import Path; from kdtree_cli.bench.load import run_load_bench; import json; \
            r = run_load_bench(Path('/tmp/kimi-slice')); open('$OUT/load.json','w').write(json.dumps(r, indent=2)); \
            print('native', round(r['native_gb_per_s'],2), 'GB/s; torch', round(r['torch_gb_per_s'],2), 'GB/s; mem ratio', round(r['memory']['ratio'],3), 'left', r['memory']['left_behind'])" ;;

@@ -1,5 +1,5 @@
 """`kdtree engine-check`: the native engine's smoke check on this machine's GPU (DDTree ==
-AR on the demo pair, python_engine/native/smoke.py). `kdtree deploy` runs it on GPU hosts
+AR on the demo pair, python_engine/demo/engine_check.py). `kdtree deploy` runs it on GPU hosts
 after the tests; the report goes to $KDTREE_RESULTS_DIR (the deploy's results) when set."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def engine_check(
     Loads the demo pair, prefills, then decodes a few prompts with DDTree and with AR; every
     DDTree output must equal its AR output. Exit status 1 otherwise, or without a built
     engine or a GPU. `kdtree deploy` runs it after the tests."""
-    from python_engine.native.smoke import smoke
+    from python_engine.demo.engine_check import smoke
 
     t0 = time.time()
     passed, failed = smoke(requests, tokens, "gpu", dtype, budget)

@@ -1,29 +1,17 @@
-"""Engines the demo can run on, and the choice among them.
-
-An engine loads a target + drafter pair once and generates token ids, in DDTree or plain AR
-mode, emitting metrics events. `select_engine("auto", ...)` takes the first available one
-in PREFERENCE: the native CUDA engine when it is built and a GPU is present, else the torch
-reference. A later issue provides the native engine by adding a module
-`python_engine.native.demo_engine` with `load(target_dir, drafter_dir, device, dtype)`
-returning an object with this Engine interface; nothing here changes then.
+"""Engines the demo can run on: an engine loads a target + drafter pair once and generates
+token ids, in DDTree or plain AR mode, emitting metrics events. `select_engine` loads the one
+python_engine.engine_choice picks: the torch reference here, the native CUDA engine in
+native_engine.py.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
-from python_engine.errors import KdtreeError
+from python_engine.engine_choice import choose_engine
 from python_engine.events import EventWriter
-
-PREFERENCE = ("native", "torch")
-NATIVE_MODULE = "python_engine.native.demo_engine"
-
-
-class EngineUnavailable(Exception):
-    """This engine cannot run here (the reason says why); selection tries the next one."""
 
 
 @dataclass
@@ -78,23 +66,6 @@ class TorchEngine:
                          len(g.rounds))
 
 
-def _torch_factory(target_dir: Path, drafter_dir: Path, device: str, dtype: str) -> Engine:
-    return TorchEngine(target_dir, drafter_dir, device, dtype)
-
-
-def _native_factory(target_dir: Path, drafter_dir: Path, device: str, dtype: str) -> Engine:
-    if device == "cpu":
-        raise EngineUnavailable("the native engine needs a CUDA GPU (--device cpu was asked for)")
-    module = importlib.import_module(NATIVE_MODULE)
-    return module.load(target_dir, drafter_dir, "cuda" if device == "auto" else device, dtype)
-
-
-FACTORIES: dict[str, Callable[[Path, Path, str, str], Engine]] = {
-    "native": _native_factory,
-    "torch": _torch_factory,
-}
-
-
 def default_dtype(device: str) -> str:
     """float32 everywhere: the demo pair is tiny, and bf16 rounding can flip a near-tie
     between a tree verify and a one-token AR step, which would blur the identity check."""
@@ -103,18 +74,12 @@ def default_dtype(device: str) -> str:
 
 def select_engine(requested: str, target_dir: Path, drafter_dir: Path, device: str = "auto",
                   dtype: str | None = None) -> tuple[Engine, list[str]]:
-    """The engine to run and notes on the ones passed over ("native: not built yet")."""
-    if requested != "auto" and requested not in FACTORIES:
-        raise KdtreeError(f"--engine {requested!r}: choose auto, {', '.join(FACTORIES)}")
-    names = PREFERENCE if requested == "auto" else (requested,)
-    notes = []
-    for name in names:
-        try:
-            dt = dtype or default_dtype(device)
-            return FACTORIES[name](target_dir, drafter_dir, device, dt), notes
-        except EngineUnavailable as exc:
-            if requested != "auto":
-                raise KdtreeError(f"--engine {name}: {exc}") from None
-            notes.append(f"{name}: {exc}")
-    raise KdtreeError("no engine can run here: " + "; ".join(notes))
+    """The engine to run, loaded, and a note on the one passed over ("native: not built ...")."""
+    name, reason = choose_engine(requested, device)
+    notes = [f"native: {reason}"] if requested == "auto" and name == "torch" else []
+    dtype = dtype or default_dtype(device)
+    if name == "native":
+        from python_engine.demo.native_engine import NativeDemoEngine
 
+        return NativeDemoEngine(Path(target_dir), Path(drafter_dir), device, dtype), notes
+    return TorchEngine(target_dir, drafter_dir, device, dtype), notes

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 MAX_SLOTS = 64  # requests decoded together by default
 PROGRESS_AFTER_S = 1.0  # a load that takes longer shows a progress bar
 TREE_EVERY = 8  # a sampled tree on every 8th step's round events
-ANY_CUDA = (None, "", "auto", "cuda")  # --device values that leave the choice to the engine
 
 
 @dataclass(frozen=True)
@@ -77,6 +76,7 @@ def plan_native_run(req: RunRequest, codec: TextCodec) -> NativePlan:
     from python_engine.decode.prompts import parse_ids
     from python_engine.decode.run_command import read_prompts_file
     from python_engine.model.config import load_target_config
+    from python_engine.native.device_option import ANY_CUDA, cuda_device_index
     from python_engine.native.engine import NativeOptions
     from python_engine.native.generate import NativeRunSettings
 
@@ -87,14 +87,12 @@ def plan_native_run(req: RunRequest, codec: TextCodec) -> NativePlan:
         texts += more_texts
     if not texts and not id_lists and not file_ids:
         raise KdtreeError("give at least one --prompt TEXT, --prompt-ids 1,2,3 or --prompts FILE")
-    if req.device not in ANY_CUDA and not str(req.device).startswith("cuda:"):
-        raise KdtreeError(f"--engine native runs on CUDA devices (cuda, cuda:N), not {req.device!r}")
+    device = cuda_device_index(req.device)
     if req.gpus > 1 and req.device not in ANY_CUDA:
         raise KdtreeError(f"--gpus {req.gpus} runs on cuda:0..{req.gpus - 1}, not --device {req.device}: "
                           "choose the GPUs with CUDA_VISIBLE_DEVICES")
     if not req.ar and req.drafter is None:
         raise KdtreeError("DDTree needs --drafter DIR (or pass --ar for plain autoregressive decoding)")
-    device = 0 if req.device in ANY_CUDA else int(str(req.device)[5:])
     cfg = load_target_config(req.model)
     prompts = [codec.encode(t) for t in texts] + [parse_ids(p, cfg.vocab_size) for p in id_lists]
     for ids in file_ids:

@@ -1,11 +1,11 @@
-"""The native engine's smoke check: on the demo pair, a few requests decoded with DDTree and
-with AR on the GPU engine (float32), every DDTree output equal to its AR output, plus one
-round of the part-1 forwards. One line per check and a last line `smoke: N passed, N failed`;
-exit status 0 only when all passed. Runs where `kdtree deploy` tests a box, and under
-compute-sanitizer (it is small on purpose).
+"""The native engine's smoke check (`kdtree engine-check`): on the demo pair, a few requests
+decoded with DDTree and with AR on the GPU engine (float32), every DDTree output equal to its
+AR output, plus one round of the part-1 forwards. One line per check and a last line
+`smoke: N passed, N failed`; exit status 0 only when all passed. Runs where `kdtree deploy`
+tests a box, and under compute-sanitizer (it is small on purpose).
 
-    python -m python_engine.native.smoke [--requests 4] [--tokens 32] [--variant gpu|emu]
-                                         [--dtype float32|bfloat16] [--target DIR] [--drafter DIR]
+    python -m python_engine.demo.engine_check [--requests 4] [--tokens 32] [--variant gpu|emu]
+                                              [--dtype float32|bfloat16] [--target DIR] [--drafter DIR]
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 
 from python_engine.demo.code_prompts import code_prompts
 from python_engine.demo.defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
+from python_engine.engine_choice import native_unavailable
 from python_engine.errors import KdtreeError
 from python_engine.native.engine import NativeEngine, NativeOptions
 from python_engine.native.generate import NativeRunSettings, run_native
@@ -29,6 +30,10 @@ SMOKE_SEED = 7
 def smoke(requests: int, tokens: int, variant: str, dtype: str, budget: int, target: Path = DEFAULT_TARGET,
           drafter: Path = DEFAULT_DRAFTER) -> tuple[int, int]:
     """(passed, failed) checks; a load or engine failure is one failed check, not an exception."""
+    why_not = native_unavailable() if variant == "gpu" else None
+    if why_not:
+        print(f"[FAILED] {why_not}", flush=True)
+        return 0, 1
     try:
         return _smoke(requests, tokens, variant, dtype, budget, target, drafter)
     except KdtreeError as exc:

@@ -1,31 +1,21 @@
-"""The native engine behind python_engine/demo/engines.py's Engine interface (`kdtree demo`,
-`kdtree run --engine native`): load(...) builds a NativeEngine for one GPU; generate() runs
-one request through the request loop, DDTree or AR."""
+"""The native engine behind the demo's Engine interface (python_engine/demo/engines.py): a
+NativeEngine on one GPU; generate() runs one request through the request loop, DDTree or AR."""
 
 from __future__ import annotations
 
 import socket
 from pathlib import Path
 
-from python_engine.demo.engines import EngineUnavailable, Generated
-from python_engine.errors import KdtreeError
+from python_engine.demo.engines import Generated
 from python_engine.events import EventWriter
+from python_engine.native.device_option import cuda_device_index
 from python_engine.native.engine import NativeEngine, NativeOptions
 from python_engine.native.generate import NativeRunSettings, run_native
 from python_engine.native.gpu_stats import GpuSampler
-from python_engine.native.library import library_path
 
 DEFAULT_MAX_TOKENS = 4096  # prompt + generated per request; the demo pair's context is 2048
 DEFAULT_MAX_BUDGET = 256
 TREE_EVERY = 1  # the demo's single request: every round's tree for the monitor
-
-
-def device_index(device: str) -> int:
-    if device in ("auto", "cuda", ""):
-        return 0
-    if device.startswith("cuda:") and device[5:].isdigit():
-        return int(device[5:])
-    raise EngineUnavailable(f"the native engine runs on CUDA devices (cuda, cuda:N), not {device!r}")
 
 
 class NativeDemoEngine:
@@ -33,7 +23,7 @@ class NativeDemoEngine:
 
     def __init__(self, target_dir: Path, drafter_dir: Path, device: str, dtype: str, max_slots: int = 1,
                  max_tokens: int = DEFAULT_MAX_TOKENS, max_budget: int = DEFAULT_MAX_BUDGET):
-        index = device_index(device)
+        index = cuda_device_index(device)
         opts = NativeOptions(dtype=dtype, device=index, max_slots=max_slots, max_tokens=max_tokens,
                              max_budget=max_budget)
         self.engine = NativeEngine(target_dir, drafter_dir, opts, variant="gpu")
@@ -56,15 +46,3 @@ class NativeDemoEngine:
         r = summary.results[0]
         return Generated(r.tokens, 1.0 if ar else r.tau, r.decode_tokens, r.decode_s, r.prefill_s, r.rounds)
 
-
-def load(target_dir: Path, drafter_dir: Path, device: str, dtype: str) -> NativeDemoEngine:
-    """Raises EngineUnavailable (so selection falls back to torch) when the library is not
-    built or no CUDA device answers."""
-    if not library_path("gpu").is_file():
-        raise EngineUnavailable(f"the native engine is not built ({library_path('gpu')} missing: run `kdtree build`)")
-    try:
-        return NativeDemoEngine(Path(target_dir), Path(drafter_dir), device, dtype)
-    except KdtreeError as exc:
-        if "no CUDA device" in str(exc) or "CUDA driver" in str(exc):
-            raise EngineUnavailable(str(exc)) from None
-        raise
