@@ -70,7 +70,7 @@ def _decode_rank(rank, job: dict) -> dict:
 def _kimi_pair(b: GpusBench) -> tuple[Path, Path]:
     from kdtree_cli.bench.load import write_kimi_slice
     from python_engine.model.config import load_target_config
-    from python_engine.testing.random_drafter import write_random_drafter
+    from python_engine.model.synthetic_checkpoint import write_random_drafter
 
     tdir, ddir = b.scratch / "kimi-target", b.scratch / "kimi-drafter"
     if not (tdir / "model.safetensors.index.json").exists():

@@ -34,7 +34,7 @@ def route(router: torch.Tensor, bias: torch.Tensor, cfg: TargetConfig, h: torch.
     groups (a group's score is the sum of its top two); the weights are the plain sigmoid
     scores of the chosen experts, normalised if norm_topk_prob, times routed_scaling_factor.
     override: row -> the k experts that row takes instead of its own choice (a test hook:
-    replaying the other side of a router near-tie, python_engine/testing/router_ties.py).
+    replaying the other side of a router near-tie, tests/doubles/router_ties.py).
     """
     T = h.shape[0]
     E, G = cfg.n_routed_experts, cfg.n_group

@@ -92,7 +92,7 @@ class TargetModel:
         taps: if a dict, filled with per-layer intermediates for the reference bundles:
         "{i}.attn_out", "{i}.ffn_in", "{i}.ffn_out", "{i}.router_experts/weights" (MoE).
         route_override: layer id -> {row of this forward: the experts it takes instead of its
-        router's choice}: a test hook (python_engine/testing/router_ties.py).
+        router's choice}: a test hook (tests/doubles/router_ties.py).
         """
         cfg = self.cfg
         tokens = torch.as_tensor(tokens, dtype=torch.long, device=self.device).reshape(-1)

@@ -53,8 +53,8 @@ from python_engine.decode.ar import ar_generate
 from python_engine.decode.ddtree_loop import ddtree_generate
 from python_engine.kdtr import write_kdtr
 from python_engine.model.drafter import load_drafter
-from python_engine.testing.random_drafter import random_drafter_config, random_drafter_tensors
-from python_engine.testing.random_target import random_target_tensors, save_safetensors_dir, tiny_config
+from python_engine.model.synthetic_checkpoint import (random_drafter_config, random_drafter_tensors, random_target_tensors,
+                                                      save_safetensors_dir, tiny_config)
 from python_engine.model.target_loader import load_target
 
 TARGET_SEED, DRAFTER_SEED, INPUT_SEED, SAMPLE_SEED = 20261130, 20261131, 20261132, 20261133

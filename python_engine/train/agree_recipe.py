@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from python_engine.errors import KdtreeError
-from python_engine.testing.random_target import tiny_config
+from python_engine.model.synthetic_checkpoint import tiny_config
 from python_engine.train.agree_target import AGREE_TARGET_CONFIG, RESIDUAL_GAIN, SEED
 from python_engine.train.recipe import DrafterShape, DrafterTraining
 

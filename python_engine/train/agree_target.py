@@ -7,7 +7,7 @@ mscale = mscale_all_dim = 1), one expert group, a sigmoid router with correction
 routed_scaling_factor 2.827, 8 of 32 routed experts plus one shared, the first layer dense.
 Everything else is small (hidden 192, 4 heads, 4 layers, vocab 1024).
 
-The weights are python_engine.testing.random_target's draw for a seed, with one change: every
+The weights are python_engine.model.synthetic_checkpoint's draw for a seed, with one change: every
 layer's output projections (o_proj, the MLPs' down_proj) are scaled by `residual_gain`.
 At gain 1 a random model's greedy text is noise (no drafter can learn it); at 0.15 the
 embedding dominates the residual stream, so the next token is mostly a fixed function of
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from python_engine.testing.random_target import random_target_tensors, tiny_config
+from python_engine.model.synthetic_checkpoint import random_target_tensors, tiny_config
 from python_engine.train.sharded_save import save_sharded
 
 SHARD_BYTES = 7 * 1024 * 1024  # tensor bytes per shipped file (each stays under 8 MiB)

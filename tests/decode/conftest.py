@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 from torch_threads import single_thread  # noqa: F401 (autouse fixture for this folder)
 
-from python_engine.testing.random_drafter import write_random_drafter
-from python_engine.testing.random_target import tiny_config, write_random_target
+from python_engine.model.synthetic_checkpoint import tiny_config, write_random_drafter, write_random_target
 from python_engine.model.target_loader import load_target
 
 DECODE_CONFIGS = {

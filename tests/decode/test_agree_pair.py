@@ -82,8 +82,7 @@ def test_an_untrained_drafter_of_the_same_shape_does_not_agree(tmp_path, seed):
     accepts almost nothing on the same target, so the long paths come from the training."""
     import json
 
-    from python_engine.testing.random_drafter import random_drafter_tensors
-    from python_engine.testing.random_target import save_safetensors_dir
+    from python_engine.model.synthetic_checkpoint import random_drafter_tensors, save_safetensors_dir
 
     raw = json.loads((DRAFTER / "config.json").read_text())
     save_safetensors_dir(tmp_path, random_drafter_tensors(raw, seed))

@@ -17,8 +17,8 @@ from greedy_checks import same_or_near_tie
 from python_engine.decode.ar import ar_generate
 from python_engine.decode.ddtree_loop import ddtree_generate
 from python_engine.model.drafter import load_drafter
-from python_engine.testing.oracle_drafter import TargetOracleDrafter
-from python_engine.testing.random_target import tiny_config, write_random_target
+from doubles.oracle_drafter import TargetOracleDrafter
+from python_engine.model.synthetic_checkpoint import tiny_config, write_random_target
 from python_engine.model.target_loader import load_target
 
 DEVICE = os.environ.get("KDTREE_TEST_DEVICE", "cuda")

@@ -13,7 +13,7 @@ from greedy_checks import same_or_near_tie
 from python_engine.decode.ar import ar_generate
 from python_engine.decode.ddtree_loop import ddtree_generate
 from python_engine.model.drafter import load_drafter
-from python_engine.testing.oracle_drafter import TargetOracleDrafter
+from doubles.oracle_drafter import TargetOracleDrafter
 from python_engine.model.target_loader import load_target
 
 PROMPTS, TOKENS = 16, 64

@@ -19,8 +19,8 @@ from sampling_stats import chi_square_pvalue
 from python_engine.decode.ar import ar_generate
 from python_engine.decode.choice import sample, standard_choice
 from python_engine.decode.ddtree_loop import ddtree_generate
-from python_engine.testing.oracle_drafter import TargetOracleDrafter
-from python_engine.testing.random_target import tiny_config, write_random_target
+from doubles.oracle_drafter import TargetOracleDrafter
+from python_engine.model.synthetic_checkpoint import tiny_config, write_random_target
 from python_engine.model.target_loader import load_target
 
 V, PROMPT, TOKENS = 6, [2, 4, 1, 3, 5], 4

@@ -11,7 +11,7 @@ import sys
 import torch
 from torch_threads import single_thread  # noqa: F401 (autouse: tiny models, one thread)
 
-from python_engine.testing.random_target import random_target_tensors
+from python_engine.model.synthetic_checkpoint import random_target_tensors
 from python_engine.train.agree_recipe import smoke_agree_recipe
 from python_engine.train.agree_target import agree_target_tensors, context_decided_fraction
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from python_engine.model.drafter import load_drafter
-from python_engine.testing.random_target import tiny_config, write_random_target
+from python_engine.model.synthetic_checkpoint import tiny_config, write_random_target
 from python_engine.model.target_loader import load_target
 from python_engine.train.drafter_model import DFlashTrainModel, demo_drafter_config, save_drafter
 from python_engine.train.recipe import DrafterShape

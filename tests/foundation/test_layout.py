@@ -1,7 +1,7 @@
 """Where things live: test doubles and developer tools stay out of the packages that ship
-(python_engine/testing/ is the one home of the doubles; tools/ of the dev tools), and the
-engine's own code never imports the doubles (refgen, which writes refs/ from random
-models, is the one exception)."""
+(tests/doubles/ is the one home of the doubles; tools/ of the dev tools), and the shipped code
+never imports the tests' modules. Synthetic checkpoints are not doubles: refs, the agree pair
+and the several-GPU bench write them, so they ship (python_engine/model/synthetic_checkpoint.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,9 @@ import ast
 from python_engine.project import PROJECT_ROOT
 
 SHIPPED = ("kdtree_cli", "python_engine", "remote")
-DOUBLES_HOME = "python_engine/testing"
+DOUBLES_HOME = PROJECT_ROOT / "tests" / "doubles"
 # the benchmarks are a shipped command (`kdtree bench`), not a dev tool
 BENCH_COMMAND = ("kdtree_cli/commands/bench.py", "kdtree_cli/bench/")
-# refgen writes refs/ from fixed seeds; the agree pair is a shipped random target of the same kind
-# the several-GPU bench writes a random drafter for the random Kimi slice it splits (as
-# `bench load` writes the slice itself)
-MAY_USE_DOUBLES = ("python_engine/refgen", "python_engine/train/agree_", DOUBLES_HOME, "kdtree_cli/bench/gpus.py")
 
 
 def shipped_modules():
@@ -27,18 +23,20 @@ def shipped_modules():
 
 def test_doubles_and_dev_tools_are_not_in_the_shipped_packages():
     misplaced = [rel for rel, _ in shipped_modules()
-                 if not rel.startswith(DOUBLES_HOME + "/") and not rel.startswith(BENCH_COMMAND)
+                 if not rel.startswith(BENCH_COMMAND)
                  and any(word in rel.rsplit("/", 1)[-1] for word in ("random_", "oracle_", "bench"))]
     assert misplaced == []
 
 
-def test_only_refgen_imports_the_doubles():
+def test_shipped_code_never_imports_the_tests_modules():
+    """Neither the doubles nor any other module of tests/ (the folder is on the tests' path
+    only: an import of it from shipped code works under pytest and fails for a user)."""
+    tests_modules = {p.stem for p in (PROJECT_ROOT / "tests").rglob("*.py")} | {"doubles", "tests"}
+    assert {p.stem for p in DOUBLES_HOME.glob("*.py")} >= {"oracle_drafter", "router_ties"}
     offenders = []
     for rel, path in shipped_modules():
-        if rel.startswith(MAY_USE_DOUBLES):
-            continue
         for node in ast.walk(ast.parse(path.read_text(), rel)):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            offenders += [f"{rel}: {n}" for n in names if n.startswith("python_engine.testing")]
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            offenders += [f"{rel}:{node.lineno}: {n}" for n in names if n.split(".")[0] in tests_modules]
     assert offenders == []

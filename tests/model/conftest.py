@@ -7,7 +7,7 @@ import pytest
 from hf_oracle import PARITY_CONFIGS
 from torch_threads import single_thread  # noqa: F401 (autouse fixture for this folder)
 
-from python_engine.testing.random_target import write_random_target
+from python_engine.model.synthetic_checkpoint import write_random_target
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import warnings
 
 import torch
 
-from python_engine.testing.random_target import tiny_config
+from python_engine.model.synthetic_checkpoint import tiny_config
 
 # The three configurations the issue asks for, each with every other feature on.
 PARITY_CONFIGS = {

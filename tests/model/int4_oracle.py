@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from python_engine.testing.random_target import save_safetensors_dir, tiny_config
+from python_engine.model.synthetic_checkpoint import save_safetensors_dir, tiny_config
 
 # A tiny target whose quantized widths (hidden 64, moe_intermediate 32) the group size 32
 # divides; q LoRA, expert groups, a shared expert, YaRN: every feature on.

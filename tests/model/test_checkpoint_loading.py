@@ -11,7 +11,7 @@ import torch
 
 from python_engine.errors import KdtreeError
 from python_engine.model.config import config_from_dict
-from python_engine.testing.random_target import tiny_config, write_random_target
+from python_engine.model.synthetic_checkpoint import tiny_config, write_random_target
 from python_engine.model.target_loader import load_target
 
 CFG = tiny_config(num_hidden_layers=2)

@@ -13,9 +13,9 @@ import torch
 from python_engine.errors import KdtreeError
 from python_engine.model.drafter import load_drafter
 from python_engine.model.drafter_config import drafter_config_from_dict
-from python_engine.testing.random_drafter import random_drafter_config, write_random_drafter
-from python_engine.testing.random_drafter import main as random_drafter_main
-from python_engine.testing.random_target import tiny_config, write_random_target
+from python_engine.model.synthetic_checkpoint import main as random_drafter_main
+from python_engine.model.synthetic_checkpoint import (random_drafter_config, tiny_config, write_random_drafter,
+                                                      write_random_target)
 from python_engine.model.target_loader import load_target
 
 

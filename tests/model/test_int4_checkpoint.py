@@ -13,7 +13,7 @@ import torch
 from hf_oracle import hf_model, rel_err, router_tie_rows
 
 from python_engine.errors import KdtreeError
-from python_engine.testing.random_target import write_random_target
+from python_engine.model.synthetic_checkpoint import write_random_target
 from python_engine.model.target_loader import load_target
 
 pytest.importorskip("compressed_tensors")

@@ -16,7 +16,7 @@ from test_int4_format import np_dequantize, np_quantize
 
 from python_engine.errors import KdtreeError
 from python_engine.model.int4_quantize import quantize_checkpoint
-from python_engine.testing.random_target import write_random_target
+from python_engine.model.synthetic_checkpoint import write_random_target
 from python_engine.model.target_loader import load_target
 
 pytest.importorskip("compressed_tensors")

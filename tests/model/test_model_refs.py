@@ -12,7 +12,7 @@ from hf_oracle import hf_model, rel_err
 
 from python_engine.ddtree import Tree, accept_walk, topk_logprobs
 from python_engine.kdtr import read_kdtr
-from python_engine.testing.random_target import save_safetensors_dir
+from python_engine.model.synthetic_checkpoint import save_safetensors_dir
 from python_engine.refgen.model_refs import write_model_refs
 
 

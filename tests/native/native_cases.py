@@ -9,8 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from python_engine.testing.random_drafter import write_random_drafter
-from python_engine.testing.random_target import tiny_config, write_random_target
+from python_engine.model.synthetic_checkpoint import tiny_config, write_random_drafter, write_random_target
 from python_engine.model.target_loader import load_target
 from python_engine.native.library import PROJECT_ROOT
 

@@ -21,9 +21,8 @@ from sampling_stats import chi_square_pvalue
 
 from python_engine.decode.ar import ar_generate
 from python_engine.demo.code_prompts import code_prompts
-from python_engine.testing.random_drafter import write_random_drafter
-from python_engine.testing.random_target import tiny_config, write_random_target
-from python_engine.testing.router_ties import explain_divergence, reference_pick
+from python_engine.model.synthetic_checkpoint import tiny_config, write_random_drafter, write_random_target
+from doubles.router_ties import explain_divergence, reference_pick
 from python_engine.model.target_loader import load_target
 from python_engine.native.engine import NativeEngine, NativeOptions
 from python_engine.native.history_replay import decode_alone, replay_history

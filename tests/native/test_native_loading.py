@@ -17,7 +17,7 @@ from native_cases import DEMO_DRAFTER, DEMO_TARGET, rel
 from safetensors.numpy import load_file, save_file
 
 from python_engine.errors import KdtreeError
-from python_engine.testing.random_target import tiny_config, write_random_target
+from python_engine.model.synthetic_checkpoint import tiny_config, write_random_target
 from python_engine.native import library as L
 from python_engine.native.checkpoint_table import drafter_table, target_table
 from python_engine.native.engine import NativeEngine, NativeOptions, device_memory

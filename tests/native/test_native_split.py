@@ -21,8 +21,7 @@ from test_native_forward import keep_path, native_run, random_tree
 
 from python_engine.ddtree import visibility_packed
 from python_engine.model.drafter import load_drafter
-from python_engine.testing.random_drafter import write_random_drafter
-from python_engine.testing.random_target import tiny_config, write_random_target
+from python_engine.model.synthetic_checkpoint import tiny_config, write_random_drafter, write_random_target
 from python_engine.model.target_loader import load_target
 from python_engine.native import library as L
 from python_engine.native.engine import NativeEngine, NativeOptions
@@ -149,7 +148,7 @@ def test_split_kimi_slice_equals_the_whole_model(tmp_path_factory, native_varian
     (8: the user's box's split of Kimi K2.6)."""
     from kdtree_cli.bench.load import write_kimi_slice
     from python_engine.model.config import load_target_config
-    from python_engine.testing.random_drafter import write_random_drafter
+    from python_engine.model.synthetic_checkpoint import write_random_drafter
 
     root = tmp_path_factory.mktemp("kimi-split")
     tdir, ddir = root / "target", root / "drafter"

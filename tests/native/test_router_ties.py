@@ -15,7 +15,7 @@ from native_cases import DEMO_TARGET, DEMO_TARGET_INT4
 from python_engine.decode.ar import ar_generate
 from python_engine.demo.code_prompts import code_prompts
 from python_engine.model.target_loader import load_target
-from python_engine.testing.router_ties import explain_divergence, reference_pick, routing_boundaries
+from doubles.router_ties import explain_divergence, reference_pick, routing_boundaries
 
 
 @functools.lru_cache(maxsize=4)
