@@ -204,7 +204,9 @@ def load(
 
 
 def register(app: typer.Typer) -> None:
-    from kdtree_cli.bench import moe_cli
+    from kdtree_cli.bench import budget_cli, moe_cli, routing_cli
 
     moe_cli.register(bench_app)
+    budget_cli.register(bench_app)
+    routing_cli.register(bench_app)
     app.add_typer(bench_app, name="bench")

@@ -35,7 +35,11 @@ def run(
         show_default=False)] = None,
     engine: Annotated[str, Opt(help="Engine: torch (the reference), native (the CUDA engine; needs `kdtree build` "
                                "and a GPU), or auto (native when available).")] = "torch",
-    budget: Annotated[int, Opt(help="DDTree node budget N.")] = 32,
+    budget: Annotated[str, Opt(help="DDTree node budget N, or auto: each round the tree size that maximises "
+                               "expected tokens/s (the drafter's path probabilities over a verify cost model "
+                               "timed at start-up; torch engine).")] = "32",
+    max_budget: Annotated[int, Opt("--max-budget", min=1, help="With --budget auto: the largest tree it "
+                                   "considers.")] = 64,
     block_size: Annotated[Optional[int], Opt(help="Drafter block size (default: the drafter's).")] = None,
     temperature: Annotated[float, Opt(help="0 = greedy; > 0 samples (lossless under DDTree).")] = 0.0,
     max_tokens: Annotated[int, Opt(help="Tokens to generate per request.")] = 128,
@@ -63,6 +67,7 @@ def run(
         show_default=False)] = None,
 ) -> None:
     """Generate with DDTree (or --ar) and print each request's tokens (or text) and a summary."""
+    from python_engine.decode.budget_auto import parse_budget
     from python_engine.decode.run_command import RunRequest, run_command
 
     if tui or host:
@@ -72,7 +77,7 @@ def run(
     use_threads(threads)
     request = RunRequest(
         model=model, drafter=drafter, prompts=prompt or [], prompt_ids=prompt_ids or [],
-        budget=budget, block_size=block_size, temperature=temperature, max_tokens=max_tokens,
+        budget=parse_budget(budget), max_budget=max_budget, block_size=block_size, temperature=temperature, max_tokens=max_tokens,
         seed=seed, device=device, dtype=dtype, metrics=metrics, ar=ar, ignore_eos=ignore_eos,
         engine=engine, prompts_file=prompts_file, prometheus=prometheus, max_slots=max_slots,
         gpus=gpus,

@@ -101,6 +101,7 @@ class TreeSnapshot:
     tokens: list[int] | None = None
     text: list[str] | None = None
     accepted: list[int] = field(default_factory=list)
+    budget: int | None = None  # the round's node budget, when the event carries it (--budget auto)
 
 
 @dataclass
@@ -115,7 +116,7 @@ class GpuFigure:
 def tree_snapshot(ev: dict) -> TreeSnapshot:
     """The round's tree (its `tree` field was checked by the parser), or its sizes only."""
     snap = TreeSnapshot(request=ev["request"], round=ev["round"], tree_size=ev["tree_size"],
-                        tree_depth=ev["tree_depth"], accept_len=ev["accept_len"])
+                        tree_depth=ev["tree_depth"], accept_len=ev["accept_len"], budget=ev.get("budget"))
     tree = ev.get("tree")
     if tree is not None:
         snap.parent, snap.tokens, snap.accepted, snap.text = (

@@ -38,6 +38,14 @@ class Tree:
     def max_depth(self) -> int:
         return int(self.depth.max()) if self.n else 0
 
+    def prefix(self, n: int) -> "Tree":
+        """The tree of its first n nodes (root included as ever). The build adds nodes in the
+        tree order, so this is exactly the tree a budget of n gives from the same inputs."""
+        n = max(0, min(int(n), self.n))
+        return Tree(n=n, tokens=self.tokens[: n + 1].copy(), depth=self.depth[: n + 1].copy(),
+                    parent=self.parent[: n + 1].copy(), score=self.score[: n + 1].copy(),
+                    ranks=self.ranks[: n + 1])
+
     def children(self) -> list[dict[int, int]]:
         """For each node, its children by token (siblings carry distinct tokens)."""
         kids: list[dict[int, int]] = [{} for _ in range(self.n + 1)]

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from python_engine.ddtree import accept_walk, build_tree, compaction_indices, topk_logprobs, visibility_dense
+from python_engine.decode.budget_auto import AutoBudget
 from python_engine.decode.choice import ChoiceRule, standard_choice
 from python_engine.decode.result import Generation, RoundInfo, finish_tokens, run_to_end
 from python_engine.decode.timer import StageClock, us
@@ -47,7 +48,7 @@ def ddtree_steps(
     drafter: Drafter,
     prompt: list[int],
     max_new_tokens: int,
-    budget: int,
+    budget: int | AutoBudget,
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
     block_size: int | None = None,
@@ -60,6 +61,11 @@ def ddtree_steps(
     block_size = block_size or drafter.block_size
     if block_size < 1:
         raise KdtreeError(f"block size must be >= 1, got {block_size}")
+    # --budget auto: the best tree of max_budget nodes is built, then cut to the size the
+    # policy picks for this round (the first n nodes are the best tree of n: only the
+    # tree's size changes, never its order)
+    auto = budget if isinstance(budget, AutoBudget) else None
+    budget = auto.max_budget if auto else budget
     if budget < 0:
         raise KdtreeError(f"node budget must be >= 0, got {budget}")
     V = target.cfg.vocab_size
@@ -90,6 +96,8 @@ def ddtree_steps(
         logits_np = draft_logits.float().cpu().numpy()
         logp, tok = topk_logprobs(logits_np, min(budget, V))
         tree = build_tree(logp, tok, budget, root_token=bonus)
+        if auto:
+            tree = tree.prefix(auto.choose(tree.score, context=start))
         c = clock.now()
 
         past = cache.length
@@ -112,7 +120,9 @@ def ddtree_steps(
 
         info = RoundInfo(len(gen.rounds), len(accepted), tree.n, tree.max_depth,
                          {"draft": us(b - a), "tree_build": us(c - b), "verify": us(d - c), "commit": us(e - d)},
-                         len(gen.tokens))
+                         len(gen.tokens), budget=tree.n if auto else budget)
+        if auto:
+            auto.observe(info.accept_len, info.times_us)
         gen.rounds.append(info)
         if trace:
             gen.trace.append({

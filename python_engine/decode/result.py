@@ -27,6 +27,7 @@ class RoundInfo:
     tree_depth: int  # deepest node of the tree
     times_us: dict[str, float]  # draft, tree_build, verify, commit
     tokens: int  # tokens generated so far for the request
+    budget: int = 0  # the round's node budget (--budget auto: chosen per round)
 
 
 @dataclass

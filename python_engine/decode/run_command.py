@@ -21,7 +21,8 @@ class RunRequest:
     drafter: Path | None = None
     prompts: list[str] = field(default_factory=list)
     prompt_ids: list[str] = field(default_factory=list)
-    budget: int = 32
+    budget: int | str = 32  # or "auto" (torch engine): chosen per round
+    max_budget: int = 64  # with budget "auto": the largest tree considered
     block_size: int | None = None
     temperature: float = 0.0
     max_tokens: int = 128
@@ -41,6 +42,11 @@ class RunRequest:
 def run_command(req: RunRequest, stdout: IO[str], stderr: IO[str]) -> list:
     if req.engine not in ("torch", "native", "auto"):
         raise KdtreeError(f"--engine {req.engine!r}: choose torch, native or auto")
+    if req.budget == "auto" and not req.ar and (req.engine == "native" or req.gpus > 1):
+        raise KdtreeError("--budget auto runs on the torch engine only (--engine torch): the native engine "
+                          "drafts and builds each round's tree on the GPU at the one budget its request was "
+                          "submitted with (kd_request.budget), and hands no drafter distribution back to "
+                          "choose a size from; give it a fixed --budget N")
     exporter = None
     if req.prometheus is not None:
         from python_engine.metrics_exporter import PrometheusExporter
@@ -53,7 +59,11 @@ def run_command(req: RunRequest, stdout: IO[str], stderr: IO[str]) -> list:
             try:
                 _check_gpus(req)
                 several = req.gpus > 1  # only the native engine splits a model over GPUs
-                if req.engine == "native" or (req.engine == "auto" and (several or _native_available(req, stderr))):
+                auto_budget = req.budget == "auto" and not req.ar
+                if auto_budget and req.engine == "auto":
+                    print("engine: torch (--budget auto is the torch engine's)", file=stderr)
+                if req.engine == "native" or (req.engine == "auto" and not auto_budget
+                                              and (several or _native_available(req, stderr))):
                     from python_engine.native.run_native import run_native_command
 
                     return run_native_command(req, events, stdout, stderr)
@@ -160,7 +170,7 @@ def _run(req: RunRequest, events: EventWriter, stdout: IO[str], stderr: IO[str])
         prompts += [parse_ids(p, target.cfg.vocab_size) for p in req.prompt_ids]
         prompts += [parse_ids(",".join(map(str, ids)), target.cfg.vocab_size) for ids in file_ids]
         settings = RunSettings(
-            max_new_tokens=req.max_tokens, budget=req.budget, block_size=req.block_size,
+            max_new_tokens=req.max_tokens, budget=req.budget, max_budget=req.max_budget, block_size=req.block_size,
             temperature=req.temperature, seed=req.seed, ar=req.ar,
             stop_ids=() if req.ignore_eos else target.cfg.eos_token_ids,
         )
@@ -180,6 +190,9 @@ def _run(req: RunRequest, events: EventWriter, stdout: IO[str], stderr: IO[str])
 
         generations, summary = run_requests(target, drafter, prompts, settings, events, done, round_done)
     mode = "AR" if req.ar else f"DDTree budget {req.budget}"
+    if req.budget == "auto" and not req.ar:
+        chosen = [r.budget for g in generations for r in g.rounds]
+        mode += f" (<= {req.max_budget}, mean {sum(chosen) / max(1, len(chosen)):.1f})"
     out_console.print(
         f"[bold]summary[/] {mode}, {device.type}, {str(dtype).removeprefix('torch.')}: "
         f"{summary.tokens} tokens in {len(generations)} request(s), tau {summary.tau:.2f}, "

@@ -11,6 +11,7 @@ from typing import Callable
 import torch
 
 from python_engine.decode.ar import ar_generate
+from python_engine.decode.budget_auto import AUTO_MAX_BUDGET, AutoBudget, measure_verify_costs
 from python_engine.decode.ddtree_loop import ddtree_generate
 from python_engine.decode.memory import check_round_fits
 from python_engine.decode.result import Generation, RoundInfo, tau
@@ -23,7 +24,8 @@ from python_engine.model.target import TargetModel
 @dataclass(frozen=True)
 class RunSettings:
     max_new_tokens: int = 128
-    budget: int = 32  # DDTree node budget N
+    budget: int | str = 32  # DDTree node budget N, or "auto": chosen per round (budget_auto.py)
+    max_budget: int = AUTO_MAX_BUDGET  # with budget "auto": the largest tree considered
     block_size: int | None = None  # None: the drafter's
     temperature: float = 0.0
     seed: int = 0
@@ -33,7 +35,10 @@ class RunSettings:
     def check(self) -> None:
         if self.max_new_tokens < 1:
             raise KdtreeError(f"max tokens must be >= 1, got {self.max_new_tokens}")
-        if not self.ar and self.budget < 1:
+        if not self.ar and self.budget == "auto":
+            if self.max_budget < 1:
+                raise KdtreeError(f"--max-budget {self.max_budget}: --budget auto needs a largest tree of >= 1 node")
+        elif not self.ar and (not isinstance(self.budget, int) or self.budget < 1):
             raise KdtreeError(f"--budget {self.budget}: DDTree needs a node budget >= 1 (a tree of no "
                               "nodes drafts nothing; for plain autoregressive decoding, use "
                               "`kdtree run --ar`)")
@@ -79,7 +84,8 @@ def run_requests(
         raise KdtreeError("DDTree decoding needs a drafter (or run plain AR)")
     block_size = 1 if settings.ar else (settings.block_size or drafter.block_size)
     longest = max((len(p) for p in prompts), default=0) + settings.max_new_tokens
-    budget = 0 if settings.ar else settings.budget
+    auto = not settings.ar and settings.budget == "auto"
+    budget = 0 if settings.ar else settings.max_budget if auto else settings.budget
     # a drafter's attention heads, for the draft's share (test drafters without a config:
     # as many as the target's)
     draft_heads = 0 if settings.ar else (getattr(drafter, "cfg", None) or target.cfg).num_attention_heads
@@ -95,18 +101,23 @@ def run_requests(
         host=socket.gethostname(),
         dtype=str(target.dtype).removeprefix("torch."),
         block_size=block_size,
-        budget=0 if settings.ar else settings.budget,
+        budget=budget,
         temperature=settings.temperature,
         requests=len(prompts),
         mode="ar" if settings.ar else "ddtree",
+        **({"budget_mode": "auto"} if auto else {}),
     )
+    policy = None
+    if auto:  # its verify cost model, timed now at the run's shortest and longest contexts
+        policy = AutoBudget(measure_verify_costs(target, budget, (min((len(p) for p in prompts), default=1), longest),
+                                                 seed=settings.seed), budget)
     generator = torch.Generator().manual_seed(settings.seed)
     generations = []
     for r, prompt in enumerate(prompts):
         def round_done(info: RoundInfo, r=r) -> None:
             events.emit("round", request=r, round=info.index, accept_len=info.accept_len,
                         tree_size=info.tree_size, tree_depth=info.tree_depth,
-                        times_us=info.times_us, tokens=info.tokens)
+                        times_us=info.times_us, tokens=info.tokens, budget=info.budget)
             if on_round:
                 on_round(r, info)
 
@@ -115,7 +126,7 @@ def run_requests(
         if settings.ar:
             gen = ar_generate(target, prompt, **common)
         else:
-            gen = ddtree_generate(target, drafter, prompt, budget=settings.budget,
+            gen = ddtree_generate(target, drafter, prompt, budget=policy or settings.budget,
                                   block_size=block_size, **common)
         generations.append(gen)
         if on_request_done:

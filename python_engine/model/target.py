@@ -9,6 +9,7 @@ states after the requested decoder layers (the drafter's context features).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -63,6 +64,9 @@ class TargetModel:
         self.device = weights.embed.device
         self.dtype = weights.embed.dtype
         self.rotary = Rotary(cfg.rope, cfg.qk_rope_head_dim, cfg.rope_interleave, self.device, self.dtype)
+        # called as routing_observer(layer id, experts int64 [T, k]) after each MoE layer's
+        # router in every forward: the experts each row chose (kdtree bench routing)
+        self.routing_observer: Callable[[int, torch.Tensor], None] | None = None
 
     def new_cache(self, capacity: int = 256) -> LatentCache:
         return LatentCache(self.cfg.num_hidden_layers, self.cfg.latent_dim, self.dtype, self.device, capacity)
@@ -123,9 +127,11 @@ class TargetModel:
                             cos_sin, additive, cache, i)
             x = x + a
             hn = rms_norm(x, lw.post_attention_norm, cfg.rms_norm_eps)
-            layer_taps = {} if taps is not None else None
+            layer_taps = {} if taps is not None or self.routing_observer else None
             if lw.moe is not None:
                 f = moe_forward(lw.moe, cfg, hn, layer_taps, (route_override or {}).get(i))
+                if self.routing_observer:
+                    self.routing_observer(i, layer_taps["router_experts"])
             else:
                 f = swiglu(hn, *lw.mlp)
             x = x + f

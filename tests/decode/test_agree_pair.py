@@ -10,6 +10,7 @@ import torch
 from greedy_checks import same_or_near_tie
 
 from python_engine.decode.ar import ar_generate
+from python_engine.decode.budget_auto import AutoBudget, measure_verify_costs
 from python_engine.decode.ddtree_loop import ddtree_generate
 from python_engine.model.checkpoint import Checkpoint
 from python_engine.model.config import load_target_config
@@ -19,7 +20,7 @@ from python_engine.refgen.sync import PROJECT_ROOT
 
 MODELS = PROJECT_ROOT / "refs" / "models"
 TARGET, DRAFTER = MODELS / "agree-target", MODELS / "agree-drafter"
-PROMPTS, TOKENS, BUDGETS = 8, 64, (16, 32, 64)
+PROMPTS, TOKENS, BUDGETS = 8, 64, (16, 32, 64, "auto")  # auto: chosen per round, up to 64
 MAX_LOOPING = 2  # of PROMPTS
 
 
@@ -27,12 +28,15 @@ def test_shipped_agree_pair_ddtree_equals_ar_with_tau_over_2(seed):
     target = load_target(TARGET)  # float32 on the CPU
     drafter = load_drafter(DRAFTER, target)
     g = torch.Generator().manual_seed(seed)
+    auto = AutoBudget(measure_verify_costs(target, 64, (4, 32 + TOKENS), repeats=1), 64)
     accept, moved_rows, looping = [], 0, 0
     for i in range(PROMPTS):
         length = int(torch.randint(4, 33, (1,), generator=g))
         prompt = torch.randint(0, target.cfg.vocab_size, (length,), generator=g).tolist()
         expected = ar_generate(target, prompt, TOKENS).tokens
-        gen = ddtree_generate(target, drafter, prompt, TOKENS, budget=BUDGETS[i % len(BUDGETS)], trace=True)
+        budget = BUDGETS[i % len(BUDGETS)]
+        gen = ddtree_generate(target, drafter, prompt, TOKENS, budget=auto if budget == "auto" else budget,
+                              trace=True)
         assert same_or_near_tie(target, prompt, gen.tokens, expected, rel_gap=1e-4), f"prompt {prompt}"
         # a random target falls into a short greedy loop on the odd prompt (1 of 168 seen);
         # most continuations must be varied, or the long accepted paths would be trivial

@@ -11,6 +11,7 @@ import torch
 from greedy_checks import same_or_near_tie
 
 from python_engine.decode.ar import ar_generate
+from python_engine.decode.budget_auto import AutoBudget, measure_verify_costs
 from python_engine.decode.ddtree_loop import ddtree_generate
 from python_engine.model.drafter import load_drafter
 from doubles.oracle_drafter import TargetOracleDrafter
@@ -27,13 +28,18 @@ def prompts_for(seed: int, vocab: int) -> list[list[int]]:
 
 @pytest.mark.parametrize("config", ["groups_yarn", "no_q_lora"])
 @pytest.mark.parametrize("drafter_kind", ["random_dflash", "agreeing"])
-def test_ddtree_greedy_equals_ar_greedy(config, drafter_kind, decode_models, seed):
+@pytest.mark.parametrize("budget_mode", ["fixed", "auto"])
+def test_ddtree_greedy_equals_ar_greedy(config, drafter_kind, budget_mode, decode_models, seed):
+    """budget_mode auto: the tree's size is chosen each round (python_engine/decode/budget_auto.py),
+    the node budget below its largest."""
     tdir, ddir = decode_models[config]
     target = load_target(tdir)
     if drafter_kind == "random_dflash":
         drafter, budget = load_drafter(ddir, target), 16
     else:
         drafter, budget = TargetOracleDrafter(target, block_size=6, noise=1.0, seed=seed), 24
+    if budget_mode == "auto":
+        budget = AutoBudget(measure_verify_costs(target, budget, (1, 24 + TOKENS), repeats=1), budget)
     accept_lens, moved_rows = [], 0
     for prompt in prompts_for(seed, target.cfg.vocab_size):
         expected = ar_generate(target, prompt, TOKENS).tokens

@@ -11,6 +11,13 @@ from kdtree_cli.tui.widgets.panel import StatsPanel
 LABELS = {"block_size": "block", "temperature": "temp"}
 
 
+def fact_value(facts: dict, key: str):
+    """A run fact as shown: a budget chosen per round (--budget auto) reads "auto<=N"."""
+    if key == "budget" and facts.get("budget_mode") == "auto":
+        return f"auto≤{facts.get('budget')}"
+    return facts.get(key)
+
+
 class RunFactsPanel(StatsPanel):
     TITLE = "run"
     WAITING = "waiting for run_start…"
@@ -26,7 +33,7 @@ class RunFactsPanel(StatsPanel):
             return out
         if width < 100:
             return self._compact(stats.facts)
-        pairs = [(LABELS.get(k, k), stats.facts.get(k)) for k in FACT_FIELDS]
+        pairs = [(LABELS.get(k, k), fact_value(stats.facts, k)) for k in FACT_FIELDS]
         line_len = 0
         lines = 1
         for key, value in pairs:
@@ -59,5 +66,5 @@ class RunFactsPanel(StatsPanel):
         for key, label in (("dtype", ""), ("block_size", "block "), ("budget", "budget "),
                            ("temperature", "temp ")):
             out.append(" · " + label, style="dim")
-            out.append(str(f.get(key)), style="bold")
+            out.append(str(fact_value(f, key)), style="bold")
         return out

@@ -78,7 +78,8 @@ class TreePanel(StatsPanel):
             out.append("no rounds yet", style="dim")
             return out
         out.append(f"req {tree.request} round {tree.round}", style="bold")
-        out.append(f" · n {tree.tree_size} · depth {tree.tree_depth} · accepted ", style="dim")
+        budget = "" if tree.budget is None else f" of budget {tree.budget}"
+        out.append(f" · n {tree.tree_size}{budget} · depth {tree.tree_depth} · accepted ", style="dim")
         out.append(str(tree.accept_len), style="bold green")
         newest = stats.last_round
         if newest is not None and (newest.get("request"), newest.get("round")) != (
