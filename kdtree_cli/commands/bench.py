@@ -8,6 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from kdtree_cli.host_forwarding import forward_to_host
+
 bench_app = typer.Typer(
     name="bench",
     help="Time the kdtree kernels on this GPU next to what a user would write instead (torch, the "
@@ -22,18 +24,11 @@ ARCH_HELP = "CUDA targets for the build, as for kdtree build \\[default: the vis
 HOST_HELP = "Run it on this host from kdtree.toml (its deployed release), streaming the output back; the files stay in the release's results/ (kdtree deploy fetches them)."
 
 
-def _remote(host: str, args: list[str]) -> None:
-    from remote.exec import run_kdtree
-
-    status = run_kdtree(host, ["bench", *args])
-    if status != 0:
-        raise typer.Exit(status)
-
-
 @bench_app.command("kernels", help="Kernel timings with their baselines and ceilings: verify_attn (heads 8/64, "
                    "n 1-256, prefix 1k-128k), topk_logprobs, tree_build (B 1-256, N 16-1024), tree_accept and "
                    "cache_compact.")
 def kernels(
+    ctx: typer.Context,
     suite: Annotated[Optional[str], typer.Option(
         "--suite", "-s", help="Comma-separated suites: ceilings, attn, topk, tree, accept \\[default: all].",
         show_default=False)] = None,
@@ -44,8 +39,7 @@ def kernels(
     host: Annotated[Optional[str], typer.Option("--host", help=HOST_HELP, show_default=False)] = None,
 ) -> None:
     if host:
-        _remote(host, ["kernels"] + (["--suite", suite] if suite else []) + (["--quick"] if quick else [])
-                + (["--arch", arch] if arch else []))
+        forward_to_host(ctx, host, drop=("out",))
         return
     from rich.console import Console
 
@@ -73,6 +67,7 @@ def kernels(
                    "tests on fresh large cases, compute-sanitizer (memcheck, racecheck, initcheck), then the kernel "
                    "bench.")
 def all_(
+    ctx: typer.Context,
     out: Annotated[Optional[Path], typer.Option(
         "--out", help="Output folder \\[default: results/<device>/bench].", file_okay=False, show_default=False)] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the generated test cases (default: fresh, "
@@ -83,8 +78,7 @@ def all_(
     host: Annotated[Optional[str], typer.Option("--host", help=HOST_HELP, show_default=False)] = None,
 ) -> None:
     if host:
-        _remote(host, ["all", "--budget-s", str(budget_s)] + (["--seed", str(seed)] if seed is not None else [])
-                + (["--arch", arch] if arch else []))
+        forward_to_host(ctx, host, drop=("out",))
         return
     from rich.console import Console
 

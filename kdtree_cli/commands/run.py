@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kdtree_cli.host_forwarding import forwarded_args, run_on_host
 from kdtree_cli.threads import DEFAULT_THREADS, Threads, use_threads
 from python_engine.errors import KdtreeError
 
@@ -85,30 +86,6 @@ def run(
     run_command(request, stdout=sys.stdout, stderr=sys.stderr)
 
 
-def forwarded_args(ctx: typer.Context, drop: tuple[str, ...]) -> list[str]:
-    """The options of this invocation, minus `drop`, as a command line for a child run (under
-    the monitor, or on a remote host). Built from what click parsed, in declaration order:
-    only values given on the command line or in the environment, never defaults. (Checked
-    by name, not by class: typer may carry its own copy of click.)"""
-    out: list[str] = []
-    for param in ctx.command.params:
-        if param.param_type_name != "option" or param.name in drop:
-            continue
-        source = ctx.get_parameter_source(param.name)
-        if source is None or source.name in ("DEFAULT", "DEFAULT_MAP"):
-            continue
-        value = ctx.params[param.name]
-        if param.is_flag:
-            if value:
-                out.append(param.opts[0])
-            elif param.secondary_opts:
-                out.append(param.secondary_opts[0])
-            continue
-        for item in (value if param.multiple else [value]):
-            out += [param.opts[0], str(item)]
-    return out
-
-
 def _delegate(args: list[str], *, tui: bool, host: Optional[str]) -> None:
     """Run elsewhere: on a remote host (output streamed back), under the monitor, or both."""
     if tui:
@@ -121,8 +98,4 @@ def _delegate(args: list[str], *, tui: bool, host: Optional[str]) -> None:
         source = HostSource(host, args) if host else LocalRunSource(args)
         typer.echo(closing_line(run_monitor(source)))
         return
-    from remote.exec import run_kdtree
-
-    status = run_kdtree(host, ["run", *args])
-    if status:
-        raise typer.Exit(status)
+    run_on_host(host, ["run"], args)

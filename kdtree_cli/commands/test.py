@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kdtree_cli.host_forwarding import forward_to_host
 from python_engine.errors import KdtreeError
 from python_engine.project import PROJECT_ROOT
 
@@ -37,6 +38,7 @@ def run_pytest(args: list[str], jobs: int = 1) -> int:
 
 
 def test(
+    ctx: typer.Context,
     pytest_args: Annotated[
         Optional[list[str]],
         typer.Argument(help="Extra arguments for pytest (after --), e.g. -- -k tree -x.",
@@ -89,22 +91,21 @@ def test(
                                     help="Pytest processes (pytest-xdist) \\[default: the cores this process "
                                          "may use, at most 8]. 1 runs plain pytest (for -s or --pdb).")
     ] = None,
+    seed_sweep: Annotated[
+        Optional[int], typer.Option("--seed-sweep", min=1, metavar="N", show_default=False,
+                                    help="Run each test that draws random inputs (one taking the seed fixture) "
+                                         "once for each of N seeds, and no other test: a test must hold for every "
+                                         "seed. A failing case's id names its seed (KDTREE_SEED=SEED replays it); "
+                                         "e.g. --seed-sweep 200 -- tests/model tests/decode.")
+    ] = None,
 ) -> None:
     """Run the tests (pytest; extra arguments go to pytest), or the native ones (--native)."""
     if (sanitize or large or log_dir) and not native:
         raise KdtreeError("--sanitize, --large and --log-dir go with --native")
+    if seed_sweep and native and not everything:
+        raise KdtreeError("--seed-sweep runs pytest's tests: drop --native (or use --all)")
     if host:
-        from remote.exec import run_kdtree
-
-        options = [("--all", everything), ("--native", native), ("--arch", arch), ("--cuda-home", cuda_home),
-                   ("--profile", profile if profile != "release" else None), ("--sanitize", sanitize),
-                   ("--large", large), ("--seed", None if seed is None else str(seed)),
-                   ("--jobs", None if jobs is None else str(jobs))]
-        args = ["test"] + [a for name, value in options if value
-                           for a in ((name,) if value is True else (name, value))]
-        status = run_kdtree(host, args + (["--", *pytest_args] if pytest_args else []))
-        if status != 0:
-            raise typer.Exit(status)
+        forward_to_host(ctx, host, drop=("log_dir",), rest=["--", *pytest_args] if pytest_args else [])
         return
     if native and not everything:
         if pytest_args:
@@ -114,7 +115,8 @@ def test(
                 f"or drop --native", param_hint="PYTEST_ARGS")
         run_native(arch, profile, cuda_home, sanitize, large, seed, log_dir)
         return
-    status = run_pytest(pytest_args or [], jobs or default_jobs())
+    sweep = ["--seed-sweep", str(seed_sweep)] if seed_sweep else []
+    status = run_pytest(sweep + (pytest_args or []), jobs or default_jobs())
     if status != 0:
         raise typer.Exit(status)
     if everything:
