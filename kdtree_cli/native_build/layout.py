@@ -49,6 +49,9 @@ EMU_CAPI_SUFFIX = "_capi"  # csrc/kernels/emu/<name>_capi.cpp -> lib/emu/lib<nam
 EMU_TWINS = (Path("tests") / "test_moe_w4a16.cu", Path("bench") / "bench_moe.cu")
 EMU_ARCHIVE = "lib/emu/libkd_emu.a"
 ENGINE_EXPORTS = Path("engine") / "exports.map"
+# What the emulated kernel libraries (lib/emu/lib*_emu.so) export: their kd_* entry points
+# only, so that their stand-in CUDA runtime can never be interposed by a real one.
+EMU_EXPORTS = EMU_PROGRAM_DIR / "exports.map"
 
 
 @dataclass(frozen=True)

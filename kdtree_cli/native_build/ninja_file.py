@@ -22,7 +22,7 @@ from pathlib import Path
 from python_engine.errors import KdtreeError
 
 from .arch import CudaArch
-from .layout import EMU_ARCHIVE, ENGINE_EMU_LIB, ENGINE_EXPORTS, ENGINE_LIB, Library, SourceLayout
+from .layout import EMU_ARCHIVE, EMU_EXPORTS, ENGINE_EMU_LIB, ENGINE_EXPORTS, ENGINE_LIB, Library, SourceLayout
 from .profiles import BuildProfile
 from .toolchain import Toolchain
 
@@ -147,7 +147,6 @@ def generate(cfg: BuildConfig) -> str:
     w.rule("ar", "rm -f $out && ar crs $out $in", description="AR $out")
     w.rule("shlib", "$cxx -shared -o $out $in $libs -Wl,--version-script=$exports", description="LINK $out")
     w.rule("link", "$cxx -o $out $in $libs $ldflags", description="LINK $out")
-    w.rule("plainshlib", "$cxx -shared -o $out $in $libs", description="LINK $out")
     w.newline()
 
     def compile_source(rel: Path, program: bool = False) -> str:
@@ -229,11 +228,15 @@ def _engine_libraries(w, cfg: BuildConfig, layout: SourceLayout, path, static_li
         exe = f"bin/emu/{rel.stem}"
         w.build(exe, "link", [obj, EMU_ARCHIVE], variables={"libs": "", "ldflags": "-lpthread"})
         emu_bins.append(exe)
+    # each exports its kd_* entry points only: the stand-in runtime inside stays bound to it
+    # even in a process that has loaded the real libcudart (exports.map says why)
+    emu_exports = path(layout.csrc / EMU_EXPORTS)
     for rel in layout.emu_capi:
         obj = f"obj-emu/{rel.as_posix()}.o"
         w.build(obj, "emucxx", path(layout.csrc / rel), variables={"src": f"csrc/{rel.as_posix()}"})
         so = f"lib/emu/lib{rel.stem.removesuffix('_capi')}_emu.so"
-        w.build(so, "plainshlib", [obj, EMU_ARCHIVE], variables={"libs": "-lpthread"})
+        w.build(so, "shlib", [obj, EMU_ARCHIVE], implicit=[emu_exports],
+                variables={"libs": "-lpthread", "exports": emu_exports})
         emu_bins.append(so)
     w.build("emu_tests", "phony", emu_bins)
     w.newline()
