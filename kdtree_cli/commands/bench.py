@@ -198,9 +198,10 @@ def load(
 
 
 def register(app: typer.Typer) -> None:
-    from kdtree_cli.bench import budget_cli, moe_cli, routing_cli
+    from kdtree_cli.bench import budget_cli, moe_cli, routing_cli, serve_cli
 
     moe_cli.register(bench_app)
+    serve_cli.register(bench_app)
     budget_cli.register(bench_app)
     routing_cli.register(bench_app)
     app.add_typer(bench_app, name="bench")

@@ -19,7 +19,12 @@ def code_prompts(count: int, seed: int, max_lines: int = 3) -> list[list[int]]:
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(DEFAULT_TARGET / "tokenizer.json"))
+    return [tok.encode(text).ids for text in code_texts(count, seed, max_lines)]
+
+
+def code_texts(count: int, seed: int | np.random.Generator, max_lines: int = 3) -> list[str]:
+    """The prompts of code_prompts as text (what a client of `kdtree serve` sends)."""
     lines = LINES_FILE.read_text().split("\n")[:-1]  # one line each, as written (no splitlines surprises)
     rng = np.random.default_rng(seed)
     starts = rng.choice(len(lines) - max_lines, size=count, replace=False)
-    return [tok.encode("\n".join(lines[s:s + int(rng.integers(1, max_lines + 1))]) + "\n").ids for s in starts]
+    return ["\n".join(lines[s:s + int(rng.integers(1, max_lines + 1))]) + "\n" for s in starts]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from torch_threads import single_thread  # noqa: F401 (autouse fixture for this folder)
 
-from python_engine.demo.code_prompts import LINES_FILE
+from python_engine.demo.code_prompts import code_texts
 from python_engine.demo.defaults import DEFAULT_TARGET, MODELS_DIR
 from python_engine.serve.server import ServeOptions, Serving
 
@@ -79,9 +79,7 @@ def chat_model_dir(tmp_path_factory) -> Path:
 
 def code_text_prompts(rng: np.random.Generator, count: int, max_lines: int = 3) -> list[str]:
     """`count` runs of 1..max_lines lines of Python the demo pair continues well."""
-    lines = LINES_FILE.read_text().split("\n")[:-1]
-    starts = rng.choice(len(lines) - max_lines, size=count, replace=False)
-    return ["\n".join(lines[s:s + int(rng.integers(1, max_lines + 1))]) + "\n" for s in starts]
+    return code_texts(count, rng, max_lines)
 
 
 def wait_idle(serving: Serving, timeout_s: float = 30.0) -> dict:
