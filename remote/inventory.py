@@ -16,6 +16,7 @@ project's `ct200` at their own ssh alias without copying the whole entry):
     cuda_home = "/opt/cuda"
     arch = [120]
     gpus = 8
+    p2p = "off"                # NCCL peer-to-peer between the GPUs: auto, on or off
     python = "python3"
 
 Every value is validated once, here, with a message naming the file and the key; the
@@ -34,6 +35,8 @@ from typing import Any
 from remote.errors import InventoryError
 
 PROJECT_FILE = "kdtree.toml"
+DEFAULT_EXTRAS = ("test",)
+SPLIT_EXTRA = "gpus"  # pyproject's extra holding NCCL's wheel, given to hosts with several GPUs
 HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # also a results/<host>/ folder
 
 
@@ -61,12 +64,16 @@ class HostConfig:
     python: str = "python3"  # interpreter that creates the venv (or runs, if venv = false)
     venv: bool = True  # keep <dir>/venv with the project's requirements
     requirements: tuple[str, ...] | None = None  # None: pyproject dependencies + extras
-    extras: tuple[str, ...] = ("test",)
+    extras: tuple[str, ...] = DEFAULT_EXTRAS  # with gpus > 1 the default gains "gpus" (NCCL's wheel)
     cuda_home: str | None = None
     nvcc: str | None = None  # default <cuda_home>/bin/nvcc, else nvcc on PATH
     nvidia_smi: str = "nvidia-smi"
     arch: tuple[str, ...] = ()  # SM targets as `kdtree build --arch` takes them: "120", "90a"
     gpus: int = 0
+    # NCCL's peer-to-peer path between this host's GPUs: "off" sets NCCL_P2P_DISABLE=1 for the
+    # ranks (PCIe-only RTX boxes hang in it, python_engine/native/multi_gpu.py), "auto" turns
+    # it off on RTX boards, "on" leaves it to NCCL
+    p2p: str = "auto"
     env: dict[str, str] = field(default_factory=dict)  # extra environment for remote steps
     # what a deploy runs there (argv templates; see steps.py for the placeholders)
     build: tuple[str, ...] | None = None
@@ -77,6 +84,11 @@ class HostConfig:
     keep: int = 5
     lock_timeout: int = 1800  # seconds to wait for another deploy to the same host
     source: str = ""  # which file(s) defined it, for messages
+
+    def __post_init__(self) -> None:
+        # a model split over several GPUs needs NCCL: the default environment brings its wheel
+        if self.gpus > 1 and self.extras == DEFAULT_EXTRAS:
+            object.__setattr__(self, "extras", (*DEFAULT_EXTRAS, SPLIT_EXTRA))
 
     @property
     def target(self) -> str:
@@ -122,6 +134,10 @@ def _check_value(key: str, value: Any, where: str) -> Any:
         low = {"port": 1, "gpus": 0, "keep": 1, "connect_timeout": 1, "lock_timeout": 0}[key]
         if value < low or (key == "port" and value > 65535):
             raise bad(f"an integer >= {low}" + (" and <= 65535" if key == "port" else ""))
+        return value
+    if key == "p2p":
+        if value not in ("auto", "on", "off"):
+            raise bad('"auto", "on" or "off"')
         return value
     if key == "venv":
         if not isinstance(value, bool):

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 
 from remote import channel, pyenv, releases
 from remote.connection import connect
-from remote.inventory import HostConfig
+from remote.inventory import SPLIT_EXTRA, HostConfig
 from remote.paths import resolve_paths
 from remote.shell import env_exports, q
 from python_engine.errors import KdtreeError
@@ -73,6 +73,7 @@ def check_host(host: HostConfig, *, accept_new_host_key: bool = False) -> HostCh
             if host.arch or host.gpus:  # a CPU-only host needs no nvcc
                 check.problems.append(str(exc))
         _check_gpus(conn, host, check)
+        _check_nccl(conn, host, paths, check)
         if check.python != "missing/old":
             state = releases.read_state(conn, paths.python, paths.layout, with_manifest=False)
             check.current = state.current if state.current_ok else "none"
@@ -112,6 +113,23 @@ def _check_gpus(conn, host: HostConfig, check: HostCheck) -> None:
             f"{host.name}: the GPUs are {', '.join(f'sm_{s}' for s in seen)} but arch = "
             f"{list(host.arch)}: add {uncovered} to arch so the native build runs there"
         )
+
+
+def _check_nccl(conn, host: HostConfig, paths, check: HostCheck) -> None:
+    """A host with several GPUs splits the model through NCCL: its environment gets NCCL's
+    wheel (the `gpus` extra), or the system must have libnccl.so.2. Without either the
+    engine would build for one GPU only and the deploy would pass."""
+    if host.gpus <= 1 or SPLIT_EXTRA in host.extras:
+        return
+    cuda = paths.cuda_home or "/usr/local/cuda"
+    found = channel.run(conn, f"{env_exports(host.env)} && (ldconfig -p 2>/dev/null | grep -q 'libnccl[.]so[.]2' || "
+                              f"test -e {q(cuda)}/lib64/libnccl.so.2 || test -e {q(cuda)}/lib/libnccl.so.2)",
+                        what="looking for NCCL", timeout=60)
+    if found.exit_code != 0:
+        check.problems.append(
+            f"{host.name}: gpus = {host.gpus} but NCCL is nowhere to be found there (no libnccl.so.2 in ldconfig "
+            f"or {cuda}, and extras = {list(host.extras)} leaves out {SPLIT_EXTRA!r}): the engine would run on one "
+            f"GPU only. Add {SPLIT_EXTRA!r} to extras (NCCL's wheel), install the system's libnccl2, or set gpus = 1")
 
 
 def checks_to_json(checks: list[HostCheck]) -> str:

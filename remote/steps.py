@@ -111,6 +111,8 @@ def step_env(host: HostConfig, paths: RemotePaths, python: str, release: str) ->
         "KDTREE_PYTHON": python,
         "KDTREE_NVCC": paths.nvcc,
         "KDTREE_ARCH": host.arch_str,
+        "KDTREE_GPUS": str(host.gpus),  # the engine check refuses a split host without NCCL
+        "KDTREE_P2P": host.p2p,  # the ranks' NCCL peer-to-peer setting (multi_gpu.p2p_environment)
     }
     path_prepend = []
     if paths.cuda_home:

@@ -25,7 +25,9 @@ def engine_check(
     DDTree output must equal its AR output. Exit status 1 otherwise, or without a built
     engine or a GPU. `kdtree deploy` runs it after the tests."""
     from python_engine.demo.engine_check import smoke
+    from python_engine.native.multi_gpu import check_split_ready
 
+    check_split_ready(int(os.environ.get("KDTREE_GPUS") or 1))  # a deploy's host of several GPUs needs NCCL
     t0 = time.time()
     passed, failed = smoke(requests, tokens, "gpu", dtype, budget)
     typer.echo(f"engine-check: {passed} passed, {failed} failed")

@@ -24,6 +24,16 @@ from python_engine.errors import KdtreeError
 # NVLink multicast can put a host's shared GPUs out of service for a long time, so every
 # rank runs with it off in NCCL, PyTorch and NVSHMEM, whatever the caller's environment says.
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+# NCCL's peer-to-peer path (GPU to GPU over PCIe) hangs the first collective on PCIe-only
+# RTX PRO 6000 boxes unless it is off (NVIDIA/nccl#1999, NCCL 2.26-2.29;
+# local-inference-lab/rtx6kpro#15, NCCL 2.30.4), and fails on RTX 5090 and 4090 boxes
+# (NVIDIA/nccl#1637, NVIDIA/nccl-tests#117). NCCL then stages transfers through host
+# memory, slower but working. KDTREE_P2P (a host's `p2p` key, kdtree.toml)
+# says auto, on or off; auto turns it off when a visible GPU is an RTX board.
+P2P_ENV = "KDTREE_P2P"
+P2P_SETTINGS = ("auto", "on", "off")
+P2P_OFF = {"NCCL_P2P_DISABLE": "1"}
+P2P_OFF_BOARDS = ("RTX",)  # GPU names (NVML) whose peer-to-peer path auto turns off
 GRACE_S = 5.0  # after a rank dies, how long the others get to stop on their own
 TERM_S = 5.0  # after SIGTERM, how long before SIGKILL
 PARENT_POLL_S = 0.5  # how often a rank checks that its launcher is still there
@@ -62,7 +72,7 @@ def launch_ranks(n: int, target: Callable[[Rank, Any], Any], args: Any = None, *
     if nccl_id is None:
         nccl_id = new_nccl_id() if comm == "nccl" else b""
     ctx = mp.get_context("spawn")
-    child_env = {**(env or {}), **MULTICAST_OFF}
+    child_env = {**p2p_environment(), **(env or {}), **MULTICAST_OFF}
     children: list[_Child] = []
     try:
         for r in range(n):
@@ -131,6 +141,39 @@ def visible_gpu_count() -> int | None:
             break
         entries += 1
     return entries if counted is None else min(entries, counted)
+
+
+def p2p_environment(setting: str | None = None, gpu_names: list[str] | None = None) -> dict[str, str]:
+    """The ranks' NCCL peer-to-peer variables for `setting` ($KDTREE_P2P, default auto):
+    off sets NCCL_P2P_DISABLE=1; auto does so on RTX boards (the GPUs NVML names here), and
+    leaves a NCCL_P2P_DISABLE the caller set alone; on sets nothing."""
+    setting = (setting if setting is not None else os.environ.get(P2P_ENV, "auto")).strip().lower()
+    if setting not in P2P_SETTINGS:
+        raise KdtreeError(f"{P2P_ENV}={setting!r}: choose {', '.join(P2P_SETTINGS)}")
+    if setting == "on":
+        return {}
+    if setting == "off":
+        return dict(P2P_OFF)
+    if "NCCL_P2P_DISABLE" in os.environ:
+        return {}
+    names = gpu_names if gpu_names is not None else _nvml_names()
+    return dict(P2P_OFF) if any(board in name for name in names for board in P2P_OFF_BOARDS) else {}
+
+
+def check_split_ready(gpus: int) -> None:
+    """A host configured with several GPUs must be able to split the model: NCCL built into
+    the engine and loadable. Without it the engine would run on one GPU only, which a
+    deploy must not pass as ready."""
+    if gpus <= 1:
+        return
+    from python_engine.native.library import nccl_unique_id
+
+    try:
+        nccl_unique_id("gpu")
+    except KdtreeError as exc:
+        raise KdtreeError(f"this host is configured with gpus = {gpus}, and NCCL is not usable here, so the engine "
+                          f"could run on one GPU only: {exc}. Install NCCL (pip install nvidia-nccl-cu13, or the "
+                          f"system's libnccl2) and rebuild (kdtree build), or set gpus = 1 for this host") from None
 
 
 def new_nccl_id() -> bytes:
@@ -261,6 +304,21 @@ def _exit_with_parent(parent_pid: int) -> None:
     while os.getppid() == parent_pid:
         time.sleep(PARENT_POLL_S)
     os._exit(1)
+
+
+def _nvml_names() -> list[str]:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+                     for i in range(pynvml.nvmlDeviceGetCount())]
+            return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML here: no names, so auto leaves peer-to-peer as NCCL chooses
+        return []
 
 
 def _nvml_count() -> int | None:
