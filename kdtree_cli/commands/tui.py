@@ -20,6 +20,11 @@ def tui(
     host: Annotated[Optional[str], typer.Option(
         "--host", metavar="HOST", help="Run `kdtree run ARGS` on HOST over SSH and watch it "
         "(reconnects if the stream drops).")] = None,
+    url: Annotated[Optional[str], typer.Option(
+        "--url", metavar="URL", help="Follow a running `kdtree serve` at URL, e.g. http://127.0.0.1:8000 "
+        "(its /v1/kdtree/events; reconnects if the stream drops).", show_default=False)] = None,
+    api_key: Annotated[Optional[str], typer.Option(
+        "--api-key", envvar="KDTREE_API_KEY", help="The server's API key, for --url.", show_default=False)] = None,
     interval: Annotated[Optional[float], typer.Option(
         "--interval", min=0.01, help="Seconds between redraws (default 0.08: 12.5 per second).",
         show_default=False)] = None,
@@ -38,13 +43,13 @@ def tui(
 ) -> None:
     """Watch a DDTree run live: acceptance, tokens/s, stage times, the last tree.
 
-    Reads metrics events from one source: a file (--follow, --replay), a local run (--run)
-    or a run on a remote host (--host). Keys: p pause, r reset, s snapshot, ? help, q quit.
+    Reads metrics events from one source: a file (--follow, --replay), a local run (--run),
+    a run on a remote host (--host) or a server (--url). Keys: p pause, r reset, s snapshot, ? help, q quit.
     """
     from kdtree_cli.tui.launch import build_source, closing_line, run_monitor
 
-    source = build_source(follow=follow, replay=replay, speed=speed, run=run, host=host,
-                          args=args or ())
+    source = build_source(follow=follow, replay=replay, speed=speed, run=run, host=host, url=url,
+                          api_key=api_key, args=args or ())
     stats = run_monitor(source, interval=interval, window=window, bucket_s=bucket,
                         no_color=no_color, save_dir=save_dir)
     typer.echo(closing_line(stats))

@@ -19,22 +19,31 @@ def build_source(
     speed: float | None = None,
     run: bool = False,
     host: str | None = None,
+    url: str | None = None,
+    api_key: str | None = None,
     args: Sequence[str] = (),
 ) -> EventSource:
-    """Exactly one of follow / replay / run / host; args only for run and host."""
+    """Exactly one of follow / replay / run / host / url; args only for run and host."""
     chosen = [name for name, on in (("--follow", follow is not None), ("--replay", replay is not None),
-                                    ("--run", run), ("--host", host is not None)) if on]
+                                    ("--run", run), ("--host", host is not None), ("--url", url is not None)) if on]
     if len(chosen) != 1:
         what = "none" if not chosen else " and ".join(chosen)
         raise KdtreeError(
             f"choose one event source (got {what}): --follow FILE, --replay FILE [--speed X], "
-            "--run -- <kdtree run args>, or --host HOST -- <kdtree run args>"
+            "--run -- <kdtree run args>, --host HOST -- <kdtree run args>, or --url http://HOST:PORT "
+            "(a kdtree serve)"
         )
     if speed is not None and replay is None:
         raise KdtreeError("--speed only applies to --replay")
     if args and not (run or host):
         raise KdtreeError(f"unexpected arguments {' '.join(args)!r}: only --run and --host take "
                           "arguments (after --)")
+    if url is not None:
+        if not url.startswith(("http://", "https://")):
+            raise KdtreeError(f"--url {url!r}: give the server's address, e.g. http://127.0.0.1:8000")
+        from kdtree_cli.tui.sources.server_url import ServerSource
+
+        return ServerSource(url, api_key)
     if follow is not None:
         from kdtree_cli.tui.sources.file_follow import FollowSource
 
