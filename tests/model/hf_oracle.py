@@ -81,6 +81,25 @@ def router_tie_rows(model, ids: list[int], eps: float = 1e-5) -> set[int]:
     return affected
 
 
+# Draws before prompt_away_from_ties gives up: about 1 random prompt in 100 has a near-tie.
+MAX_PROMPT_DRAWS = 16
+
+
+def prompt_away_from_ties(model, seed: int, length: int) -> list[int]:
+    """A random prompt of `length` tokens drawn from `seed` on which transformers' float32
+    routing has no near-tie (router_tie_rows): every token's experts are then clear, and a
+    correct implementation must match its logits at every position. A prompt with a tie is
+    replaced by the generator's next draw. Only the oracle decides, so a bug of ours cannot
+    steer the draw."""
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(MAX_PROMPT_DRAWS):
+        ids = torch.randint(0, model.config.vocab_size, (length,), generator=g).tolist()
+        if not router_tie_rows(model, ids):
+            return ids
+    raise AssertionError(f"{MAX_PROMPT_DRAWS} prompts drawn from seed {seed} all hang on a routing tie: "
+                         f"the random weights route too many tokens on a knife's edge")
+
+
 def rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
     """max |ours - ref| / max |ref|: relative to the logits' scale, not per element."""
     return float((ours.double() - ref.double()).abs().max() / ref.double().abs().max())

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 import torch
-from hf_oracle import hf_model, rel_err, router_tie_rows
+from hf_oracle import hf_model, prompt_away_from_ties, rel_err
 
 from python_engine.errors import KdtreeError
 from python_engine.model.synthetic_checkpoint import write_random_target
@@ -30,10 +30,6 @@ def dirs(tmp_path_factory):
     bf16 = write_random_target(root / f"bf16-seed{WEIGHT_SEED}", INT4_CONFIG, seed=WEIGHT_SEED, dtype=torch.bfloat16)
     int4 = write_package_int4(bf16, root / "int4", shards=2)
     return {"bf16": bf16, "int4": int4, "dequantized": write_dequantized(int4, root / "dequantized")}
-
-
-def prompt(seed: int, n: int) -> list[int]:
-    return torch.randint(0, INT4_CONFIG["vocab_size"], (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 def logits(model, ids):
@@ -64,20 +60,16 @@ def test_loaded_experts_equal_the_packages_dequantization_bit_for_bit(dirs):
 
 def test_logits_match_transformers_on_the_dequantized_model(dirs, seed):
     ours, hf = load_target(dirs["int4"]), hf_model(dirs["dequantized"])
-    ids = prompt(seed, 30)
+    # a token behind an expert-routing near-tie may take either expert (seed 1382848382: two
+    # experts at 0.36114 for the third place, position 18, the last MoE layer): draw away from ties
+    ids = prompt_away_from_ties(hf, seed, 30)
     with torch.no_grad():
         ref = hf(torch.tensor([ids])).logits[0]
-    # positions behind an exact expert-routing tie may take either expert (seed 1382848382:
-    # two experts at 0.36114 for the third place, position 18, the last MoE layer)
-    ties = router_tie_rows(hf, ids)
-    keep = [p for p in range(len(ids)) if p not in ties]
-    print(f"routing ties at {sorted(ties)}" if ties else "no routing ties")
-    assert len(keep) >= len(ids) // 2, f"routing ties at {sorted(ties)}"
-    assert rel_err(logits(ours, ids)[keep], ref[keep]) <= TOL
+    assert rel_err(logits(ours, ids), ref) <= TOL
     cache = ours.new_cache()  # a prefill, then one token at a time through the latent cache
     rows = [ours.forward(ids[:20], torch.arange(20), cache).logits]
     rows += [ours.forward([ids[i]], [i], cache).logits for i in range(20, 30)]
-    assert rel_err(torch.cat(rows)[keep], ref[keep]) <= TOL
+    assert rel_err(torch.cat(rows), ref) <= TOL
     assert ref.softmax(-1).max(-1).values.mean() < 0.95 and ref.std(-1).min() > 0.5  # not degenerate
     # INT4 moved the logits away from the bf16 source: the comparison above saw quantized experts
     assert rel_err(logits(load_target(dirs["bf16"]), ids), ref) > 100 * TOL

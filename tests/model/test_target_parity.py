@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_oracle import PARITY_CONFIGS, hf_model, rel_err, router_tie_rows
+from hf_oracle import PARITY_CONFIGS, hf_model, prompt_away_from_ties, rel_err
 
 from python_engine.decode.ar import ar_generate
 from python_engine.model.ops import rms_norm
@@ -23,25 +23,22 @@ def random_prompt(seed: int, vocab: int, length: int) -> list[int]:
 def test_prefill_and_cached_decode_match_transformers(name, parity_dirs, seed):
     model_dir = parity_dirs[name]
     ours, hf = load_target(model_dir), hf_model(model_dir)
-    ids = random_prompt(seed, ours.cfg.vocab_size, 40)
+    # a token behind an expert-routing near-tie may take either expert: draw away from ties
+    ids = prompt_away_from_ties(hf, seed, 40)
     with torch.no_grad():
         hf_out = hf(torch.tensor([ids]), output_hidden_states=True)
     ref = hf_out.logits[0]
-    # positions behind an exact expert-routing tie may take either expert (router_tie_rows)
-    ties = router_tie_rows(hf, ids)
-    keep = [p for p in range(len(ids)) if p not in ties]
-    assert len(keep) >= len(ids) // 2, f"routing ties at {sorted(ties)}"
 
     cache = ours.new_cache(capacity=8)  # small on purpose: the cache must grow
     layers = range(ours.cfg.num_hidden_layers)
     out = ours.forward(ids, torch.arange(40), cache, hidden_layers=layers)
-    assert rel_err(out.logits[keep], ref[keep]) <= TOL
+    assert rel_err(out.logits, ref) <= TOL
     for i in layers[:-1]:  # the drafter's features: transformers' hidden_states[i + 1] ...
-        assert rel_err(out.hidden[i][keep], hf_out.hidden_states[i + 1][0][keep]) <= TOL
+        assert rel_err(out.hidden[i], hf_out.hidden_states[i + 1][0]) <= TOL
     # ... but for the last layer the residual stream, whose final norm gives transformers' entry
     last = layers[-1]
     normed = rms_norm(out.hidden[last], ours.w.norm, ours.cfg.rms_norm_eps)
-    assert rel_err(normed[keep], hf_out.hidden_states[last + 1][0][keep]) <= TOL
+    assert rel_err(normed, hf_out.hidden_states[last + 1][0]) <= TOL
 
     # a 25-token prefill, then one token per forward through the latent cache
     cache = ours.new_cache()
@@ -49,7 +46,7 @@ def test_prefill_and_cached_decode_match_transformers(name, parity_dirs, seed):
     for i in range(25, 40):
         rows.append(ours.forward([ids[i]], [i], cache).logits)
     assert cache.length == 40
-    assert rel_err(torch.cat(rows)[keep], ref[keep]) <= TOL
+    assert rel_err(torch.cat(rows), ref) <= TOL
     # the logits are not degenerate: the comparison above could catch a wrong token
     assert ref.softmax(-1).max(-1).values.mean() < 0.95
     assert ref.std(-1).min() > 0.5
