@@ -1,5 +1,6 @@
-"""`kdtree test --native`: build, then run every native test program (csrc/tests/test_*) and
-add up the `N passed, N failed[, N skipped]` line each prints last."""
+"""`kdtree test --native`: build, then run every native test program (csrc/tests/test_*),
+add up the `N passed, N failed[, N skipped]` line each prints last, and say why cases were
+skipped (each `[ SKIPPED  ] case: reason` line, grouped by reason)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import os
 import re
 import subprocess
 import time
-from dataclasses import dataclass, replace
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -17,6 +19,10 @@ from rich.table import Table
 from .driver import BuildRequest, build
 
 SUMMARY_RE = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?\s*$")
+# csrc/common/test_harness.h's line for a skipped case
+SKIPPED_RE = re.compile(r"^\[ SKIPPED\s*\] (\S+): (.+?)\s*$", re.MULTILINE)
+# a reason shared by at most this many cases lists them by name, else per program
+NAMED_CASES_MAX = 3
 # A test program that runs longer than this is hung (a deadlocked kernel, a lost GPU).
 PROGRAM_TIMEOUT_S = 900.0
 
@@ -31,6 +37,7 @@ class ProgramResult:
     seconds: float = 0.0
     output: str = ""
     problem: str = ""  # why the program counts as failed beyond its own failed count
+    skips: list[tuple[str, str]] = field(default_factory=list)  # (case, reason)
 
     @property
     def ok(self) -> bool:
@@ -68,6 +75,7 @@ def run_program(path: Path, repo_root: Path, timeout: float = PROGRAM_TIMEOUT_S,
         result.problem = f"no 'N passed, N failed' line at the end ({died})"
         return result
     result.passed, result.failed, result.skipped = counts
+    result.skips = SKIPPED_RE.findall(proc.stdout)
     if result.returncode != 0 and result.failed == 0:
         result.problem = f"exit status {result.returncode} with no failed case"
     elif result.returncode == 0 and result.failed > 0:
@@ -99,7 +107,27 @@ def run_native_tests(request: BuildRequest, console: Console, out: Console | Non
     # the plain totals line that CI and other tools read (the table is for people)
     totals = [sum(getattr(r, f) for r in results) for f in ("passed", "failed", "skipped")]
     out.print("native: {} passed, {} failed, {} skipped".format(*totals), highlight=False)
+    for line in skip_summary(results):
+        out.print(escape(line), highlight=False)
+    if totals[2]:
+        out.print(f"each program's output: {log_dir}", highlight=False)
     return results
+
+
+def skip_summary(results: list[ProgramResult]) -> list[str]:
+    """One line per skip reason, most frequent first: how many cases, and where."""
+    by_reason: dict[str, list[tuple[str, str]]] = {}
+    for r in results:
+        for case, reason in r.skips:
+            by_reason.setdefault(reason, []).append((r.name, case))
+    lines = []
+    for reason, cases in sorted(by_reason.items(), key=lambda item: -len(item[1])):
+        if len(cases) <= NAMED_CASES_MAX:
+            where = ", ".join(f"{prog} {case}" for prog, case in cases)
+        else:
+            where = ", ".join(f"{prog} {n}" for prog, n in Counter(prog for prog, _ in cases).items())
+        lines.append(f"  skipped {len(cases)}: {reason} ({where})")
+    return lines
 
 
 def results_table(results: list[ProgramResult]) -> Table:

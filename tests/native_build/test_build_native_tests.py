@@ -1,5 +1,5 @@
-"""`kdtree test --native` reading the programs' summary lines: totals, crashes, hangs and
-programs whose exit status disagrees with what they printed."""
+"""`kdtree test --native` reading the programs' summary lines: totals, crashes, hangs,
+programs whose exit status disagrees with what they printed, and the skipped cases' reasons."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kdtree_cli.native_build.native_tests import parse_summary, run_program
+from kdtree_cli.native_build.native_tests import parse_summary, run_program, skip_summary
 
 
 @pytest.mark.parametrize(
@@ -61,3 +61,17 @@ def test_crashes_and_inconsistent_programs_fail(tmp_path, body, problem):
 def test_a_hung_program_times_out(tmp_path):
     res = run_program(program(tmp_path, 'echo started; sleep 30'), tmp_path, timeout=0.5)
     assert not res.ok and "timed out" in res.problem and res.seconds < 10
+
+
+def test_skip_reasons_are_read_and_grouped(tmp_path):
+    a = run_program(program(tmp_path, 'for c in one two three four; do echo "[ SKIPPED  ] $c: no CUDA device"; done; '
+                                    'echo "[ OK ] five"; echo "1 passed, 0 failed, 4 skipped"'), tmp_path)
+    b = run_program(program(tmp_path, 'echo "[ SKIPPED  ] fuzz: set KDTREE_X to a bundle"; '
+                                    'echo "[ SKIPPED  ] gpu_case: no CUDA device"; echo "0 passed, 0 failed, 2 skipped"'), tmp_path)
+    assert a.skips == [(c, "no CUDA device") for c in ("one", "two", "three", "four")]
+    assert b.skips == [("fuzz", "set KDTREE_X to a bundle"), ("gpu_case", "no CUDA device")]
+    a.name, b.name = "test_a", "test_b"
+    assert skip_summary([a, b]) == [
+        "  skipped 5: no CUDA device (test_a 4, test_b 1)",
+        "  skipped 1: set KDTREE_X to a bundle (test_b fuzz)",
+    ]
