@@ -40,8 +40,8 @@ def demo(
 ) -> None:
     """Run DDTree on the demo pair: the continuation, tau, tokens/s, and the speedup over AR.
 
-    At temperature 0 DDTree's text must equal AR's: when it does not, the command says so
-    and exits with status 1."""
+    At temperature 0 DDTree's text must equal AR's: when it does not, the command says so and exits with status 1.
+    """
     from python_engine.demo.report import print_result, run_with_metrics
 
     if int4 and model is not None:

@@ -21,9 +21,8 @@ def engine_check(
 ) -> None:
     """Check the native engine on this GPU: DDTree == AR on the demo pair.
 
-    Loads the demo pair, prefills, then decodes a few prompts with DDTree and with AR; every
-    DDTree output must equal its AR output. Exit status 1 otherwise, or without a built
-    engine or a GPU. `kdtree deploy` runs it after the tests."""
+    Loads the demo pair, prefills, then decodes a few prompts with DDTree and with AR; every DDTree output must equal its AR output. Exit status 1 otherwise, or without a built engine or a GPU. `kdtree deploy` runs it after the tests.
+    """
     from python_engine.demo.engine_check import smoke
     from python_engine.native.multi_gpu import check_split_ready
 

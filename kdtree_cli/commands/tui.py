@@ -43,8 +43,7 @@ def tui(
 ) -> None:
     """Watch a DDTree run live: acceptance, tokens/s, stage times, the last tree.
 
-    Reads metrics events from one source: a file (--follow, --replay), a local run (--run),
-    a run on a remote host (--host) or a server (--url). Keys: p pause, r reset, s snapshot, ? help, q quit.
+    Reads metrics events from one source: a file (--follow, --replay), a local run (--run), a run on a remote host (--host) or a server (--url). Keys: p pause, r reset, s snapshot, ? help, q quit.
     """
     from kdtree_cli.tui.launch import build_source, closing_line, run_monitor
 

@@ -95,3 +95,25 @@ def test_pytest_runs_spread_over_the_cores_unless_told_otherwise(monkeypatch):
         assert runner.invoke(app, ["test", "--", *own]).exit_code == 0
         assert calls[-1][3:] == own
     assert runner.invoke(app, ["test", "-j", "0"]).exit_code != 0
+
+
+def test_help_paragraphs_render_as_whole_sentences():
+    """typer's rich mode keeps a line break inside a help paragraph after the first, so a
+    docstring wrapped in the source breaks mid-sentence on the screen; each such paragraph
+    must be one line in the source, for every command and subcommand."""
+    import inspect
+
+    import typer
+
+    def commands(command, path):
+        yield path, command
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from commands(sub, f"{path} {name}")
+
+    broken = {}
+    for path, command in commands(typer.main.get_command(app), "kdtree"):
+        later = inspect.cleandoc(command.help or "").partition("\f")[0].split("\n\n")[1:]
+        broken.update({path: p for p in later if "\n" in p.strip()})
+    assert not broken, f"help paragraphs broken across lines: {broken}"
+    result = runner.invoke(app, ["demo", "--help"], env={"COLUMNS": "400"})
+    assert "the command says so and exits with status 1." in result.output
