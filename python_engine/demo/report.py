@@ -49,4 +49,5 @@ def print_result(r: DemoResult, to_stderr: bool = False, as_json: bool = False) 
               f"({r.ddtree.rounds} target forwards)")
     out.print(f"  AR               {'':>17}{r.ar.tokens_per_s:8.1f} tokens/s "
               f"({r.ar.rounds} target forwards)")
-    out.print(f"  speedup {r.speedup:.2f}x")
+    out.print(f"  speedup {r.speedup:.2f}x: {r.ddtree.tau:.2f} tokens per target forward, but a DDTree round "
+              f"(drafter, tree, verify) takes as long as {r.round_cost:.1f} AR steps")

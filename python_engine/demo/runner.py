@@ -60,6 +60,14 @@ class DemoResult:
     def speedup(self) -> float:
         return self.ddtree.tokens_per_s / self.ar.tokens_per_s if self.ar.tokens_per_s > 0 else 0.0
 
+    @property
+    def round_cost(self) -> float:
+        """A DDTree round's time (drafter, tree, one verify forward) in AR decode steps: the
+        speedup is about tau / round_cost."""
+        if not (self.ddtree.rounds and self.ar.rounds and self.ar.decode_s > 0):
+            return 0.0
+        return (self.ddtree.decode_s / self.ddtree.rounds) / (self.ar.decode_s / self.ar.rounds)
+
     def to_dict(self) -> dict:
         def gen(g: Generated) -> dict:
             return {"tokens": len(g.tokens), "tau": round(g.tau, 4), "tokens_per_s": round(g.tokens_per_s, 2),
@@ -69,6 +77,7 @@ class DemoResult:
                 "temperature": self.temperature, "prompt": self.prompt, "text": self.text,
                 "prompt_ids": self.prompt_ids,
                 "ddtree": gen(self.ddtree), "ar": gen(self.ar), "speedup": round(self.speedup, 3),
+                "round_cost_ar_steps": round(self.round_cost, 3),
                 "identical_to_ar": self.identical, "notes": self.notes}
 
 

@@ -91,6 +91,12 @@ def test_demo_on_a_smoke_pair_matches_ar_and_streams_events(smoke_pair, tmp_path
     # every token after the first comes from a round; the last round may overshoot the count
     accepted = [r["accept_len"] for r in rounds]
     assert sum(accepted[:-1]) < result["ddtree"]["tokens"] - 1 <= sum(accepted)
+    # the speedup line's decomposition: tokens/s ratio = tokens per round / a round's cost in AR steps
+    dd, ar = result["ddtree"], result["ar"]
+    round_cost = (dd["decode_s"] / dd["rounds"]) / (ar["decode_s"] / ar["rounds"])
+    assert result["round_cost_ar_steps"] == pytest.approx(round_cost, rel=1e-2)
+    per_round = (dd["tokens"] - 1) / dd["rounds"]
+    assert result["speedup"] == pytest.approx(per_round / round_cost * ar["rounds"] / (ar["tokens"] - 1), rel=1e-2)
 
 
 def test_demo_text_output_and_missing_pair(smoke_pair, tmp_path):
