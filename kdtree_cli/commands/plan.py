@@ -11,8 +11,10 @@ import typer
 
 from python_engine.errors import KdtreeError
 
-DEFAULT_MODEL = Path("refs/configs/kimi-k2.6")
-DEFAULT_DRAFTER = Path("refs/configs/kimi-k2.6-dflash")
+from python_engine.project import PROJECT_ROOT
+
+DEFAULT_MODEL = PROJECT_ROOT / "refs" / "configs" / "kimi-k2.6"
+DEFAULT_DRAFTER = PROJECT_ROOT / "refs" / "configs" / "kimi-k2.6-dflash"
 
 
 def _parse_budgets(text: str) -> tuple[int, ...]:
@@ -41,9 +43,10 @@ def _parse_taus(text: str | None) -> dict[int, float]:
 
 
 def plan(
-    model: Annotated[Path, typer.Option("--model", help="Target directory holding config.json.")] = DEFAULT_MODEL,
+    model: Annotated[Path, typer.Option("--model", help="Target directory holding config.json.",
+                                        show_default="refs/configs/kimi-k2.6")] = DEFAULT_MODEL,
     drafter: Annotated[Optional[Path], typer.Option("--drafter", help="DFlash drafter directory (config.json); "
-                                                    "--no-drafter for AR only.", show_default=str(DEFAULT_DRAFTER))] = None,
+                                                    "--no-drafter for AR only.", show_default="refs/configs/kimi-k2.6-dflash")] = None,
     no_drafter: Annotated[bool, typer.Option("--no-drafter", help="Plan AR only, without a drafter.")] = False,
     host: Annotated[Optional[str], typer.Option("--host", help="A host of kdtree.toml / hosts.toml (its GPUs, count, p2p).",
                                                 show_default=False)] = None,
