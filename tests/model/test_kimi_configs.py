@@ -90,3 +90,55 @@ def _routing_tie(model, ids) -> bool:
     from hf_oracle import router_tie_rows
 
     return bool(router_tie_rows(model, ids))
+
+
+def scaled_kimi_drafter(target_layers: int, vocab: int, **overrides) -> dict:
+    """The Kimi DFlash config at a small width: 8 query heads to 1 key/value head (Kimi's
+    64:8), block 8, YaRN as published, mask token and target layers mapped to the target."""
+    cfg = json.loads(open(f"{KIMI_DRAFTER}/config.json").read())
+    cfg.update(hidden_size=64, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=1, head_dim=8,
+               intermediate_size=96, vocab_size=vocab, num_target_layers=target_layers, torch_dtype="float32",
+               dflash_config={"target_layer_ids": [0, target_layers - 1], "mask_token_id": vocab - 2})
+    cfg.update(overrides)
+    return cfg
+
+
+def test_scaled_kimi_drafter_equals_qwen3_layers_with_its_yarn(scaled_dirs, tmp_path, monkeypatch, seed):
+    """The drafter from the scaled Kimi DFlash config against the Qwen3 formulation of
+    test_drafter, its rotary embedding given the config's YaRN; the YaRN values move it."""
+    import transformers
+    from test_drafter import qwen3_reference_draft
+
+    from python_engine.model.drafter import load_drafter
+    from python_engine.model.synthetic_checkpoint import random_drafter_tensors, save_safetensors_dir
+
+    target = load_target(scaled_dirs["as published"])
+    drafts = {}
+    for name, overrides in (("as published", {}), ("default rope", {"rope_scaling": None})):
+        cfg = scaled_kimi_drafter(target.cfg.num_hidden_layers, target.cfg.vocab_size, **overrides)
+        ddir = tmp_path / name.replace(" ", "-")
+        save_safetensors_dir(ddir, random_drafter_tensors(cfg, seed=99))
+        (ddir / "config.json").write_text(json.dumps(cfg))
+        drafter = load_drafter(ddir, target)
+        assert drafter.cfg.block_size == 8 and drafter.cfg.num_attention_heads // drafter.cfg.num_key_value_heads == 8
+        g = torch.Generator().manual_seed(seed)
+        prompt = torch.randint(0, target.cfg.vocab_size, (13,), generator=g).tolist()
+        out = target.forward(prompt, torch.arange(13), target.new_cache(), hidden_layers=drafter.target_layer_ids)
+        features = out.features(drafter.target_layer_ids)
+        state = drafter.new_state()
+        drafts[name] = drafter.draft(state, None, features, int(out.logits[-1].argmax()), 13, 8)
+        if name == "as published":
+            rope = drafter.cfg.rope
+            yarn = {"rope_type": "yarn", "rope_theta": rope.theta, "factor": rope.factor,
+                    "original_max_position_embeddings": rope.original_max_position_embeddings,
+                    "beta_fast": rope.beta_fast, "beta_slow": rope.beta_slow, "mscale": rope.mscale,
+                    "mscale_all_dim": rope.mscale_all_dim}
+            plain = transformers.Qwen3Config
+            monkeypatch.setattr(transformers, "Qwen3Config", lambda **kw: plain(
+                **{**kw, "rope_parameters": yarn, "max_position_embeddings": cfg["max_position_embeddings"]}))
+            with torch.no_grad():
+                ref = qwen3_reference_draft(drafter, target, features, int(out.logits[-1].argmax()), 13, 8)
+            monkeypatch.undo()
+            assert drafts[name].shape == (7, target.cfg.vocab_size)
+            assert float((drafts[name] - ref).abs().max() / ref.abs().max()) < 1e-5
+    assert float((drafts["as published"] - drafts["default rope"]).abs().max()) > 1e-3
