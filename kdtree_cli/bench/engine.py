@@ -16,6 +16,7 @@ from pathlib import Path
 from python_engine.decode.result import tau_of
 from python_engine.demo.code_prompts import code_prompts
 from python_engine.demo.defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
+from python_engine.engine_choice import native_unavailable
 from python_engine.errors import KdtreeError
 from python_engine.project import PROJECT_ROOT
 
@@ -121,6 +122,9 @@ def run_engine_bench(b: EngineBench) -> dict:
 
     if not torch.cuda.is_available():
         raise KdtreeError("kdtree bench engine needs a CUDA GPU (torch sees none here)")
+    why_not = native_unavailable()
+    if why_not:  # before the torch runs: the bench is the two engines side by side
+        raise KdtreeError(f"kdtree bench engine times the native engine too: {why_not}")
     device = torch.cuda.get_device_name(0)
     prompts = code_prompts(b.prompts, PROMPT_SEED)
     t0 = time.time()

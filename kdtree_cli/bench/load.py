@@ -97,10 +97,14 @@ def run_load_bench(folder: Path, keep: bool = False, repeats: int = 2) -> dict:
     import torch
     from safetensors.torch import load_file
 
+    from python_engine.engine_choice import native_unavailable
     from python_engine.native.engine import NativeEngine, NativeOptions, device_memory
 
     if not torch.cuda.is_available():
         raise KdtreeError("kdtree bench load needs a CUDA GPU (torch sees none here)")
+    why_not = native_unavailable()
+    if why_not:  # before the slice is written: the bench is the native engine's load
+        raise KdtreeError(f"kdtree bench load times the native engine's load: {why_not}")
     t0 = time.perf_counter()
     total = write_kimi_slice(folder)
     write_s = time.perf_counter() - t0

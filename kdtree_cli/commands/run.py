@@ -69,7 +69,8 @@ def run(
 ) -> None:
     """Generate with DDTree (or --ar) and print each request's tokens (or text) and a summary."""
     from python_engine.decode.budget_auto import parse_budget
-    from python_engine.decode.run_command import RunRequest, run_command
+    from python_engine.decode.run_command import RunRequest
+    from python_engine.run import run_command
 
     if tui or host:
         _delegate(forwarded_args(ctx, drop=("tui", "host")), tui=tui, host=host)

@@ -1,5 +1,7 @@
-"""The work behind `kdtree run`: load the models (with progress), encode the prompts, run
-the requests with metrics events, print each request's output and a summary.
+"""What `kdtree run` asks for (RunRequest, read by both engines' runs), its prompts file, and
+its run on the torch engine: load the models (with progress), encode the prompts, run the
+requests with metrics events, print each request's output and a summary. Which engine runs a
+request is python_engine/run.py's to decide.
 
 Results go to stdout, progress and diagnostics to stderr; when the metrics stream is
 stdout (--metrics -), the results go to stderr so stdout stays pure JSON lines.
@@ -12,7 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from python_engine.errors import KdtreeError
-from python_engine.events import EventWriter, open_metrics
+from python_engine.events import EventWriter
 
 
 @dataclass
@@ -37,69 +39,6 @@ class RunRequest:
     prometheus: int | None = None  # serve Prometheus metrics on this port
     max_slots: int | None = None  # native: requests decoded at once (default: all, up to 64)
     gpus: int = 1  # native: GPUs the model is split over, one process each (cuda:0..gpus-1)
-
-
-def run_command(req: RunRequest, stdout: IO[str], stderr: IO[str]) -> list:
-    if req.engine not in ("torch", "native", "auto"):
-        raise KdtreeError(f"--engine {req.engine!r}: choose torch, native or auto")
-    if req.budget == "auto" and not req.ar and (req.engine == "native" or req.gpus > 1):
-        raise KdtreeError("--budget auto runs on the torch engine only (--engine torch): the native engine "
-                          "drafts and builds each round's tree on the GPU at the one budget its request was "
-                          "submitted with (kd_request.budget), and hands no drafter distribution back to "
-                          "choose a size from; give it a fixed --budget N")
-    exporter = None
-    if req.prometheus is not None:
-        from python_engine.metrics_exporter import PrometheusExporter
-
-        exporter = PrometheusExporter(req.prometheus)
-        print(f"prometheus metrics on :{req.prometheus}/metrics", file=stderr)
-    try:
-        with open_metrics(req.metrics, stdout) as stream:
-            events = EventWriter(stream, listeners=[exporter.observe] if exporter else [])
-            try:
-                _check_gpus(req)
-                several = req.gpus > 1  # only the native engine splits a model over GPUs
-                auto_budget = req.budget == "auto" and not req.ar
-                if auto_budget and req.engine == "auto":
-                    print("engine: torch (--budget auto is the torch engine's)", file=stderr)
-                if req.engine == "native" or (req.engine == "auto" and not auto_budget
-                                              and (several or _native_available(req, stderr))):
-                    from python_engine.native.run_native import run_native_command
-
-                    return run_native_command(req, events, stdout, stderr)
-                return _run(req, events, stdout, stderr)
-            except KdtreeError as exc:
-                events.emit("error", message=str(exc))
-                raise
-    finally:
-        if exporter:
-            exporter.close()
-
-
-def _check_gpus(req: RunRequest) -> None:
-    """--gpus N: the native engine's; 1 is the plain one-process run."""
-    from python_engine.native.multi_gpu import check_gpu_count
-
-    if req.gpus > 1 and req.engine == "torch":
-        raise KdtreeError(f"--gpus {req.gpus} needs --engine native: the torch engine runs on one device")
-    check_gpu_count(req.gpus)
-
-
-def _native_available(req: RunRequest, stderr: IO[str]) -> bool:
-    """--engine auto: the native engine when its library is built and a CUDA device exists."""
-    from python_engine.native.library import library_path
-
-    if req.device == "cpu" or not library_path("gpu").is_file():
-        print("engine: torch (the native engine is not built here or --device cpu)", file=stderr)
-        return False
-    try:
-        from python_engine.native.engine import device_memory
-
-        device_memory(0)
-    except KdtreeError:
-        print("engine: torch (no CUDA device answers the native engine)", file=stderr)
-        return False
-    return True
 
 
 def read_prompts_file(path: Path) -> tuple[list[str], list[list[int]]]:
@@ -135,7 +74,8 @@ def read_prompts_file(path: Path) -> tuple[list[str], list[list[int]]]:
     return texts, ids
 
 
-def _run(req: RunRequest, events: EventWriter, stdout: IO[str], stderr: IO[str]) -> list:
+def run_torch_command(req: RunRequest, events: EventWriter, stdout: IO[str], stderr: IO[str]) -> list:
+    """`kdtree run` on the torch engine: load, encode, decode every prompt, print each output and a summary."""
     import torch
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

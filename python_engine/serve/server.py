@@ -100,11 +100,11 @@ class Serving:
         self.app = create_app(self.state, lifespan=self.lifespan)
 
     def _backend(self, opts: ServeOptions, capacity: int, stderr: IO[str]):
-        engine = opts.engine
-        if engine == "auto":
-            from python_engine.decode.run_command import RunRequest, _native_available
+        from python_engine.engine_choice import choose_engine
 
-            engine = "native" if _native_available(RunRequest(model=opts.model, device=opts.device), stderr) else "torch"
+        engine, reason = choose_engine(opts.engine, opts.device)
+        if opts.engine == "auto":
+            print(f"engine: {engine} ({reason})", file=stderr)
         if engine == "native":
             from python_engine.native.engine import NativeEngine, NativeOptions
             from python_engine.serve.native_backend import NativeBackend

@@ -236,7 +236,7 @@ def test_user_commands_run_torch_on_one_thread_unless_told(monkeypatch, command,
         seen["threads"] = torch.get_num_threads()
         raise KdtreeError("stop here")
 
-    monkeypatch.setattr("python_engine.decode.run_command.run_command", record)
+    monkeypatch.setattr("python_engine.run.run_command", record)
     monkeypatch.setattr("python_engine.demo.report.run_with_metrics", record)
     args = ["run", "--model", "m", "--ar", "--prompt-ids", "1"] if command == "run" else ["demo"]
     try:

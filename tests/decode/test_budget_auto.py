@@ -15,10 +15,11 @@ from kdtree_cli.app import app
 from python_engine.ddtree import accept_walk, build_tree, topk_logprobs
 from python_engine.decode.ar import ar_generate
 from python_engine.decode.budget_auto import AutoBudget, VerifyCosts, measure_verify_costs, parse_budget
-from python_engine.decode.run_command import RunRequest, run_command
+from python_engine.decode.run_command import RunRequest
 from python_engine.errors import KdtreeError
 from python_engine.events import iter_events
 from python_engine.model.target_loader import load_target
+from python_engine.run import run_command
 
 
 def random_logits(rng, depth: int, vocab: int, spread: float) -> np.ndarray:

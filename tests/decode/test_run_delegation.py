@@ -33,7 +33,7 @@ def test_forwarded_args_parse_back_to_the_same_values(monkeypatch):
                      "--max-tokens", "7", "--ignore-eos", "--device", "cpu", "--metrics", "-")
     parsed = {}
     monkeypatch.setattr(run_command, "_delegate", lambda *a, **k: None)
-    monkeypatch.setattr("python_engine.decode.run_command.run_command",
+    monkeypatch.setattr("python_engine.run.run_command",
                         lambda req, **kw: parsed.update(vars(req)))
     result = CliRunner().invoke(app, ["run", *seen["args"]])
     assert result.exit_code == 0, result.output
