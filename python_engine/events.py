@@ -266,7 +266,8 @@ REQUIRED: dict[str, dict[str, Check]] = {
     "warning": {"message": message},
 }
 OPTIONAL: dict[str, dict[str, Check]] = {
-    "run_start": {"requests": count, "mode": name, "world_size": integer(1), "budget_mode": name},
+    "run_start": {"requests": count, "mode": name, "world_size": integer(1), "budget_mode": name, "rank": count,
+                  "collectives": name, "weights": name},
     "round": {"tree": tree, "budget": count},
     "run_end": {"ttft_s": seconds},
 }

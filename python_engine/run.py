@@ -49,6 +49,12 @@ def _run_on_chosen_engine(req: RunRequest, events: EventWriter, stdout: IO[str],
     if req.engine == "auto":
         print(f"engine: {engine} ({reason})", file=stderr)
     check_gpu_count(req.gpus)
+    native_only = [name for name, given in (("--load-format dummy", req.load_format != "checkpoint"),
+                                            ("--world-size", req.world_size > 1),
+                                            ("--gpu-memory-limit", req.gpu_memory_limit_gib is not None)) if given]
+    if native_only and engine != "native":
+        raise KdtreeError(f"{', '.join(native_only)}: the native engine's (--engine native); the {engine} engine "
+                          "reads checkpoints whole into one device's memory")
     if engine == "native":
         from python_engine.native.run_native import run_native_command
 

@@ -118,9 +118,11 @@ Engine::Engine(const kd_target_config& target, const kd_drafter_config* drafter,
 
 namespace {
 
-std::string gib(uint64_t bytes) {
+std::string gib(uint64_t bytes) {  // GiB, or MiB below one
+  constexpr double kMiB = 1 << 20, kGiB = 1 << 30;
   char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / static_cast<double>(uint64_t{1} << 30));
+  if (bytes < (uint64_t{1} << 30)) std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / kMiB);
+  else std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / kGiB);
   return text;
 }
 

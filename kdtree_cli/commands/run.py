@@ -62,6 +62,22 @@ def run(
         "--gpus", min=1, help="Native engine: split the model over N GPUs (cuda:0..N-1; pick them with "
         "CUDA_VISIBLE_DEVICES), tensor and expert parallel, one process per GPU. Every rank decodes the same "
         "requests; a rank that fails stops the run on all of them.")] = 1,
+    load_format: Annotated[str, Opt(
+        "--load-format", help="Native engine: checkpoint (read the model's safetensors) or dummy (make every "
+        "weight on the GPU from --seed, no files: for timing and memory; the output says so and its tokens mean "
+        "nothing). A config.json is all --model needs then.")] = "checkpoint",
+    world_size: Annotated[int, Opt(
+        "--world-size", min=1, help="Native engine, with --comm none: run one rank's share of a model split over "
+        "N GPUs alone on this GPU (its part of every weight and cache; the collectives do nothing and are "
+        "reported as not run), so one GPU measures what each of N computes in a round.")] = 1,
+    rank: Annotated[int, Opt("--rank", min=0, help="With --world-size: which rank's share.")] = 0,
+    comm: Annotated[str, Opt(
+        "--comm", help="With --world-size N > 1: none (one rank's share alone; the only choice here: --gpus N "
+        "runs real ranks over NCCL).")] = "none",
+    gpu_memory_limit: Annotated[Optional[float], Opt(
+        "--gpu-memory-limit", help="Native engine: GiB it may use on its GPU (e.g. 96 for an RTX PRO 6000 on a "
+        "larger card); what does not fit is refused before anything is allocated, naming what to lower.",
+        show_default=False)] = None,
     tui: Annotated[bool, Opt("--tui", help="Watch this run in the live monitor (kdtree tui).")] = False,
     host: Annotated[Optional[str], Opt(
         "--host", help="Run on this host from kdtree.toml (paths are the host's), streaming output back.",
@@ -82,8 +98,10 @@ def run(
         budget=parse_budget(budget), max_budget=max_budget, block_size=block_size, temperature=temperature, max_tokens=max_tokens,
         seed=seed, device=device, dtype=dtype, metrics=metrics, ar=ar, ignore_eos=ignore_eos,
         engine=engine, prompts_file=prompts_file, prometheus=prometheus, max_slots=max_slots,
-        gpus=gpus,
+        gpus=gpus, load_format=_choice("--load-format", load_format, ("checkpoint", "dummy")), world_size=world_size,
+        rank=rank, gpu_memory_limit_gib=gpu_memory_limit,
     )
+    _choice("--comm", comm, ("none",))
     run_command(request, stdout=sys.stdout, stderr=sys.stderr)
 
 
@@ -100,3 +118,9 @@ def _delegate(args: list[str], *, tui: bool, host: Optional[str]) -> None:
         typer.echo(closing_line(run_monitor(source)))
         return
     run_on_host(host, ["run"], args)
+
+
+def _choice(option: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise KdtreeError(f"{option} {value!r}: choose {' or '.join(allowed)}")
+    return value

@@ -39,6 +39,11 @@ class RunRequest:
     prometheus: int | None = None  # serve Prometheus metrics on this port
     max_slots: int | None = None  # native: requests decoded at once (default: all, up to 64)
     gpus: int = 1  # native: GPUs the model is split over, one process each (cuda:0..gpus-1)
+    # native: "dummy" makes the weights on the GPU from --seed (no safetensors: timing and memory only)
+    load_format: str = "checkpoint"
+    world_size: int = 1  # native, with comm "none": this process is one rank's share of world_size
+    rank: int = 0
+    gpu_memory_limit_gib: float | None = None  # native: GiB the engine may use on its GPU
 
 
 def read_prompts_file(path: Path) -> tuple[list[str], list[list[int]]]:

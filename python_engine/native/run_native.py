@@ -65,6 +65,10 @@ def run_native_command(req: RunRequest, events: EventWriter, stdout: IO[str], st
                 rounds=sum(r.rounds for r in summary.results), batched_steps=summary.rounds,
                 ttft_s=round(sum(r.prefill_s for r in summary.results) / len(summary.results), 6))
     mode = "AR" if req.ar else f"DDTree budget {req.budget}"
+    if plan.options.load_format == "dummy":
+        mode += " on DUMMY weights (the tokens above mean nothing)"
+    if plan.options.rank_share:
+        mode += f", rank {plan.options.rank} of {plan.options.world_size} alone"
     out.print(f"[bold]summary[/] native {mode}, {plan.devices}, {plan.options.dtype}: {summary.tokens} tokens in "
               f"{len(summary.results)} request(s), tau {summary.tau:.2f}, {summary.tokens_per_s:.1f} tokens/s "
               f"aggregate ({summary.rounds} rounds, {decode_s:.2f} s of request decode time)")
@@ -102,14 +106,35 @@ def plan_native_run(req: RunRequest, codec: TextCodec) -> NativePlan:
         prompts.append(ids)
     slots = max(1, min(req.max_slots or len(prompts), MAX_SLOTS))
     longest = max(len(p) for p in prompts)
+    check_rank_share(req)
     opts = NativeOptions(dtype=req.dtype or "bfloat16", device=device, max_slots=slots,
                          max_tokens=longest + req.max_tokens, max_budget=0 if req.ar else req.budget,
-                         max_block_size=req.block_size or 0)
+                         max_block_size=req.block_size or 0, load_format=req.load_format, dummy_seed=req.seed,
+                         world_size=req.world_size, rank=req.rank,
+                         memory_limit=gib_bytes(req.gpu_memory_limit_gib))
     settings = NativeRunSettings(max_new_tokens=req.max_tokens, budget=req.budget, block_size=req.block_size or 0,
                                  temperature=req.temperature, seed=req.seed, ar=req.ar,
                                  stop_ids=() if req.ignore_eos else tuple(cfg.eos_token_ids)[:16],
                                  tree_every=0 if req.ar else TREE_EVERY)
     return NativePlan(req, prompts, opts, settings, req.gpus)
+
+
+def gib_bytes(gib: float | None) -> int:
+    """--gpu-memory-limit GiB as the engine's bytes (None: no limit but the device's)."""
+    if gib is None:
+        return 0
+    if not gib > 0:
+        raise KdtreeError(f"--gpu-memory-limit {gib:g}: give the GiB the engine may use on its GPU (> 0)")
+    return int(gib * 2**30)
+
+
+def check_rank_share(req: RunRequest) -> None:
+    """--world-size N --rank R (comm none): one rank's share on this GPU; not with --gpus."""
+    if req.world_size < 1 or not 0 <= req.rank < req.world_size:
+        raise KdtreeError(f"--rank {req.rank} of --world-size {req.world_size}: the rank must be in 0..world_size-1")
+    if req.world_size > 1 and req.gpus > 1:
+        raise KdtreeError("--world-size runs one rank's share alone on one GPU (its collectives do nothing); "
+                          "--gpus splits the model over real ranks: give one or the other")
 
 
 def run_rank(plan: NativePlan, events: EventWriter, stderr: IO[str], rank: Rank | None = None) -> NativeRunSummary:
@@ -147,11 +172,19 @@ def run_rank(plan: NativePlan, events: EventWriter, stderr: IO[str], rank: Rank 
     with engine:
         mem = engine.memory()
         share = ", each GPU's share" if plan.gpus > 1 else ""
+        if opts.rank_share:
+            share = f", rank {opts.rank}'s share of {opts.world_size} alone: collectives not run"
+        if opts.load_format == "dummy":
+            share += f"; DUMMY weights (seed {opts.dummy_seed}): timing and memory only, the tokens mean nothing"
         err.print(f"[dim]native engine on {plan.devices} ({opts.dtype}{share}): {mem['total'] / 2**30:.2f} GiB "
                   f"(weights {mem['weights'] / 2**30:.2f}, caches {(mem['target_cache'] + mem['drafter_cache']) / 2**30:.2f}, "
                   f"workspace {mem['workspace'] / 2**30:.2f}), {opts.max_slots} slot(s)[/]")
         d = engine.drafter_config
         several = {"world_size": plan.gpus} if plan.gpus > 1 else {}
+        if opts.rank_share:
+            several = {"world_size": opts.world_size, "rank": opts.rank, "collectives": "not run"}
+        if opts.load_format == "dummy":
+            several["weights"] = "dummy"
         events.emit("run_start", engine="native", model=req.model.name, drafter="" if req.ar else req.drafter.name,
                     device=plan.devices, host=socket.gethostname(), dtype=opts.dtype,
                     block_size=1 if req.ar else (req.block_size or d.block_size), budget=0 if req.ar else req.budget,

@@ -101,3 +101,29 @@ def test_prometheus_refuses_a_bad_port():
 
     with pytest.raises(KdtreeError, match="1..65535"):
         PrometheusExporter(70000)
+
+
+def test_run_dummy_rank_share_says_what_it_is(native_variant, tmp_path, monkeypatch, capsys):
+    """--load-format dummy --world-size 2 --rank 1: one rank's share on dummy weights; the
+    summary and the events say so, and the collectives are reported as not run (null)."""
+    from typer.testing import CliRunner
+
+    from kdtree_cli.app import app
+
+    monkeypatch.setenv(L.ENV_LIBRARY, str(L.library_path(native_variant)))
+    metrics = tmp_path / "m.jsonl"
+    base = ["run", "--engine", "native", "--model", str(DEMO_TARGET), "--drafter", str(DEMO_DRAFTER),
+            "--prompt-ids", "5,6,7", "--max-tokens", "4", "--dtype", "float32", "--load-format", "dummy"]
+    out = run_cli([*base, "--world-size", "2", "--rank", "1", "--metrics", str(metrics), "--gpu-memory-limit", "4"],
+                  monkeypatch, capsys)
+    assert "DUMMY weights" in out and "rank 1 of 2 alone" in out
+    events = [p.event for p in iter_events(metrics.read_text().splitlines())]
+    start = events[0]
+    assert (start["weights"], start["world_size"], start["rank"], start["collectives"]) == ("dummy", 2, 1, "not run")
+    rounds = [e for e in events if e["event"] == "round"]
+    assert rounds and all(e["times_us"]["collective"] is None for e in rounds)
+
+    refused = CliRunner().invoke(app, [*base, "--gpu-memory-limit", "0.001"])
+    assert refused.exit_code != 0 and "the weights alone are over it" in str(refused.exception)
+    torch = CliRunner().invoke(app, [*base[:2], "torch", *base[3:]])
+    assert torch.exit_code != 0 and "--load-format dummy: the native engine's" in str(torch.exception)
