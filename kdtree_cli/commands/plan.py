@@ -10,11 +10,29 @@ from typing import Annotated, Optional
 import typer
 
 from python_engine.errors import KdtreeError
-
 from python_engine.project import PROJECT_ROOT
 
 DEFAULT_MODEL = PROJECT_ROOT / "refs" / "configs" / "kimi-k2.6"
 DEFAULT_DRAFTER = PROJECT_ROOT / "refs" / "configs" / "kimi-k2.6-dflash"
+ARCH_PROFILES = {"120": "rtx-pro-6000", "90a": "h200", "90": "h200"}  # a host's arch -> its GPUs' profile
+
+
+def host_from_inventory(name: str, config: Path | None):
+    """A kdtree.toml host as the plan needs it: its GPUs' profile, count, interconnect, p2p."""
+    from python_engine.device_profiles import device_profile
+    from python_engine.plan.cost import Host
+    from python_engine.plan.report import p2p_enabled
+    from remote.inventory import load_inventory
+
+    h = load_inventory(config).get(name)
+    profile_name = getattr(h, "profile", None) or next((ARCH_PROFILES[a] for a in h.arch if a in ARCH_PROFILES), None)
+    if not profile_name:
+        raise KdtreeError(f"host {name}: no device profile for arch {list(h.arch) or '(unset)'}: "
+                          f"give --profile ({', '.join(sorted(set(ARCH_PROFILES.values())))})")
+    profile = device_profile(profile_name)
+    if h.gpus < 1:
+        raise KdtreeError(f"host {name}: gpus = {h.gpus} in {h.source}; a plan needs the GPU count")
+    return Host(profile, h.gpus, profile.interconnect, p2p_enabled(h.p2p, profile)), f"{name} ({h.source})"
 
 
 def _parse_budgets(text: str) -> tuple[int, ...]:
@@ -86,7 +104,7 @@ def plan(
     """
     from python_engine.device_profiles import device_profile
     from python_engine.plan.cost import Host, RoutingSharing
-    from python_engine.plan.report import PlanRequest, build_plan, default_acceptance, host_from_inventory, p2p_enabled
+    from python_engine.plan.report import PlanRequest, build_plan, default_acceptance, p2p_enabled
 
     if (host is None) == (profile is None):
         raise KdtreeError("give --host NAME (from kdtree.toml) or --profile NAME --gpus N [--interconnect pcie]")

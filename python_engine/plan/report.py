@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from python_engine.device_profiles import DeviceProfile, device_profile
+from python_engine.device_profiles import DeviceProfile
 from python_engine.errors import KdtreeError
 from python_engine.model.config import load_target_config
 from python_engine.model.drafter_config import check_against_target, load_drafter_config
@@ -18,7 +18,6 @@ from python_engine.plan.weights import PARTS, drafter_weights, target_weights
 GB = 1e9
 DEFAULT_RESERVE_GB = 1.0  # CUDA context, driver and allocator slack a process keeps off the plan (an assumption)
 SLOT_COUNTS = (1, 2, 4, 8, 16, 32, 64)
-ARCH_PROFILES = {"120": "rtx-pro-6000", "90a": "h200", "90": "h200"}
 
 
 @dataclass(frozen=True)
@@ -36,22 +35,6 @@ class PlanRequest:
     routing: RoutingSharing = RoutingSharing()
     allreduce_us: float | None = None
     dtype: str = "bfloat16"
-
-
-def host_from_inventory(name: str, config: Path | None = None) -> tuple[Host, str]:
-    """A kdtree.toml host as the plan needs it: its GPUs' profile, count, interconnect, p2p."""
-    from remote.inventory import load_inventory
-
-    h = load_inventory(config).get(name)
-    profile_name = getattr(h, "profile", None) or next((ARCH_PROFILES[a] for a in h.arch if a in ARCH_PROFILES), None)
-    if not profile_name:
-        raise KdtreeError(f"host {name}: no device profile for arch {list(h.arch) or '(unset)'}: "
-                          f"give --profile ({', '.join(sorted(set(ARCH_PROFILES.values())))})")
-    profile = device_profile(profile_name)
-    if h.gpus < 1:
-        raise KdtreeError(f"host {name}: gpus = {h.gpus} in {h.source}; a plan needs the GPU count")
-    p2p = getattr(h, "p2p", "auto")
-    return Host(profile, h.gpus, profile.interconnect, p2p_enabled(p2p, profile)), f"{name} ({h.source})"
 
 
 def p2p_enabled(setting: str, profile: DeviceProfile) -> bool:
