@@ -177,6 +177,7 @@ class CostModel:
     routing: RoutingSharing = field(default_factory=RoutingSharing)
     allreduce_us: float | None = None  # a user's figure per all-reduce, instead of the model's
     dtype: str = "bfloat16"
+    hidden_size: int = 7168  # the all-reduced rows' width (the measured table's is Kimi's 7168)
 
     # ---- the inputs, each named -------------------------------------------------------
     def bandwidth(self) -> float:
@@ -207,7 +208,7 @@ class CostModel:
             Input("attention", M.H200_VERIFY_ATTN_US[(8, 64, 32768)][0], "us, 8 heads x 64 rows x 32k, H200", "measured",
                   M.KERNELS.cite() + "; scaled by the spec bandwidth or tensor-rate ratio"
                   + ("" if p.name == "h200" else f" (x{self._attn_scale('memory'):.2f} or x{self._attn_scale('compute'):.2f})")),
-            Input("all-reduce", self.allreduce_call_us(65), "us, 65 x 7168 bf16",
+            Input("all-reduce", self.allreduce_call_us(65), f"us, 65 x {self.hidden_size} bf16",
                   "user" if self.allreduce_us is not None else
                   ("measured" if self.host.interconnect == "nvlink" else "projection"),
                   self._allreduce_source()),
@@ -268,9 +269,9 @@ class CostModel:
         n = self.host.gpus
         if n == 1:
             return 0.0
-        if self.host.interconnect == "nvlink":
-            return interpolate({float(k): v for k, v in M.H200X2_ALLREDUCE_US.items()}, rows)
-        payload = rows * 7168 * 2  # the hidden state, bf16
+        if self.host.interconnect == "nvlink":  # the table's rows are 7168 wide: compare bytes
+            return interpolate({float(k): v for k, v in M.H200X2_ALLREDUCE_US.items()}, rows * self.hidden_size / 7168)
+        payload = rows * self.hidden_size * 2  # the hidden state, bf16
         return self._pcie_us(steps=2 * (n - 1), traffic=2 * (n - 1) / n * payload)
 
     def gather_call_us(self, payload: int) -> float:

@@ -66,7 +66,8 @@ def build_plan(req: PlanRequest) -> dict:
     fits = [{"slots": s, "largest_context": largest_context(cfg, d, world=n, slots=s, budget=top_budget, limit=limit,
                                                             reserve=reserve, dtype=req.dtype)}
             for s in SLOT_COUNTS]
-    model = CostModel(host, req.context, req.slots, req.acceptance, req.routing, req.allreduce_us, req.dtype)
+    model = CostModel(host, req.context, req.slots, req.acceptance, req.routing, req.allreduce_us, req.dtype,
+                      cfg.hidden_size)
     rounds = []
     for b in req.budgets:
         r = model.project(cfg, d, weights, dbytes, b)
