@@ -184,7 +184,7 @@ def print_plan(p: dict) -> None:
     for x in p["rounds"]:
         r.add_row("AR" if x["mode"] == "AR" else str(x["budget"]), str(x["rows"]), f"{x['distinct_experts']:.0f}",
                   f"{x['read_gb']:.1f}", f"{x['weights_ms']:.2f}", f"{x['attention_ms']:.2f}",
-                  f"{x['collectives_ms']:.2f}", f"{x['drafter_ms']:.2f}", f"{x['machinery_ms']:.2f}",
+                  f"{x['collectives_ms']:.2f}", f"{x['drafter_ms']:.2f}", f"{x['machinery_ms'] + x['latency_ms']:.2f}",
                   f"{x['round_ms']:.2f}", f"{x['tau']:.2f}", f"[bold]{x['tokens_per_s']:.0f}[/]")
     console.print(r)
 

@@ -159,10 +159,12 @@ class RoundProjection:
     drafter_ms: float
     machinery_ms: float
     tau: float
+    latency_ms: float = 0.0  # what the layers' kernel latencies add where their bytes take less
 
     @property
     def round_ms(self) -> float:
-        return self.weights_ms + self.attention_ms + self.collectives_ms + self.drafter_ms + self.machinery_ms
+        return (self.weights_ms + self.attention_ms + self.latency_ms + self.collectives_ms + self.drafter_ms
+                + self.machinery_ms)
 
     def tokens_per_s(self, slots: int = 1) -> float:
         return slots * self.tau / self.round_ms * 1e3
@@ -212,6 +214,9 @@ class CostModel:
                   "user" if self.allreduce_us is not None else
                   ("measured" if self.host.interconnect == "nvlink" else "projection"),
                   self._allreduce_source()),
+            Input("a layer's latency floor", M.H200_LAYER_FLOOR_US, "us a layer", "measured",
+                  M.ENGINE_DEMO.cite() + f": native AR {M.H200_DEMO_AR_TOKENS_PER_S} tokens/s over the demo "
+                  f"target's {M.DEMO_TARGET_LAYERS} layers; a round's layers take at least this"),
             Input("round machinery", M.H200_ROUND_MACHINERY_US, "us a round", "measured",
                   M.ENGINE_DEMO.cite() + ": top-K + tree build 41.4, commit 23.5, host 22.5 us"),
             Input("acceptance at budget 8", self.acceptance.at_budget_8, "tokens a round", "user"
@@ -316,9 +321,11 @@ class CostModel:
         if ddtree:
             kv = 2 * d.num_hidden_layers * S * self.context * d.num_key_value_heads * d.head_dim * el
             drafter_read = drafter_bytes + weights.bytes["lm_head"] + kv
-            drafter_ms = drafter_read / bw * 1e3
+            drafter_ms = max(drafter_read / bw * 1e3, d.num_hidden_layers * M.H200_LAYER_FLOOR_US / 1e3)
             read += drafter_read
         machinery_ms = M.H200_ROUND_MACHINERY_US / 1e3 if ddtree else 0.0
         tau = self.acceptance.tau(budget, d.block_size) if ddtree else 1.0
+        floor_ms = cfg.num_hidden_layers * M.H200_LAYER_FLOOR_US / 1e3
+        latency_ms = max(0.0, floor_ms - (expert_ms + other_ms + attention_ms))
         return RoundProjection(budget, rows, distinct, read, expert_ms + other_ms, attention_ms,
-                               collectives_us / 1e3, drafter_ms, machinery_ms, tau)
+                               collectives_us / 1e3, drafter_ms, machinery_ms, tau, latency_ms)

@@ -74,3 +74,9 @@ H200_ROUND_MACHINERY_US = 41.4 + 23.5 + 22.5
 
 # The demo pair's tau by budget on the H200 (engine-bfloat16.json, commit 5295f47).
 DEMO_TAU_BY_BUDGET: dict[int, float] = {8: 3.188, 16: 3.731, 32: 4.086, 64: 4.310}
+
+# The engine's time a layer when the bytes are few: the demo pair's native AR on the H200,
+# 1732.5 tokens/s over its 6 layers (engine-bfloat16.md), kernel latencies, not bytes.
+H200_DEMO_AR_TOKENS_PER_S = 1732.5
+DEMO_TARGET_LAYERS = 6
+H200_LAYER_FLOOR_US = 1e6 / H200_DEMO_AR_TOKENS_PER_S / DEMO_TARGET_LAYERS

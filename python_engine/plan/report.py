@@ -73,7 +73,7 @@ def build_plan(req: PlanRequest) -> dict:
         r = model.project(cfg, d, weights, dbytes, b)
         rounds.append({"budget": b, "mode": "AR" if b == 0 or d is None else "DDTree", "rows": r.rows,
                        "distinct_experts": round(r.distinct_experts, 1), "read_gb": r.weight_bytes / GB,
-                       "weights_ms": r.weights_ms, "attention_ms": r.attention_ms,
+                       "weights_ms": r.weights_ms, "attention_ms": r.attention_ms, "latency_ms": r.latency_ms,
                        "collectives_ms": r.collectives_ms, "drafter_ms": r.drafter_ms,
                        "machinery_ms": r.machinery_ms, "round_ms": r.round_ms, "tau": r.tau,
                        "tokens_per_s": r.tokens_per_s(req.slots)})
