@@ -113,3 +113,14 @@ def test_acceptance_curve_is_anchored_and_capped():
     assert taus == sorted(taus) and taus[-1] <= 8
     assert acc.tau(64, 4) == 4.0  # never more than a block emits
     assert Acceptance(5.3, "x", {16: 6.5}).tau(16, 8) == 6.5
+
+
+def test_a_small_model_takes_the_measured_latency_floor_not_its_byte_time(kimi):
+    demo = load_target_config("refs/models/demo-target")
+    model = CostModel(Host(device_profile("h200"), 1, "nvlink"), 1024)
+    ar = model.project(demo, None, target_weights(demo, 1), 0, 0)
+    assert ar.latency_ms > 0
+    assert ar.round_ms == pytest.approx(demo.num_hidden_layers * M.H200_LAYER_FLOOR_US / 1e3)
+    assert ar.tokens_per_s() == pytest.approx(M.H200_DEMO_AR_TOKENS_PER_S)  # the figure it was taken from
+    cfg, d, w, db = kimi
+    assert all(CostModel(ct200(), 1024).project(cfg, d, w, db, b).latency_ms == 0 for b in (0, 8, 64))
