@@ -98,9 +98,32 @@ def all_(
                    "AR and DDTree, native AR and DDTree (each budget), 32 requests at once; stage times, the "
                    "machinery share of a round, and DDTree == AR per check. Writes engine.json and engine.md.")
 def engine(
-    dtype: Annotated[str, typer.Option(help="float32 or bfloat16 (both engines).")] = "float32",
+    dtype: Annotated[Optional[str], typer.Option(
+        help="float32 or bfloat16 (both engines) \\[default: float32; bfloat16 with --model].",
+        show_default=False)] = None,
     prompts: Annotated[int, typer.Option(help="Prompts (lines of this repository's Python source).", min=1)] = 8,
     max_tokens: Annotated[int, typer.Option(help="Tokens per request.", min=1)] = 128,
+    model: Annotated[Optional[Path], typer.Option(
+        "--model", help="Instead of the demo pair: the round cost of this model (a config.json suffices with "
+        "--load-format dummy) on the native engine, per batch x context x budget, with its memory report "
+        "(rank_round.json/md).", show_default=False)] = None,
+    drafter: Annotated[Optional[Path], typer.Option("--drafter", help="With --model: its DFlash drafter.",
+                                                    show_default=False)] = None,
+    load_format: Annotated[str, typer.Option(
+        "--load-format", help="With --model: checkpoint, or dummy (weights made on the GPU: no files, timing and "
+        "memory only).")] = "dummy",
+    world_size: Annotated[int, typer.Option(
+        "--world-size", min=1, help="With --model: one rank's share of an N-GPU split alone (collectives not run).")] = 1,
+    rank: Annotated[int, typer.Option("--rank", min=0, help="With --world-size: which rank.")] = 0,
+    gpu_memory_limit: Annotated[Optional[float], typer.Option(
+        "--gpu-memory-limit", help="With --model: GiB the engine may use (e.g. 96: an RTX PRO 6000's).",
+        show_default=False)] = None,
+    contexts: Annotated[str, typer.Option(help="With --model: prompt lengths, comma-separated.")] = "1024,32768,131072",
+    batches: Annotated[str, typer.Option(help="With --model: requests at once, comma-separated.")] = "1,8",
+    budgets: Annotated[str, typer.Option(help="With --model: DDTree budgets, 0 = AR, comma-separated.")] = "0,4,8,16,32,64",
+    rounds: Annotated[int, typer.Option(help="With --model: rounds timed per case, after warm-up.", min=1)] = 8,
+    emulated: Annotated[bool, typer.Option(
+        "--emulated", help="With --model: on the CPU emulator, to check the bench itself (its times mean nothing).")] = False,
     out: Annotated[Optional[Path], typer.Option(
         "--out", help="Output folder \\[default: results/<device>/engine].", file_okay=False, show_default=False)] = None,
 ) -> None:
@@ -109,6 +132,23 @@ def engine(
     from kdtree_cli.bench.kernels import default_out_dir
     from python_engine.project import PROJECT_ROOT
 
+    if model is not None:
+        from kdtree_cli.bench.rank_round import RankRoundBench, run_rank_round_bench
+
+        if load_format not in ("checkpoint", "dummy"):
+            raise typer.BadParameter(f"{load_format!r}: checkpoint or dummy", param_hint="--load-format")
+        if not emulated:
+            require_gpu("kdtree bench engine --model")
+        out = out or (Path("/tmp/kdtree-rank-round") if emulated else
+                      default_out_dir(device_facts(PROJECT_ROOT)).with_name("engine"))
+        run_rank_round_bench(RankRoundBench(
+            model=model, drafter=drafter, load_format=load_format, world_size=world_size, rank=rank,
+            memory_limit_gib=gpu_memory_limit, dtype=dtype or "bfloat16", contexts=_ints(contexts, "--contexts"),
+            batches=_ints(batches, "--batches"), budgets=_ints(budgets, "--budgets"), rounds=rounds,
+            variant="emu" if emulated else "gpu", out_dir=out))
+        typer.echo((out / "rank_round.md").read_text())
+        return
+    dtype = dtype or "float32"
     require_gpu("kdtree bench engine")
     out = out or default_out_dir(device_facts(PROJECT_ROOT)).with_name("engine")
     r = run_engine_bench(EngineBench(dtype=dtype, prompts=prompts, max_tokens=max_tokens, out_dir=out))
@@ -205,3 +245,14 @@ def register(app: typer.Typer) -> None:
     budget_cli.register(bench_app)
     routing_cli.register(bench_app)
     app.add_typer(bench_app, name="bench")
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    """A comma-separated list of integers >= 0 (an option's value)."""
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: integers separated by commas", param_hint=option) from None
+    if not values or min(values) < 0:
+        raise typer.BadParameter(f"{text!r}: one or more integers >= 0", param_hint=option)
+    return values
