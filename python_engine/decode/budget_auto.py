@@ -8,15 +8,21 @@ by), so the expected acceptance length (root included) of the best tree of n nod
 
     E(n) = 1 + sum_{i <= n} exp(score_i).
 
-A round of n nodes takes overhead + verify(n, context) microseconds: `VerifyCosts`, target
-forwards of several tree sizes at two contexts timed when the run starts, fitted by least
-squares and scaled online by how the measured verify times compare with the fit (the
-machine's load changes); the overhead (draft, tree build, commit) is the running mean of
-the measured rounds. The choice is the argmax of E(n) / time(n) over every n in
+A round of n nodes takes overhead + verify(n, context) microseconds. `VerifyCosts` comes
+from target forwards timed when the run starts (every size up to 8 nodes, a widening grid
+above, a few sizes at a second context): a table in the size, non-decreasing within each
+segment between the sizes where the forward changes code path, plus a term in the context,
+scaled online by how the measured verify times compare with it (the machine's load
+changes). No formula: the real cost is not smooth. The torch reference's MoE switches from
+one batched matmul over gathered expert weights to a pass per expert above a row count
+(takes_gathered_path in model/moe.py), and on a CPU a verify just under that size can cost
+several times one just above it; above it the cost is flat for a while, then rises. The overhead (draft, tree build, commit) is the running
+mean of the measured rounds. The choice is the argmax of E(n) / time(n) over every n in
 1..max_budget: no shape of the throughput curve is assumed (CaDDTree, arXiv 2606.01813,
-stops at its first decrease, exact only when the verify cost is convex). The drafter's
-probabilities are corrected online by one factor: accepted drafted nodes over the
-predicted ones so far (a drafter that is over-confident then gets smaller trees).
+fits a convex verify cost and stops at the first decrease, which would stop before such a
+drop). The drafter's probabilities are corrected online by one factor: accepted drafted
+nodes over the predicted ones so far (a drafter that is over-confident then gets smaller
+trees).
 
 Only the tree changes: at temperature 0 DDTree with any budget is greedy AR, so auto is too.
 """
@@ -33,9 +39,9 @@ from python_engine.errors import KdtreeError
 
 # --budget auto searches 1..this unless --max-budget says otherwise
 AUTO_MAX_BUDGET = 64
-# tree sizes (nodes besides the root) timed at start-up, capped at max_budget
-PROBE_SIZES = (0, 1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-PROBE_REPEATS = 3
+PROBE_REPEATS = 2  # each size timed this many times, the fastest kept (load only adds time)
+# sizes timed at the second context, as fractions of max_budget (the slope in the context)
+SLOPE_FRACTIONS = (0.0, 0.0625, 0.125, 0.25, 0.375, 0.5, 0.75, 1.0)
 # running means: weight of the newest round
 OVERHEAD_WEIGHT = 0.2
 VERIFY_SCALE_WEIGHT = 0.1
@@ -45,51 +51,148 @@ CALIBRATION_PRIOR_TOKENS = 8.0
 CALIBRATION_RANGE = (0.05, 4.0)
 
 
+def probe_sizes(max_budget: int) -> list[int]:
+    """Tree sizes timed at start-up: every one up to 8, then steps of 2 to 32, 4 to 64, 8 to
+    128 and 16 beyond; max_budget itself."""
+    sizes, n = [], 0
+    while n < max_budget:
+        sizes.append(n)
+        n += 1 if n < 8 else 2 if n < 32 else 4 if n < 64 else 8 if n < 128 else 16
+    return sizes + [max_budget]
+
+
+def path_switches(target, max_budget: int) -> tuple[int, ...]:
+    """Tree sizes n (1..max_budget) whose verify takes another code path than size n - 1's:
+    the torch reference's MoE switches from gathered expert weights to a pass per expert
+    (model/moe.py takes_gathered_path) at one row count."""
+    from python_engine.model.moe import takes_gathered_path
+
+    cfg = target.cfg
+    if not getattr(cfg, "n_routed_experts", 0):
+        return ()
+    path = [takes_gathered_path(n + 1, cfg.num_experts_per_tok, cfg.moe_intermediate_size, cfg.hidden_size)
+            for n in range(max_budget + 1)]
+    return tuple(n for n in range(1, max_budget + 1) if path[n] != path[n - 1])
+
+
+def nondecreasing(values: np.ndarray) -> np.ndarray:
+    """The least-squares non-decreasing fit of a sequence (pool adjacent violators): each run
+    that decreases is replaced by its mean, until none does."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for v in np.asarray(values, dtype=np.float64):
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m1, c1), (m2, c2) = blocks[-2], blocks.pop()
+            blocks[-1] = [(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2]
+    return np.concatenate([np.full(int(c), m) for m, c in blocks]) if blocks else np.zeros(0)
+
+
+def nonnegative_least_squares(design: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """argmin |design x - target| over x >= 0, by trying every set of free columns (for the
+    two or three columns this is used with)."""
+    from itertools import combinations
+
+    cols = design.shape[1]
+    best, best_err = np.zeros(cols), float(((design @ np.zeros(cols) - target) ** 2).sum())
+    for size in range(1, cols + 1):
+        for free in combinations(range(cols), size):
+            x = np.zeros(cols)
+            x[list(free)] = np.linalg.lstsq(design[:, free], target, rcond=None)[0]
+            err = float(((design @ x - target) ** 2).sum())
+            if (x >= 0).all() and err < best_err:
+                best, best_err = x, err
+    return best
+
+
 @dataclass(frozen=True)
 class VerifyCosts:
-    """verify_us(n, context) = c0 + c1*(n + 1) + c2*context + c3*(n + 1)*context: the
-    target forward over a tree of n nodes after `context` cached tokens, in microseconds
-    (least squares over the timed sizes and contexts); never below the smallest time
-    measured, and non-decreasing in n."""
+    """verify_us(n, context): the target forward over a tree of n nodes after `context`
+    cached tokens, in microseconds, from timed samples (n, context, us):
 
-    coef: tuple[float, float, float, float]
+        table(n) + (c + d * n) * (context - context0)
+
+    table: the times at the smallest context, made non-decreasing within each segment of
+    sizes between the switches of code path (`switches`: the first size of each new
+    segment; more rows never cost less on one path, so a lower time beside higher ones is
+    noise and is averaged with them) and linear between the sizes timed; (c, d) >= 0 (a
+    longer context never costs less): least squares over the other contexts' times. Never
+    below the fastest time measured."""
+
+    switches: tuple[int, ...]
+    sizes: tuple[int, ...]
+    table_us: tuple[float, ...]
+    context_terms: tuple[float, float]  # (c, d)
+    context0: int
     floor_us: float
-    samples: tuple[tuple[int, int, float], ...]  # (n, context, median us) as measured
+    samples: tuple[tuple[int, int, float], ...]
 
     @classmethod
-    def fit(cls, samples: list[tuple[int, int, float]]) -> "VerifyCosts":
+    def from_samples(cls, samples: list[tuple[int, int, float]], switches: tuple[int, ...] = ()) -> "VerifyCosts":
         if not samples:
             raise KdtreeError("the verify cost model needs at least one timed forward")
-        n = np.array([s[0] for s in samples], dtype=np.float64) + 1
-        ctx = np.array([s[1] for s in samples], dtype=np.float64)
-        t = np.array([s[2] for s in samples], dtype=np.float64)
-        design = np.stack([np.ones_like(n), n, ctx, n * ctx], axis=1)
-        coef = np.linalg.lstsq(design, t, rcond=None)[0]
-        return cls(tuple(float(c) for c in coef), float(t.min()), tuple(samples))
+        switches = tuple(sorted(switches))
+        c0 = min(c for _, c, _ in samples)
+        base = sorted((n, t) for n, c, t in samples if c == c0)
+        sizes = np.array([n for n, _ in base], dtype=np.float64)
+        segment = np.searchsorted(np.array(switches), sizes, side="right")
+        table = np.concatenate([nondecreasing(np.array([t for _, t in base])[segment == s])
+                                for s in range(len(switches) + 1)])
+        costs = cls(switches, tuple(int(n) for n in sizes), tuple(float(t) for t in table), (0.0, 0.0), c0,
+                    float(min(t for _, _, t in samples)), tuple(samples))
+        other = [(n, c, t) for n, c, t in samples if c != c0]
+        if not other:
+            return costs
+        dc = np.array([c - c0 for _, c, _ in other], dtype=np.float64)
+        n = np.array([n for n, _, _ in other], dtype=np.float64)
+        residual = np.array([t for _, _, t in other]) - np.array([costs._table(x) for x, _, _ in other])
+        c, d = nonnegative_least_squares(np.stack([dc, dc * n], axis=1), residual)
+        return cls(switches, costs.sizes, costs.table_us, (float(c), float(d)), c0, costs.floor_us, tuple(samples))
+
+    def _table(self, n: np.ndarray | int) -> np.ndarray:
+        """The table at sizes n, linear between the sizes timed within n's segment (constant
+        past a segment's first or last size timed)."""
+        n = np.asarray(n, dtype=np.float64)
+        sizes, table = np.array(self.sizes, dtype=np.float64), np.array(self.table_us)
+        bounds = np.array(self.switches)
+        where = np.searchsorted(bounds, n, side="right")
+        out = np.empty_like(n)
+        for s in np.unique(where):
+            mine = np.searchsorted(bounds, sizes, side="right") == s
+            if not mine.any():  # a segment with no size timed: the whole table
+                mine[:] = True
+            out[where == s] = np.interp(n[where == s], sizes[mine], table[mine])
+        return out
 
     def verify_us(self, n: np.ndarray | int, context: int) -> np.ndarray:
-        size = np.asarray(n, dtype=np.float64) + 1
-        c0, c1, c2, c3 = self.coef
-        t = c0 + c1 * size + c2 * context + c3 * size * context
-        t = np.maximum(t, self.floor_us)
-        return np.maximum.accumulate(t) if t.ndim else t
+        n = np.asarray(n, dtype=np.float64)
+        c, d = self.context_terms
+        return np.maximum(self._table(n) + (c + d * n) * (context - self.context0), self.floor_us)
 
     def to_json(self) -> dict:
-        return {"model": "c0 + c1*(n+1) + c2*context + c3*(n+1)*context (us)", "coef": list(self.coef),
-                "floor_us": self.floor_us, "samples": [list(s) for s in self.samples]}
+        return {"model": "table(n) + (c + d*n)*(context - context0) us; table non-decreasing within each segment "
+                "between code-path switches, linear between the sizes timed", "switches": list(self.switches),
+                "table_us": dict(zip(map(str, self.sizes), self.table_us)), "context_terms": list(self.context_terms),
+                "context0": self.context0, "samples": [list(s) for s in self.samples]}
 
 
 @torch.no_grad()
 def measure_verify_costs(target, max_budget: int, contexts: tuple[int, ...], repeats: int = PROBE_REPEATS,
                          seed: int = 0) -> VerifyCosts:
-    """Time target forwards over trees of PROBE_SIZES (up to max_budget) nodes after each
-    context (random tokens; a forward's cost depends on its row count and the cache, not on
-    the tokens or the mask's shape), the sizes interleaved and each repeated; medians."""
+    """Time target forwards over trees of probe_sizes(max_budget) nodes (and the sizes on
+    both sides of each code-path switch) after the smallest context and of a few sizes
+    (SLOPE_FRACTIONS) after the others, with random tokens (a forward's cost depends on its
+    row count and the cache, not on the tokens or the mask's shape); the sizes interleaved,
+    each repeated, the fastest kept."""
     g = torch.Generator().manual_seed(seed)
-    sizes = sorted({s for s in PROBE_SIZES if s <= max_budget} | {max_budget})
     vocab = target.cfg.vocab_size
+    contexts = sorted(set(max(1, c) for c in contexts))
+    switches = path_switches(target, max_budget)
     samples = []
-    for context in sorted(set(max(1, c) for c in contexts)):
+    for j, context in enumerate(contexts):
+        if j == 0:
+            sizes = sorted(set(probe_sizes(max_budget)) | {s for n in switches for s in (n - 1, n)})
+        else:
+            sizes = sorted({round(f * max_budget) for f in SLOPE_FRACTIONS})
         cache = target.new_cache(capacity=context + max_budget + 2)
         target.forward(torch.randint(0, vocab, (context,), generator=g), torch.arange(context), cache)
         times: dict[int, list[float]] = {s: [] for s in sizes}
@@ -103,8 +206,8 @@ def measure_verify_costs(target, max_budget: int, contexts: tuple[int, ...], rep
                     torch.cuda.synchronize(target.device)
                 times[s].append((time.perf_counter() - t0) * 1e6)
                 cache.truncate(context)
-        samples += [(s, context, float(np.median(times[s]))) for s in sizes]
-    return VerifyCosts.fit(samples)
+        samples += [(s, context, float(min(times[s]))) for s in sizes]
+    return VerifyCosts.from_samples(samples, switches)
 
 
 class AutoBudget:

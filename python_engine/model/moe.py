@@ -60,13 +60,19 @@ def route(router: torch.Tensor, bias: torch.Tensor, cfg: TargetConfig, h: torch.
 GATHER_LIMIT = 1 << 22
 
 
+def takes_gathered_path(rows: int, k: int, intermediate: int, hidden: int) -> bool:
+    """Whether a forward of `rows` tokens runs its experts as one batched matmul over gathered
+    weights (else one pass per expert hit)."""
+    return rows * k * 3 * intermediate * hidden <= GATHER_LIMIT
+
+
 def moe_forward(w: MoeWeights, cfg: TargetConfig, h: torch.Tensor, taps: dict | None = None,
                 override: dict[int, list[int]] | None = None) -> torch.Tensor:
     weights, experts = route(w.router, w.correction_bias, cfg, h, override)
     if taps is not None:
         taps["router_weights"], taps["router_experts"] = weights, experts
     T, k = experts.shape
-    if T * k * 3 * w.gate.shape[1] * w.gate.shape[2] <= GATHER_LIMIT:
+    if takes_gathered_path(T, k, w.gate.shape[1], w.gate.shape[2]):
         x = h[:, None, :, None]  # [T, 1, hidden, 1]
         act = F.silu((w.gate[experts] @ x)[..., 0]) * (w.up[experts] @ x)[..., 0]  # [T, k, I]
         y = (w.down[experts] @ act[..., None])[..., 0]  # [T, k, hidden]

@@ -52,7 +52,7 @@ def test_expected_length_matches_a_target_drawing_from_the_drafter(rng):
     probs /= probs.sum(axis=1, keepdims=True)
     n = int(rng.integers(1, 40))
     tree = build_tree(*topk_logprobs(logits, n), n, root_token=0)
-    policy = AutoBudget(VerifyCosts.fit([(0, 1, 1.0)]), max_budget=n, calibrate=False)
+    policy = AutoBudget(VerifyCosts.from_samples([(0, 1, 1.0)]), max_budget=n, calibrate=False)
     draws = 20000
     lengths = np.empty(draws)
     for s in range(draws):
@@ -87,9 +87,13 @@ def test_choice_is_the_brute_force_best(rng, shape):
     context = int(rng.integers(1, 500))
     if shape == "linear":
         samples = [(n, c, float(rng.uniform(100, 1000) + n * rng.uniform(1, 50))) for n in (0, 16, 64) for c in (1, 500)]
-    else:  # a verify cost with a jump: the fit is linear, the search must still take its argmax
-        samples = [(n, c, 500.0 + (4000.0 if n >= 32 else 0.0)) for n in (0, 8, 16, 24, 32, 48, 64) for c in (1, 500)]
-    costs = VerifyCosts.fit(samples)
+        switches = ()
+    else:  # a verify cost that drops at a switch of code path: the throughput is not unimodal
+        switch = int(rng.integers(2, 64))
+        samples = [(n, c, 500.0 + 20.0 * n - (4000.0 if n >= switch else 0.0) + 5000.0)
+                   for n in sorted({0, 1, switch - 1, switch, 64}) for c in (1, 500)]
+        switches = (switch,)
+    costs = VerifyCosts.from_samples(samples, switches)
     policy = AutoBudget(costs, max_budget=largest, calibrate=False)
     policy.overhead_us = float(rng.uniform(0, 3000))
     tree = build_tree(logp, tok, largest)
@@ -99,19 +103,72 @@ def test_choice_is_the_brute_force_best(rng, shape):
     assert chosen == best or rate == pytest.approx(best_rate, rel=1e-9)
 
 
-def test_cost_fit_recovers_a_known_model_and_stays_monotone(rng):
-    coef = rng.uniform(1, 100, size=4)
-    samples = [(n, c, float(coef[0] + coef[1] * (n + 1) + coef[2] * c + coef[3] * (n + 1) * c))
-               for n in (0, 4, 16, 64) for c in (8, 300)]
-    costs = VerifyCosts.fit(samples)
-    np.testing.assert_allclose(costs.coef, coef, rtol=1e-6)
-    falling = VerifyCosts.fit([(0, 10, 900.0), (64, 10, 300.0)])  # a noisy fit that falls with n
-    t = falling.verify_us(np.arange(0, 65), 10)
-    assert (np.diff(t) >= 0).all() and t.min() >= 300.0
+def test_cost_model_recovers_each_segment_and_the_context_term(rng):
+    """Exact samples of a cost rising in the size within each segment and dropping or jumping
+    at each code-path switch: the model gives it back at sizes and contexts it never saw."""
+    largest = int(rng.integers(16, 200))
+    switches = tuple(sorted(set(rng.choice(np.arange(2, largest), size=int(rng.integers(0, 3)), replace=False).tolist())))
+    lines = [(float(rng.uniform(1000, 5000)), float(rng.uniform(0, 200))) for _ in range(len(switches) + 1)]
+    c, d = float(rng.uniform(0, 5)), float(rng.uniform(0, 0.5))
+    c0, c1 = int(rng.integers(1, 100)), int(rng.integers(200, 400))
+
+    def truth(n, ctx):
+        a, b = lines[int(np.searchsorted(switches, n, side="right"))]
+        return a + b * n + (c + d * n) * (ctx - c0)
+
+    sizes = sorted(set(rng.choice(largest + 1, size=largest // 2, replace=False).tolist())
+                   | {s for n in switches for s in (n - 1, n)} | {0, largest})
+    samples = [(n, c0, truth(n, c0)) for n in sizes] + [(n, c1, truth(n, c1)) for n in (0, largest // 2, largest)]
+    costs = VerifyCosts.from_samples(samples, switches)
+    ctx = int(rng.integers(0, 600))
+    for n in range(largest + 1):
+        assert float(costs.verify_us(n, ctx)) == pytest.approx(max(truth(n, ctx), costs.floor_us), rel=1e-6)
+
+
+def test_nondecreasing_fit(rng):
+    from python_engine.decode.budget_auto import nondecreasing
+
+    x = rng.normal(size=int(rng.integers(1, 40)))
+    fit = nondecreasing(x)
+    assert (np.diff(fit) >= -1e-12).all() and fit.sum() == pytest.approx(x.sum())
+    np.testing.assert_allclose(nondecreasing(np.sort(x)), np.sort(x))
+    np.testing.assert_allclose(nondecreasing(-np.sort(x)), np.full(len(x), -x.mean()))
+    # no non-decreasing sequence is closer (random ones, and the fit nudged)
+    for other in [np.sort(rng.normal(size=len(x))) for _ in range(50)] + [fit + 1e-3 * np.arange(len(x))]:
+        assert ((fit - x) ** 2).sum() <= ((other - x) ** 2).sum() + 1e-12
+
+
+def test_nonnegative_least_squares_against_a_grid(rng):
+    from python_engine.decode.budget_auto import nonnegative_least_squares
+
+    design = rng.normal(size=(int(rng.integers(3, 12)), 2))
+    target = rng.normal(size=design.shape[0])
+    x = nonnegative_least_squares(design, target)
+    err = ((design @ x - target) ** 2).sum()
+    grid = np.stack(np.meshgrid(np.linspace(0, 5, 201), np.linspace(0, 5, 201)), axis=-1).reshape(-1, 2)
+    assert (x >= 0).all() and err <= (((grid @ design.T) - target) ** 2).sum(axis=1).min() + 1e-9
+
+
+def test_path_switch_is_where_the_moe_stops_gathering(rng):
+    """The switch a tiny config puts at a random row count: GATHER_LIMIT over the gathered
+    weights' size per row."""
+    from types import SimpleNamespace
+
+    from python_engine.decode.budget_auto import path_switches
+    from python_engine.model.moe import GATHER_LIMIT
+
+    k, inter, hidden = int(rng.integers(1, 9)), int(rng.integers(8, 257)), int(rng.integers(8, 513))
+    rows_max = GATHER_LIMIT // (k * 3 * inter * hidden)  # the most rows that gather
+    largest = int(rng.integers(1, 400))
+    target = SimpleNamespace(cfg=SimpleNamespace(n_routed_experts=8, num_experts_per_tok=k,
+                                                 moe_intermediate_size=inter, hidden_size=hidden))
+    # a tree of n nodes is n + 1 rows: n = rows_max is the first that does not gather
+    assert path_switches(target, largest) == ((rows_max,) if 1 <= rows_max <= largest else ())
+    assert path_switches(SimpleNamespace(cfg=SimpleNamespace(n_routed_experts=0)), largest) == ()
 
 
 def test_calibration_follows_what_the_target_accepts():
-    policy = AutoBudget(VerifyCosts.fit([(0, 1, 1000.0), (8, 1, 1000.0)]), max_budget=8)
+    policy = AutoBudget(VerifyCosts.from_samples([(0, 1, 1000.0), (8, 1, 1000.0)]), max_budget=8)
     scores = np.log(np.array([1.0] + [0.9] * 8, dtype=np.float32))
     for _ in range(50):  # the drafter promises ~0.9 a node; the target accepts nothing
         policy.choose(scores, context=1)
@@ -127,12 +184,13 @@ def test_parse_budget():
         parse_budget("lots")
 
 
-def test_measured_costs_grow_with_the_tree(decode_models):
+def test_measured_costs_cover_every_size(decode_models):
     target = load_target(decode_models["no_q_lora"][0])
     costs = measure_verify_costs(target, 32, (4, 40), repeats=1)
-    assert {s[0] for s in costs.samples} >= {0, 1, 32} and {s[1] for s in costs.samples} == {4, 40}
-    t = costs.verify_us(np.arange(0, 33), 40)
-    assert (t > 0).all() and (np.diff(t) >= 0).all()
+    timed = {c: sorted(n for n, cc, _ in costs.samples if cc == c) for c in (4, 40)}
+    assert set(timed[4]) >= set(range(9)) | set(range(10, 33, 2)) and timed[40] == [0, 2, 4, 8, 12, 16, 24, 32]
+    assert costs.context0 == 4 and all(t > 0 for _, _, t in costs.samples)
+    assert (costs.verify_us(np.arange(0, 33), 40) > 0).all()
 
 
 def test_run_budget_auto_is_greedy_ar_and_its_events_carry_the_budget(decode_models, tmp_path, seed):
