@@ -106,6 +106,12 @@ def plan(
     from python_engine.plan.cost import Host, RoutingSharing
     from python_engine.plan.report import PlanRequest, build_plan, default_acceptance, p2p_enabled
 
+    import math
+
+    for name, value in (("--gpu-memory-limit", gpu_memory_limit), ("--reserve", reserve),
+                        ("--acceptance", acceptance), ("--allreduce-us", allreduce_us)):
+        if value is not None and not math.isfinite(value):
+            raise KdtreeError(f"{name} {value}: give a finite number")
     if (host is None) == (profile is None):
         raise KdtreeError("give --host NAME (from kdtree.toml) or --profile NAME --gpus N [--interconnect pcie]")
     if p2p not in ("auto", "on", "off"):

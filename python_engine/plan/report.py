@@ -50,6 +50,9 @@ def build_plan(req: PlanRequest) -> dict:
     d = load_drafter_config(req.drafter) if req.drafter else None
     if d is not None:
         check_against_target(d, cfg)
+    if req.context > cfg.max_position_embeddings:
+        raise KdtreeError(f"--context {req.context}: over the model's max_position_embeddings "
+                          f"({cfg.max_position_embeddings}, {req.model}/config.json)")
     host, n = req.host, req.host.gpus
     limit = int((req.memory_limit_gb * GB) if req.memory_limit_gb else host.profile.memory.value)
     if req.memory_limit_gb and req.memory_limit_gb * GB > host.profile.memory.value:
