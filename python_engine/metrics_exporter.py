@@ -67,6 +67,7 @@ class PrometheusExporter:
             self._round(event)
             if event.get("done") is True:
                 self.finished.inc()
+                self._last_tokens.pop(event.get("request"), None)  # a server sees requests without end
 
     def _round(self, e: dict) -> None:
         accept, depth = int(e["accept_len"]), int(e.get("tree_depth", 0))
