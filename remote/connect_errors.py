@@ -10,7 +10,7 @@ import socket
 
 import paramiko
 
-from remote.errors import HostKeyError, InventoryError, RemoteError, UnreachableError
+from remote.errors import HostKeyError, InventoryError, RemoteError, UnreachableError, UnresolvedHostError
 from remote.hostkeys import UnknownHostKey, fingerprint
 from remote.inventory import HostConfig
 
@@ -151,7 +151,7 @@ def explain(exc: BaseException, conn, host: HostConfig, elapsed_s: float) -> Rem
             f"jump host allows TCP forwarding (AllowTcpForwarding)", transient=False,
         )
     if isinstance(exc, socket.gaierror):
-        return UnreachableError(
+        return UnresolvedHostError(
             f"{where}: cannot resolve host name {conn.host!r} ({exc.strerror}); if it is an "
             f"ssh alias, check your ssh_config ({config})", transient=True,
         )

@@ -8,9 +8,19 @@ connection at any point leaves the previous release current and working):
     lock        <dir>/.deploy.lock, held until the end
     sync        stage (verified copies from current) + upload (one tar of what changed)
                 + finalize (verify against the manifest, rename into releases/)
-    env         the release's own environment, <release>/.venv (pyenv.py)
+    env         the release's own environment, <release>/.venv (pyenv.py); what pip will
+                install, and its size, is said before it starts; the step is timed
     build/test  in the new release, output streamed as `[host] line`
     check       the native engine's smoke check, on GPU hosts whose tree has it (steps.py)
+
+Which of build/test/check run, and how, depends on the host (plan_steps()): on a host
+without GPUs (gpus = 0) the build makes only what can run there (the emulated engine and
+kernel tests), the tests are the Python suite, and the engine check is skipped. The deploy
+says up front which steps run and which are skipped and why, and the summary repeats it.
+
+A new release starts from the newest complete release (its unchanged files and its build/),
+whether or not that one became current: a deploy that failed its tests leaves the closest
+tree and build there is.
     fetch       <release>/results/ -> the deploy's work folder (also after a failed step)
     switch      `current` -> the new release, only when build and test passed
     prune       keep the newest N releases and current
@@ -43,7 +53,7 @@ from remote.output import HostOutput, Reporter
 from remote.paths import RemotePaths, resolve_paths
 from remote.results import SUMMARY, ResultsFolder
 from remote.shell import q
-from remote.steps import ENGINE_CHECK_MODULE, RESULTS_SUBDIR, check_template, step_command
+from remote.steps import EMULATED_TARGETS, ENGINE_CHECK_MODULE, RESULTS_SUBDIR, check_template, step_command
 from python_engine.errors import KdtreeError
 
 POINTS = ("connected", "preflight", "locked", "staged", "uploaded", "finalized", "env",
@@ -79,12 +89,14 @@ class HostResult:
     error: str | None = None
     release: str | None = None
     previous: str | None = None  # current before this deploy
+    base: str | None = None  # the release this one was assembled from (the newest, current or not)
     switched: bool = False
     uploaded: int = 0
     upload_bytes: int = 0
-    reused: int = 0  # unchanged files copied from the previous release
+    reused: int = 0  # unchanged files copied from the base release
     removed_releases: list[str] = field(default_factory=list)
     steps: list[StepResult] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # step -> why it does not run here
     results_dir: str | None = None  # results/<host>/, or the kept work folder of a failure
     plan: dict | None = None  # --dry-run: what would happen
 
@@ -94,6 +106,51 @@ class HostResult:
 
 class StepFailed(RemoteError):
     """A build or test command exited non-zero (its output has been streamed already)."""
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    name: str  # build, test or check
+    runs: bool
+    why: str  # how it runs on this host, or why it is skipped
+
+
+def plan_steps(host: HostConfig, opts: DeployOptions) -> list[PlannedStep]:
+    """build, test and check as they go on this host: each runs or is skipped, with why."""
+    no_gpu = host.gpus == 0
+    if not opts.build:
+        build = PlannedStep("build", False, "--no-build")
+    elif host.build:
+        build = PlannedStep("build", True, "the host's build command")
+    elif no_gpu:
+        build = PlannedStep("build", True, f"{' '.join(EMULATED_TARGETS)} only: gpus = 0, no GPU code could run "
+                                           "there (set build = [...] to compile it anyway)")
+    else:
+        build = PlannedStep("build", True, f"for {'sm_' + host.arch_str if host.arch else 'the GPUs it sees'}")
+    if not opts.test:
+        test = PlannedStep("test", False, "--no-test")
+    elif host.test:
+        test = PlannedStep("test", True, "the host's test command")
+    else:
+        test = PlannedStep("test", True, "the Python suite, native engine emulated: gpus = 0" if no_gpu
+                           else "the native test programs on the GPU")
+    if not opts.test:
+        check = PlannedStep("check", False, "--no-test")
+    elif host.check is not None and not host.check:
+        check = PlannedStep("check", False, "check = [] for this host")
+    elif check_template(host, opts.project_root) is not None:
+        check = PlannedStep("check", True, "the host's check command" if host.check else "kdtree engine-check")
+    elif no_gpu:
+        check = PlannedStep("check", False, "no GPU (gpus = 0): the engine check runs the native engine on one")
+    else:
+        check = PlannedStep("check", False, f"this tree has no {ENGINE_CHECK_MODULE} (`kdtree engine-check`)")
+    return [build, test, check]
+
+
+def describe_plan(planned: list[PlannedStep]) -> str:
+    runs = ", ".join(f"{p.name} ({p.why})" for p in planned if p.runs)
+    skipped = "; ".join(f"{p.name} ({p.why})" for p in planned if not p.runs)
+    return f"steps: sync, env{', ' + runs if runs else ''}" + (f"; skipped: {skipped}" if skipped else "")
 
 
 def deploy_host(host: HostConfig, opts: DeployOptions, reporter: Reporter) -> HostResult:
@@ -168,6 +225,9 @@ def deploy_over(conn: Connection, host: HostConfig, opts: DeployOptions, out: Ho
     paths, summary = preflight(conn, host, opts.build)
     layout = paths.layout
     out.note(f"{host.describe_target()} -> {layout.dir} ({summary})")
+    planned = plan_steps(host, opts)
+    result.skipped = {p.name: p.why for p in planned if not p.runs}
+    out.note(describe_plan(planned))
     _hook(opts, host, "preflight")
     if opts.dry_run:
         _dry_run(conn, host, opts, out, result, paths, build_manifest(opts.project_root))
@@ -179,18 +239,16 @@ def deploy_over(conn: Connection, host: HostConfig, opts: DeployOptions, out: Ho
         manifest = build_manifest(opts.project_root)  # the tree as it is once it is our turn
         state = releases.read_state(conn, paths.python, layout)
         previous = state.current if state.current_ok else None
-        result.previous = previous
-        plan = plan_sync(manifest, state.manifest if previous else None)
-        name = _sync(conn, host, opts, out, result, paths, manifest, plan, previous)
+        result.previous, result.base = previous, state.base
+        plan = plan_sync(manifest, state.manifest if state.base else None)
+        name = _sync(conn, host, opts, out, result, paths, manifest, plan, state.base, previous)
         release = layout.release(name)
 
         _hook(opts, host, "env")
-        with out.step_sink("env") as sink:
-            python = pyenv.setup_env(conn, host, layout, paths.python, opts.project_root,
-                                     opts.wheels, release, out.note, sink)
+        python = _env_step(conn, host, opts, out, result, paths, release)
         failure = None
         try:
-            for step in planned_steps(host, opts, out):
+            for step in (p.name for p in planned if p.runs):
                 _hook(opts, host, step)
                 _run_step(conn, host, out, result, paths, python, release, step, opts.project_root)
         except StepFailed as exc:
@@ -212,11 +270,33 @@ def deploy_over(conn: Connection, host: HostConfig, opts: DeployOptions, out: Ho
     _hook(opts, host, "done")
 
 
+def _env_step(conn, host, opts, out, result, paths, release: str) -> str:
+    """The release's environment (pyenv.setup_env), timed like the other steps."""
+    started = time.monotonic()
+    ok = False
+    try:
+        with out.step_sink("env") as sink:
+            python = pyenv.setup_env(conn, host, paths.layout, paths.python, opts.project_root,
+                                     opts.wheels, release, out.note, sink)
+        ok = True
+    finally:
+        seconds = time.monotonic() - started
+        result.steps.append(StepResult("env", ok, round(seconds, 3)))
+    out.note(f"env: ok ({seconds:.1f}s)")
+    return python
+
+
+def _base_note(base: str | None, previous: str | None) -> str:
+    if base is None:
+        return "nothing"
+    return base if base == previous else f"{base} (the newest release; current is {previous or 'none'})"
+
+
 def _sync(conn, host, opts, out, result, paths, manifest: Manifest, plan: SyncPlan,
-          previous: str | None) -> str:
+          base: str | None, previous: str | None) -> str:
     layout = paths.layout
     staged = releases.stage(conn, paths.python, layout, releases.release_name(manifest),
-                            previous, plan, manifest, host.carry)
+                            base, plan, manifest, host.carry)
     _hook(opts, host, "staged")
     send = sorted(set(plan.upload) | set(staged.missing))
     result.release = staged.name
@@ -225,7 +305,7 @@ def _sync(conn, host, opts, out, result, paths, manifest: Manifest, plan: SyncPl
     result.reused = staged.reused
     out.note(f"sync {staged.name}: {len(send)} file(s) to upload "
              f"({result.upload_bytes / 1e6:.2f} MB), {result.reused} unchanged from "
-             f"{previous or 'nothing'}" + (f", carried {', '.join(staged.carried)}" if staged.carried else ""))
+             f"{_base_note(base, previous)}" + (f", carried {', '.join(staged.carried)}" if staged.carried else ""))
     meta = {"name": staged.name, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     releases.upload(conn, paths.python, staged.partial, opts.project_root, send, manifest,
                     manifest.to_json(**meta))
@@ -233,15 +313,6 @@ def _sync(conn, host, opts, out, result, paths, manifest: Manifest, plan: SyncPl
     releases.finalize(conn, paths.python, layout, staged.name)
     _hook(opts, host, "finalized")
     return staged.name
-
-
-def planned_steps(host: HostConfig, opts: DeployOptions, out: HostOutput | None = None) -> list[str]:
-    steps = [s for s, on in (("build", opts.build), ("test", opts.test)) if on]
-    if opts.test and check_template(host, opts.project_root) is not None:
-        steps.append("check")
-    elif opts.test and host.gpus > 0 and host.check is None and out is not None:
-        out.note(f"engine check: skipped, this tree has no {ENGINE_CHECK_MODULE} (`kdtree engine-check`)")
-    return steps
 
 
 def _run_step(conn, host, out, result, paths, python, release, step, project_root) -> None:
@@ -275,19 +346,23 @@ def _dry_run(conn, host, opts, out, result, paths, manifest: Manifest) -> None:
     exists = channel.run(conn, f"test -d {q(layout.dir)}", what="looking at the remote dir").exit_code == 0
     state = releases.read_state(conn, paths.python, layout) if exists else None
     previous = state.current if state and state.current_ok else None
-    plan = plan_sync(manifest, state.manifest if previous else None)
+    base = state.base if state else None
+    plan = plan_sync(manifest, state.manifest if base else None)
     release = layout.release(releases.release_name(manifest))
     python = pyenv.release_python(release) if host.venv else paths.python
-    commands = {s: step_command(host, paths, python, release, s, opts.project_root)
-                for s in planned_steps(host, opts)}
-    result.previous = previous
+    commands = {p.name: step_command(host, paths, python, release, p.name, opts.project_root)
+                for p in plan_steps(host, opts) if p.runs}
+    env = pyenv.plan_env(conn, host, layout, paths.python, opts.project_root, opts.wheels)
+    result.previous, result.base = previous, base
     result.plan = {
         "upload": plan.upload, "upload_bytes": plan.upload_bytes(manifest),
         "unchanged": len(plan.reuse), "dropped": plan.removed, "commands": commands,
+        "env": env.describe(), "env_download_bytes": env.download_bytes,
     }
     out.note(f"dry run: would upload {len(plan.upload)} file(s) "
              f"({plan.upload_bytes(manifest) / 1e6:.2f} MB), reuse {len(plan.reuse)} from "
-             f"{previous or 'nothing'}, drop {len(plan.removed)}")
+             f"{_base_note(base, previous)}, drop {len(plan.removed)}")
+    out.note(f"would set up the environment: {env.describe()}")
     for path in plan.upload[:20]:
         out.note(f"  upload {path}")
     if len(plan.upload) > 20:

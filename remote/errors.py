@@ -31,6 +31,12 @@ class UnreachableError(RemoteError):
         self.transient = transient
 
 
+class UnresolvedHostError(UnreachableError):
+    """The host name (or ssh alias) resolves to no address here: nothing on this machine
+    says where the host is (`kdtree hosts` shows the project's own hosts in that state as
+    examples to configure)."""
+
+
 class ConnectionLostError(RemoteError):
     """The SSH connection dropped while a step was running."""
 

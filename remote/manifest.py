@@ -2,8 +2,10 @@
 
 The synced tree is: the files git tracks, plus untracked files git does not ignore, plus
 everything under refs/ (reference bundles, even when ignored); never build/, build-*/,
-.venv/, results/, .git/ or __pycache__/. Outside a git work tree, the folder is walked with the same
-exclusions.
+.venv/, results/, .git/ or __pycache__/. A release on a host has no .git: there the files
+are those of its own manifest (what the deploy that made it sent), so what its steps
+generate (compile_commands.json, caches, build outputs) is never sent on from it. Any other
+folder outside a git work tree is walked with the exclusions above.
 
 A manifest maps each relative path to its content hash (sha256), size and mode (0o755 or
 0o644; symlinks keep their target). Each release on a remote carries the manifest it was
@@ -136,7 +138,10 @@ def list_files(root: Path) -> list[str]:
     root = Path(root)
     paths: set[str] = set()
     git = _git_files(root)
-    if git is None:
+    release = _release_files(root) if git is None else None
+    if release is not None:
+        paths.update(release)
+    elif git is None:
         for folder, dirs, files in os.walk(root):
             rel_dir = Path(folder).relative_to(root).as_posix()
             rel_dir = "" if rel_dir == "." else rel_dir + "/"
@@ -171,6 +176,15 @@ def _git_files(root: Path) -> list[str] | None:
         return None  # not a git work tree (or no git): walk the folder instead
     # (inside a bigger repository, ls-files lists root's files relative to root)
     return [p for p in proc.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
+
+
+def _release_files(root: Path) -> list[str] | None:
+    """The files of a deployed release (its manifest's), or None when root is not one."""
+    try:
+        manifest = Manifest.from_json(json.loads((root / MANIFEST_NAME).read_text()))
+    except (OSError, ValueError):
+        return None
+    return list(manifest.files) if manifest is not None else None
 
 
 def hash_file(path: Path) -> str:

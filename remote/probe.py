@@ -1,15 +1,18 @@
 """`kdtree hosts` checks: for each host, is it reachable (with a known host key), which
-Python and nvcc it has, which GPUs (and so which SM arch) nvidia-smi sees, and which
-release is current. Every problem comes with the message of the check that found it."""
+Python and nvcc it has, which GPUs (and so which SM arch) nvidia-smi sees, which
+release is current, and what a deploy's environment step would install there (with its
+download size: a host without torch gets a CUDA torch). Every problem comes with the message of the check that found it."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from remote import channel, pyenv, releases
 from remote.connection import connect
-from remote.inventory import SPLIT_EXTRA, HostConfig
+from remote.errors import UnresolvedHostError
+from remote.inventory import SPLIT_EXTRA, HostConfig, find_project_root
 from remote.paths import resolve_paths
 from remote.shell import env_exports, q
 from python_engine.errors import KdtreeError
@@ -26,6 +29,10 @@ class HostCheck:
     gpus: str = "-"
     arch: str = "-"
     current: str = "-"
+    env: str = "-"  # what a deploy's environment step would install now (pyenv.EnvPlan.short)
+    env_plan: str = ""  # the same, said in full
+    unresolved: bool = False  # its name or ssh alias resolves to no address here
+    example: bool = False  # unresolved, and only the project's file names it: one to configure
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -49,12 +56,14 @@ def parse_nvidia_smi(text: str) -> list[tuple[str, int]]:
     return gpus
 
 
-def check_host(host: HostConfig, *, accept_new_host_key: bool = False) -> HostCheck:
+def check_host(host: HostConfig, *, accept_new_host_key: bool = False, project_root: Path | None = None) -> HostCheck:
+    """project_root: the tree whose requirements a deploy would install (default: this one)."""
     check = HostCheck(host.name, host.describe_target(), host.dir)
     try:
         conn = connect(host, accept_new_host_key=accept_new_host_key)
     except KdtreeError as exc:
         check.problems.append(str(exc))
+        check.unresolved = isinstance(exc, UnresolvedHostError)
         return check
     check.reachable = True
     try:
@@ -77,6 +86,8 @@ def check_host(host: HostConfig, *, accept_new_host_key: bool = False) -> HostCh
         if check.python != "missing/old":
             state = releases.read_state(conn, paths.python, paths.layout, with_manifest=False)
             check.current = state.current if state.current_ok else "none"
+            env = pyenv.plan_env(conn, host, paths.layout, paths.python, project_root or find_project_root())
+            check.env, check.env_plan = env.short(), env.describe()
     except KdtreeError as exc:
         check.problems.append(str(exc))
     finally:

@@ -17,6 +17,12 @@ itself is not installed: commands run from the release folder with PYTHONPATH se
 With `--wheels DIR` the wheels are uploaded to <dir>/wheels (only new or changed files)
 and pip runs with --no-index, for remotes without internet.
 
+Before anything is installed the deploy says what will be (plan_env(): pip's own
+resolution, `pip install --dry-run --report`, each package with its download size), and
+`kdtree hosts` / `kdtree deploy --dry-run` say the same: on a host without torch the
+default requirements bring a CUDA torch and its nvidia-* packages, gigabytes. The host's
+`env` applies to pip too (PIP_INDEX_URL, PIP_FIND_LINKS, a proxy).
+
 venv = false: the host's `python` is used as it is (for a box where a Python with the
 dependencies already exists); nothing is installed.
 """
@@ -28,6 +34,7 @@ import json
 import posixpath
 import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -36,7 +43,7 @@ from fabric import Connection
 from remote import channel, releases, transfer
 from remote.errors import InventoryError, RemoteEnvError
 from remote.inventory import HostConfig
-from remote.shell import join, q, rpath
+from remote.shell import env_exports, join, q, rpath
 
 MIN_PYTHON = (3, 11)
 # the oldest CUDA whose nvcc can target each SM (sm_100 / sm_120 arrived in CUDA 12.8)
@@ -44,6 +51,7 @@ NVCC_MIN_FOR_SM = {80: (11, 0), 86: (11, 1), 89: (11, 8), 90: (11, 8), 100: (12,
 STAMP = ".kdtree-env.sha256"
 HOST_PIP = "@@kdtree host pip"  # printed when the venv is made without pip of its own
 WHEEL_SUFFIXES = (".whl", ".tar.gz", ".zip")
+PLAN_LISTED = 5  # the largest downloads named in a plan's one line; the rest are counted
 
 
 def query_versions(conn: Connection, programs: list[str]) -> list[tuple[int, str]]:
@@ -165,6 +173,107 @@ def release_python(release: str) -> str:
     return rpath(release, ".venv", "bin", "python")
 
 
+@dataclass(frozen=True)
+class Download:
+    name: str
+    version: str
+    bytes: int | None  # None: neither a local file nor the index's Content-Length said
+
+
+@dataclass(frozen=True)
+class EnvPlan:
+    """What a deploy's environment step will do on a host, known before it does it."""
+
+    action: str  # "host" (venv = false), "reuse" (the environment exists), "create"
+    where: str  # the interpreter (host) or the environment's folder
+    downloads: tuple[Download, ...] = ()  # create: what pip will fetch and install
+    unknown: str | None = None  # create: why pip could not say
+
+    @property
+    def download_bytes(self) -> int:
+        return sum(d.bytes or 0 for d in self.downloads)
+
+    def describe(self) -> str:
+        if self.action == "host":
+            return f"{self.where} as it is (venv = false): nothing installed"
+        if self.action == "reuse":
+            return f"{self.where} is up to date: nothing to install"
+        if self.unknown:
+            return f"new {self.where}: what pip will install is unknown ({self.unknown})"
+        if not self.downloads:
+            return f"new {self.where}: every requirement is already there, nothing to download"
+        largest = sorted(self.downloads, key=lambda d: -(d.bytes or 0))
+        named = ", ".join(f"{d.name} {d.version} ({human_bytes(d.bytes)})" for d in largest[:PLAN_LISTED])
+        more = f" and {len(largest) - PLAN_LISTED} more" if len(largest) > PLAN_LISTED else ""
+        unsized = sum(d.bytes is None for d in self.downloads)
+        return (f"new {self.where}: pip installs {len(self.downloads)} package(s), "
+                f"{human_bytes(self.download_bytes)} to download{' (' + str(unsized) + ' of unknown size)' if unsized else ''}: "
+                f"{named}{more}")
+
+    def short(self) -> str:
+        """A table cell: `up to date`, `5.61 GB, 24 pkgs`, ..."""
+        if self.action == "host":
+            return "host python"
+        if self.action == "reuse":
+            return "up to date"
+        if self.unknown:
+            return "unknown"
+        return f"{human_bytes(self.download_bytes)}, {len(self.downloads)} pkg(s)" if self.downloads else "nothing to fetch"
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "size unknown"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
+def requirements_for(host: HostConfig, project_root: Path) -> list[str]:
+    return list(host.requirements) if host.requirements is not None else \
+        project_requirements(project_root, host.extras)
+
+
+def install_plan(conn: Connection, host: HostConfig, python: str, pip: list[str], reqs: list[str],
+                 options: list[str], where: str) -> EnvPlan:
+    """pip's dry run on the host (pip argv `pip`, run by `python`'s release tool)."""
+    if not reqs:
+        return EnvPlan("create", where)
+    raw = releases.call_tool(conn, python, "install_plan",
+                             {"pip": pip, "requirements": reqs, "options": options, "env": host.env},
+                             what="asking pip what it would install")
+    if "error" in raw:
+        return EnvPlan("create", where, unknown=f"pip --dry-run: {raw['error']}")
+    return EnvPlan("create", where, tuple(Download(p["name"], p["version"], p["bytes"]) for p in raw["packages"]))
+
+
+def plan_env(conn: Connection, host: HostConfig, layout: releases.RemoteLayout, python: str,
+             project_root: Path, wheels_dir: Path | None = None) -> EnvPlan:
+    """What the environment step would do now, changing nothing: for `kdtree hosts` and
+    `kdtree deploy --dry-run`. A new environment's packages are what the host Python's pip
+    resolves (the venv sees the host's packages: --system-site-packages); with --wheels,
+    the wheels are not uploaded yet, so the plan names them instead."""
+    if not host.venv:
+        return EnvPlan("host", python)
+    reqs = requirements_for(host, project_root)
+    wheels = local_wheels(wheels_dir) if wheels_dir else []
+    from remote.manifest import hash_file
+
+    stamp = env_key(python, reqs, {p.name: hash_file(p) for p in wheels})
+    env = layout.env(stamp[:16])
+    have = channel.run(conn, f"cat {q(rpath(env, STAMP))}", what="reading the environment stamp").text.strip()
+    if have == stamp:
+        return EnvPlan("reuse", env)
+    if wheels:
+        return EnvPlan("create", env, tuple(Download(p.name, "(uploaded wheel)", p.stat().st_size) for p in wheels))
+    has_pip = channel.run(conn, f"{join([python, '-m', 'pip', '--version'])} >/dev/null 2>&1",
+                          what="looking for pip").exit_code == 0
+    if not has_pip:
+        return EnvPlan("create", env, unknown=f"{python} has no pip: the new venv's own pip decides")
+    return install_plan(conn, host, python, [python, "-m", "pip"], reqs, [], env)
+
+
 def setup_env(conn: Connection, host: HostConfig, layout: releases.RemoteLayout, python: str,
               project_root: Path, wheels_dir: Path | None, release: str,
               note: Callable[[str], None], on_line: Callable[[str, bool], None]) -> str:
@@ -177,8 +286,7 @@ def setup_env(conn: Connection, host: HostConfig, layout: releases.RemoteLayout,
                                  f"own Python {python!r}, kdtree installs nothing there)")
         note(f"environment: using {python} as it is (venv = false)")
         return python
-    reqs = list(host.requirements) if host.requirements is not None else \
-        project_requirements(project_root, host.extras)
+    reqs = requirements_for(host, project_root)
     wheel_hashes = upload_wheels(conn, python, layout, local_wheels(wheels_dir), note) if wheels_dir else {}
     stamp = env_key(python, reqs, wheel_hashes)
     env = layout.env(stamp[:16])
@@ -230,12 +338,14 @@ def _build_env(conn, host, layout, python, env, reqs, wheels: int, note, on_line
     venv_python = rpath(env, "bin", "python")
     offline = wheels > 0
     source = f"{wheels} uploaded wheel(s), no index" if offline else "the package index"
-    note(f"environment: installing {len(reqs)} requirement(s) from {source}")
     pip = [python, "-m", "pip", "--python", venv_python] if host_pip else [venv_python, "-m", "pip"]
-    argv = pip + ["install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off"]
-    if offline:
-        argv += ["--no-index", "--find-links", layout.wheels]
-    code = channel.stream(conn, join(argv + reqs), on_line=on_line, what="pip install")
+    options = ["--no-index", "--find-links", layout.wheels] if offline else []
+    note(f"environment: {install_plan(conn, host, python, pip, reqs, options, env).describe()}")
+    note(f"environment: installing {len(reqs)} requirement(s) from {source}")
+    argv = pip + ["install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off"] + options
+    # with the host's env, as the plan above: PIP_INDEX_URL, PIP_FIND_LINKS, a proxy
+    code = channel.stream(conn, f"{env_exports(host.env)} && {join(argv + reqs)}", on_line=on_line,
+                          what="pip install")
     if code != 0:
         hint = ("the uploaded wheels lack something: add the missing wheels (pip download "
                 "-d DIR for the remote's platform and Python) to --wheels" if offline else

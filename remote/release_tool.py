@@ -73,18 +73,24 @@ def _complete(rel):
 
 
 def cmd_state(a):
+    """The releases, and the base of the next one: the newest complete release, current or
+    not (a deploy whose build or tests failed leaves a complete release that never became
+    current; its files and build are still the closest to what comes next)."""
     d = a["dir"]
     rel = _releases(d)
     cur = _current_name(d)
     cur_dir = os.path.join(rel, cur) if cur else None
     cur_ok = bool(cur_dir) and os.path.isfile(os.path.join(cur_dir, MANIFEST))
     partials = sorted(n for n in os.listdir(rel) if n.startswith(PARTIAL)) if os.path.isdir(rel) else []
+    complete = _complete(rel)  # names sort by creation time
+    base = complete[-1] if complete else None
     _emit({
         "current": cur,
         "current_ok": cur_ok,
-        "releases": _complete(rel),
+        "releases": complete,
         "partials": partials,
-        "manifest": _read_json(os.path.join(cur_dir, MANIFEST)) if cur_ok and a.get("manifest") else None,
+        "base": base,
+        "manifest": _read_json(os.path.join(rel, base, MANIFEST)) if base and a.get("manifest") else None,
     })
 
 
@@ -272,6 +278,59 @@ def cmd_parent_env(a):
         with open(target, "w") as fh:
             fh.write("".join(p + "\n" for p in added))
     _emit({"added": added})
+
+
+def _download_size(url):
+    """Bytes pip will fetch for url: a local file's size, else the server's Content-Length
+    (a HEAD request); None when neither says."""
+    import urllib.parse
+    import urllib.request
+
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme == "file":
+        try:
+            return os.path.getsize(urllib.request.url2pathname(parsed.path))
+        except OSError:
+            return None
+    if parsed.scheme in ("http", "https"):
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=15) as resp:
+                length = resp.headers.get("Content-Length")
+                return int(length) if length else None
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def cmd_install_plan(a):
+    """What `pip install` of a["requirements"] with the pip argv a["pip"] (plus a["options"],
+    in the environment plus a["env"]) would download, without installing: pip's own resolution (--dry-run --report), each
+    package with its size. Prints {"packages": [{name, version, bytes}]} or {"error": why}."""
+    import subprocess
+
+    argv = list(a["pip"]) + ["install", "--dry-run", "--quiet", "--disable-pip-version-check",
+                             "--no-input", "--report", "-"] + list(a.get("options", [])) + list(a["requirements"])
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=dict(os.environ, **a.get("env", {})), timeout=float(a.get("timeout", 600)))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _emit({"error": "%s: %s" % (type(exc).__name__, exc)})
+        return
+    errors = [l for l in proc.stderr.decode("utf-8", "replace").splitlines()
+              if l.strip() and not l.startswith("WARNING")]
+    try:
+        report = json.loads(proc.stdout.decode("utf-8", "replace")) if proc.returncode == 0 else None
+    except ValueError:
+        report = None
+    if report is None:
+        _emit({"error": errors[-1].strip() if errors else "pip exited with status %d" % proc.returncode})
+        return
+    packages = []
+    for item in report.get("install", []):
+        meta = item.get("metadata", {})
+        packages.append({"name": meta.get("name", "?"), "version": meta.get("version", "?"),
+                         "bytes": _download_size(item.get("download_info", {}).get("url", ""))})
+    _emit({"packages": packages})
 
 
 def cmd_pack(a):
@@ -475,7 +534,7 @@ def cmd_stop_run(a):
 COMMANDS = {
     "state": cmd_state, "stage": cmd_stage, "extract": cmd_extract, "finalize": cmd_finalize,
     "switch": cmd_switch, "prune": cmd_prune, "pack": cmd_pack, "files": cmd_files,
-    "lock": cmd_lock, "parent_env": cmd_parent_env, "start_run": cmd_start_run,
+    "lock": cmd_lock, "parent_env": cmd_parent_env, "install_plan": cmd_install_plan, "start_run": cmd_start_run,
     "follow": cmd_follow, "run_status": cmd_run_status, "stop_run": cmd_stop_run,
 }
 

@@ -97,34 +97,37 @@ class RemoteState:
     current_ok: bool  # current names a complete release
     releases: list[str]
     partials: list[str]
-    manifest: Manifest | None  # of the current release
+    base: str | None  # the newest complete release, current or not: the next one starts from it
+    manifest: Manifest | None  # of base
 
 
 def read_state(conn: Connection, python: str, layout: RemoteLayout, *, with_manifest: bool = True) -> RemoteState:
     raw = call_tool(conn, python, "state", {"dir": layout.dir, "manifest": with_manifest},
                     what="reading the remote releases")
     return RemoteState(raw["current"], raw["current_ok"], raw["releases"], raw["partials"],
-                       Manifest.from_json(raw.get("manifest")))
+                       raw["base"], Manifest.from_json(raw.get("manifest")))
 
 
 @dataclass
 class Staged:
     name: str  # final release name (a suffix is added if the name was taken)
     partial: str  # remote path being assembled
-    reused: int  # unchanged files copied from the previous release, hashes checked
-    missing: list[str]  # unchanged by hash, but not intact in the previous release: upload
+    reused: int  # unchanged files copied from the base release, hashes checked
+    missing: list[str]  # unchanged by hash, but not intact in the base release: upload
     carried: list[str]
 
 
-def stage(conn: Connection, python: str, layout: RemoteLayout, name: str, previous: str | None,
+def stage(conn: Connection, python: str, layout: RemoteLayout, name: str, base: str | None,
           plan: SyncPlan, manifest: Manifest, carry: tuple[str, ...]) -> Staged:
+    """Start the new release from base (RemoteState.base): its unchanged files, hash-checked,
+    and its carried folders (build/)."""
     request = {
         "dir": layout.dir,
         "name": name,
-        "prev": previous,
+        "prev": base,
         "reuse": [[p, manifest.files[p].sha256, manifest.files[p].mode] for p in plan.reuse]
-        if previous else [],
-        "carry": list(carry) if previous else [],
+        if base else [],
+        "carry": list(carry) if base else [],
     }
     raw = call_tool(conn, python, "stage", stdin=json.dumps(request).encode(),
                     what="staging the new release")

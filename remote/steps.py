@@ -7,6 +7,9 @@ Defaults (each host may replace them with `build = [...]` / `test = [...]` / `ch
     build:  {python} -m kdtree_cli build --arch {arch}           (no --arch when arch is
                                                                  unset: kdtree build detects
                                                                  the GPUs there)
+            {python} -m kdtree_cli build engine_emu emu_tests    (gpus = 0: the emulated engine
+                                                                 and kernel tests, what the
+                                                                 Python suite runs)
     test:   {python} -m kdtree_cli test                          (gpus = 0)
             {python} -m kdtree_cli test --native --arch {arch}   (gpus > 0)
     check:  {python} -m kdtree_cli engine-check                  (gpus > 0, when the tree has
@@ -45,8 +48,15 @@ from remote.shell import in_dir, join, rpath
 RESULTS_SUBDIR = "results"
 
 
+# What a host without GPUs builds: what its tests run (the engine and the kernels on the
+# CPU emulator), not GPU code that nothing there could run.
+EMULATED_TARGETS = ("engine_emu", "emu_tests")
+
+
 def default_build(host: HostConfig) -> list[str]:
     argv = ["{python}", "-m", "kdtree_cli", "build"]
+    if host.gpus == 0:
+        return argv + list(EMULATED_TARGETS)
     return argv + (["--arch", "{arch}"] if host.arch else [])
 
 

@@ -72,7 +72,7 @@ def summary_table(host_results, dry_run: bool):
     from rich.table import Table
 
     table = Table(title="kdtree deploy" + (" (dry run)" if dry_run else ""), title_justify="left")
-    for col in ("host", "status", "release", "uploaded", "steps", "results"):
+    for col in ("host", "status", "release", "uploaded", "steps", "skipped", "results"):
         table.add_column(col)
     from rich.markup import escape
 
@@ -81,9 +81,10 @@ def summary_table(host_results, dry_run: bool):
         if r.ok and not dry_run:
             status += " (current)" if r.switched else ""
         steps = ", ".join(f"{s.name} {'ok' if s.ok else 'FAILED'} {s.seconds:.0f}s" for s in r.steps) or "-"
-        uploaded = (f"{len(r.plan['upload'])} files" if r.plan else
+        uploaded = (f"{len(r.plan['upload'])} files; env: {r.plan['env']}" if r.plan else
                     f"{r.uploaded} files, {r.upload_bytes / 1e6:.1f} MB" if r.release else "-")
-        table.add_row(escape(r.host), status, escape(r.release or "-"), uploaded, steps,
+        skipped = "; ".join(f"{name}: {why}" for name, why in r.skipped.items()) or "-"
+        table.add_row(escape(r.host), status, escape(r.release or "-"), uploaded, steps, escape(skipped),
                       escape(r.results_dir or "-"))
     return table
 

@@ -65,22 +65,50 @@ def _hosts(names, check, as_json, accept_new_host_key, config) -> None:
     from remote.probe import check_host, checks_to_json
 
     checks = [o.value for o in for_each(selected, lambda h: check_host(h, accept_new_host_key=accept_new_host_key))]
+    for c, h in zip(checks, selected):
+        c.example = _is_example(c, h, names)
     if as_json:
         print(checks_to_json(checks))
     else:
         table = Table(title="kdtree hosts", title_justify="left")
-        for col in ("host", "ssh", "reachable", "python", "nvcc", "gpus", "arch", "current", "status"):
+        for col in ("host", "ssh", "reachable", "python", "nvcc", "gpus", "arch", "current", "env", "status"):
             table.add_column(col)
         for c in checks:
             table.add_row(escape(c.name), escape(c.target), "[green]yes[/]" if c.reachable else "[red]no[/]",
-                          *(escape(v) for v in (c.python, c.nvcc, c.gpus, c.arch, c.current)),
-                          "[green]ok[/]" if c.ok else f"[red]{len(c.problems)} problem(s)[/]")
+                          *(escape(v) for v in (c.python, c.nvcc, c.gpus, c.arch, c.current, c.env)),
+                          "[green]ok[/]" if c.ok else "[yellow]example[/]" if c.example
+                          else f"[red]{len(c.problems)} problem(s)[/]")
         console.print(table)
         for c in checks:
+            if c.env_plan:
+                console.print(f"{escape(c.name)}: a deploy's environment step: {escape(c.env_plan)}", soft_wrap=True)
+        for c, h in zip(checks, selected):
+            if c.example:
+                console.print(f"[yellow]example:[/] {escape(_configure_hint(h))}", soft_wrap=True)
+                continue
             for problem in c.problems:
-                console.print(f"[red]problem:[/] {escape(problem)}")
-    if not all(c.ok for c in checks):
+                console.print(f"[red]problem:[/] {escape(problem)}", soft_wrap=True)
+    if not all(c.ok or c.example for c in checks):
         raise typer.Exit(1)
+
+
+def _is_example(check, host, names) -> bool:
+    """A host of the project's kdtree.toml (ct200) that this machine knows nothing about: its
+    name or alias resolves nowhere, the user's hosts.toml does not name it, and it was not
+    asked for by name. A newcomer sees what to configure, and `kdtree hosts` still passes."""
+    from remote.inventory import user_inventory_path
+
+    return (check.unresolved and str(user_inventory_path()) not in host.source.split(" + ")
+            and host.name not in (names or ()))
+
+
+def _configure_hint(host) -> str:
+    from remote.inventory import user_inventory_path
+
+    return (f"{host.name} is an example host from {host.source}, not configured on this machine "
+            f"({host.target!r} resolves to no address). To use it, add `Host {host.target}` with its "
+            f"HostName and User to ~/.ssh/config, or a [hosts.{host.name}] table with ssh = \"YOUR-ALIAS\" "
+            f"to {user_inventory_path()}")
 
 
 def register(app: typer.Typer) -> None:

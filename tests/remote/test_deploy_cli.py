@@ -89,6 +89,35 @@ def test_hosts_command(cli_project):
     assert bad.exit_code == 1 and "unreachable" in bad.output
 
 
+def test_hosts_shows_an_unconfigured_project_host_as_an_example_not_a_failure(cli_project, sshd, tmp_path, rng):
+    """A fresh clone's kdtree.toml names ct200, which this machine cannot resolve: `kdtree
+    hosts` says how to configure it and passes; once the user's hosts.toml names it, or it is
+    asked for by name, it is a host like any other and its failure counts."""
+    name = f"example-{rng.integers(1 << 30)}"
+    project_file = tmp_path / "project-hosts.toml"
+    project_file.write_text(
+        (cli_project / "kdtree.toml").read_text().split("\n[hosts.nowhere]")[0]
+        + f"\n[hosts.{name}]\nssh = \"{name}.invalid\"\nssh_config = {toml_str(str(sshd.ssh_config))}\n")
+    listing = CliRunner().invoke(app, ["hosts", "--config", str(project_file), "--json"])
+    assert listing.exit_code == 0, listing.output
+    checks = {c["name"]: c for c in json.loads(listing.output)}
+    assert checks["sshd-test"]["ok"] and checks["sshd-test"]["env"] == "host python"
+    assert checks[name]["example"] and not checks[name]["ok"] and not checks[name]["reachable"]
+    table = CliRunner().invoke(app, ["hosts", "--config", str(project_file)])
+    assert table.exit_code == 0, table.output
+    said = " ".join(table.output.split())
+    assert f"example: {name} is an example host from {project_file}" in said and "problem:" not in said
+    assert f"[hosts.{name}] table" in said and "~/.ssh/config" in said
+
+    asked = CliRunner().invoke(app, ["hosts", name, "--config", str(project_file)])
+    assert asked.exit_code == 1 and "cannot resolve host name" in asked.output
+    user_file = tmp_path / "xdg" / "kdtree" / "hosts.toml"
+    user_file.parent.mkdir(parents=True)
+    user_file.write_text(f"[hosts.{name}]\nconnect_timeout = 3\n")  # the user took it on
+    configured = CliRunner().invoke(app, ["hosts", "--config", str(project_file)])
+    assert configured.exit_code == 1 and "problem:" in configured.output
+
+
 def test_test_command_with_host_runs_there(cli_project):
     deployed = CliRunner().invoke(app, ["deploy", "sshd-test", "--no-build", "--no-test"])
     assert deployed.exit_code == 0, deployed.output

@@ -22,9 +22,11 @@ def gpu_host(host_factory, **overrides):
 def test_a_tree_without_the_engine_check_skips_it_and_says_so(sshd, host_factory, project, tmp_path):
     r = run_deploy(gpu_host(host_factory), project, tmp_path / "results", build=False)
     assert r.ok, r.error
-    assert [s.name for s in r.steps] == ["test"]
+    assert [s.name for s in r.steps] == ["env", "test"]
     assert json.loads(step_lines(r, "test")[0])["argv"] == ["test", "--native", "--arch", "120"]
-    assert any("engine check" in n and "skipped" in n and "engine_check.py" in n for _h, n in r.reporter.notes)
+    assert "engine_check.py" in r.skipped["check"] and list(r.skipped) == ["build", "check"]
+    assert any("skipped: " in n and "check (this tree has no kdtree_cli/commands/engine_check.py" in n
+               for _h, n in r.reporter.notes)
 
 
 def test_a_tree_with_the_engine_check_runs_it_after_the_tests(sshd, host_factory, project, tmp_path):
@@ -32,7 +34,7 @@ def test_a_tree_with_the_engine_check_runs_it_after_the_tests(sshd, host_factory
     (project / "kdtree_cli" / "commands" / "engine_check.py").write_text('"""kdtree engine-check"""\n')
     r = run_deploy(gpu_host(host_factory), project, tmp_path / "results", build=False)
     assert r.ok, r.error
-    assert [s.name for s in r.steps] == ["test", "check"]
+    assert [s.name for s in r.steps] == ["env", "test", "check"]
     assert json.loads(step_lines(r, "check")[0])["argv"] == ["engine-check"]
     logs = tmp_path / "results" / "sshd-test" / "logs"
     assert json.loads((logs / "check.log").read_text())["argv"] == ["engine-check"]
@@ -54,4 +56,5 @@ def test_check_can_be_switched_off(sshd, host_factory, project, tmp_path):
     (project / "kdtree_cli" / "commands" / "engine_check.py").write_text("")
     r = run_deploy(gpu_host(host_factory, check=()), project, tmp_path / "results", build=False)
     assert r.ok, r.error
-    assert [s.name for s in r.steps] == ["test"]
+    assert [s.name for s in r.steps] == ["env", "test"]
+    assert r.skipped["check"] == "check = [] for this host"

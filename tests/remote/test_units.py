@@ -13,7 +13,7 @@ import pytest
 from remote.channel import LineSplitter
 from remote.errors import InventoryError
 from remote.inventory import load_inventory
-from remote.manifest import build_manifest, list_files, plan_sync
+from remote.manifest import MANIFEST_NAME, build_manifest, list_files, plan_sync
 from remote.paths import RemotePaths
 from remote.shell import expand_home, join
 from remote.steps import step_command
@@ -105,6 +105,22 @@ def test_git_tree_plus_untracked_plus_refs_never_build(tmp_path, rng):
     assert list_files(root) == sorted(set(expected) - {"tracked.py"} | {"ignored.log"})
 
 
+def test_a_release_sends_on_its_own_files_not_what_its_steps_generated(tmp_path, rng):
+    """A release has no .git: what it holds beyond its manifest was made there (a build's
+    compile_commands.json, caches) and is not part of the tree it was deployed as."""
+    root = tmp_path / "release"
+    names = [f"src/m{i}.py" for i in range(int(rng.integers(2, 6)))] + ["refs/r.kdtr", f"odd/{WEIRD}.txt"]
+    for rel in names:
+        write(root / rel, f"{rel} {rng.integers(1 << 30)}\n")
+    write(root / MANIFEST_NAME, build_manifest(root, names).to_json(name="r1"))
+    for generated in ("compile_commands.json", ".pytest_cache/v/x", "build/release/bin/p", "src/new.tmp"):
+        write(root / generated, "made by a step\n")
+    write(root / "refs" / "made_by_refgen.kdtr", "R")  # refs/ is always sent, as from a checkout
+    assert list_files(root) == sorted(names + ["refs/made_by_refgen.kdtr"])
+    (root / names[0]).unlink()  # a file the release lost is not listed (nor hashed)
+    assert list_files(root) == sorted(names[1:] + ["refs/made_by_refgen.kdtr"])
+
+
 def test_manifest_and_plan(tmp_path, rng):
     root = tmp_path / "p"
     blob = rng.integers(0, 256, 10_000, dtype=np.uint8).tobytes()
@@ -180,7 +196,7 @@ def test_release_tool_runs_with_a_bare_python(tmp_path):
 
     out = subprocess.run([sys.executable, "-I", "-S", "-c", TOOL_SOURCE, "state", '{"dir": "%s"}' % tmp_path],
                          capture_output=True, text=True, check=True).stdout
-    assert out.strip() == '{"current": null, "current_ok": false, "releases": [], "partials": [], "manifest": null}'
+    assert out.strip() == '{"current": null, "current_ok": false, "releases": [], "partials": [], "base": null, "manifest": null}'
 
 
 def test_release_names_sort_by_time_within_one_second(tmp_path, rng):
