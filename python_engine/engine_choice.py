@@ -25,7 +25,9 @@ class EngineChoice(NamedTuple):
 
 def native_unavailable(device: str | None = None) -> str | None:
     """Why the native engine cannot run on `device` here (a sentence), or None when it can:
-    the device must be a CUDA one, the library built, and that device must answer the library."""
+    the device must be a CUDA one, the machine must have a CUDA GPU (asked first: building
+    the library is no help without one), the library built, and that device must answer it."""
+    from python_engine.native import cuda_driver
     from python_engine.native.device_option import cuda_device_index
     from python_engine.native.engine import device_memory
     from python_engine.native.library import library_path
@@ -34,6 +36,9 @@ def native_unavailable(device: str | None = None) -> str | None:
         index = cuda_device_index(device)
     except KdtreeError as exc:
         return str(exc)
+    no_gpu = cuda_driver.no_gpu_reason()
+    if no_gpu:
+        return f"{no_gpu}; the native engine runs on one"
     path = library_path("gpu")
     if not path.is_file():
         return f"the native engine is not built ({path} is missing: run `kdtree build`)"

@@ -9,8 +9,15 @@ import pytest
 
 from python_engine.engine_choice import CHOICES, choose_engine, native_unavailable
 from python_engine.errors import KdtreeError
+from python_engine.native import cuda_driver
 from python_engine.native import library as L
 from python_engine.native.device_option import cuda_device_index
+
+
+@pytest.fixture
+def a_gpu(monkeypatch):
+    """The driver counts a GPU, whatever this machine has: the library's answers are next."""
+    monkeypatch.setattr(cuda_driver, "no_gpu_reason", lambda: None)
 
 
 def test_a_device_value_names_its_cuda_device_or_is_refused(rng):
@@ -30,7 +37,7 @@ def test_auto_takes_torch_on_a_cpu_device_and_says_why():
     assert native_unavailable("cpu") == reason
 
 
-def test_auto_takes_torch_without_a_built_library(tmp_path, monkeypatch):
+def test_auto_takes_torch_without_a_built_library(tmp_path, monkeypatch, a_gpu):
     missing = tmp_path / "nowhere" / "libkdtree_engine.so"
     monkeypatch.setenv(L.ENV_LIBRARY, str(missing))
     for device in (None, "cuda", "cuda:3"):
@@ -38,12 +45,32 @@ def test_auto_takes_torch_without_a_built_library(tmp_path, monkeypatch):
         assert name == "torch" and str(missing) in reason and "kdtree build" in reason
 
 
-def test_auto_takes_torch_when_the_library_does_not_answer(tmp_path, monkeypatch, rng):
+def test_auto_takes_torch_when_the_library_does_not_answer(tmp_path, monkeypatch, rng, a_gpu):
     broken = tmp_path / "libkdtree_engine.so"
     broken.write_bytes(rng.bytes(256))
     monkeypatch.setenv(L.ENV_LIBRARY, str(broken))
     name, reason = choose_engine("auto", "cuda:1")
     assert name == "torch" and "cuda:1" in reason and str(broken) in reason
+
+
+def test_without_a_gpu_auto_says_so_before_anything_about_building(tmp_path, monkeypatch, rng):
+    """A machine with no GPU is told that, not to spend minutes building a library it could
+    not run (built or not)."""
+    monkeypatch.setenv(L.ENV_LIBRARY, str(tmp_path / "nowhere" / "libkdtree_engine.so"))
+    absent = f"this machine has no CUDA GPU (test {rng.integers(1 << 30)})"
+    monkeypatch.setattr(cuda_driver, "no_gpu_reason", lambda: absent)
+    for device in (None, "cuda", "cuda:1"):
+        name, reason = choose_engine("auto", device)
+        assert name == "torch" and reason.startswith(absent) and "kdtree build" not in reason
+    assert native_unavailable("cpu") != native_unavailable(None)  # a cpu device is refused for what it is
+
+
+def test_the_driver_sees_a_gpu_exactly_when_nvidia_smi_lists_one():
+    from kdtree_cli.native_build.arch import detect_gpu_archs
+
+    reason = cuda_driver.no_gpu_reason()
+    assert (reason is None) == bool(detect_gpu_archs()), reason
+    assert reason is None or "no CUDA GPU" in reason
 
 
 def test_an_explicit_engine_is_taken_as_asked_or_refused_with_the_reason(tmp_path, monkeypatch):
