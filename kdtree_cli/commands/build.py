@@ -88,7 +88,21 @@ def _print_targets(out, config, choice) -> None:
         out.print(f"{prog.name:28} {prog.output:32} csrc/{prog.source.as_posix()}", highlight=False)
     for lib in list(layout.libraries) + list(layout.support.values()):
         out.print(f"{lib.name:28} {lib.output:32} {len(lib.sources)} source(s)", highlight=False)
-    out.print("groups: all (default), tests, bench, libs", highlight=False)
+    groups = "all (default), tests, bench, libs"
+    if layout.has_engine:
+        from kdtree_cli.native_build.layout import ENGINE_EMU_LIB, ENGINE_LIB, emu_capi_output, emu_program_output
+
+        out.print(f"{'engine':28} {ENGINE_LIB:32} the native engine: kdtree run, demo and engine-check load it",
+                  highlight=False)
+        out.print(f"{'engine_emu':28} {ENGINE_EMU_LIB:32} the same engine on the CPU (SIMT emulator), for tests",
+                  highlight=False)
+        # emulated programs and libraries: their output path is their target name
+        for rel in layout.emu_capi:
+            out.print(f"{emu_capi_output(rel):61} csrc/{rel.as_posix()} (emulated, for ctypes)", highlight=False)
+        for rel in layout.emu_programs + layout.emu_twins:
+            out.print(f"{emu_program_output(rel):61} csrc/{rel.as_posix()} (emulated)", highlight=False)
+        groups += ", emu_tests (every emulated program and library)"
+    out.print(f"groups: {groups}", highlight=False)
 
 
 def _print_summary(err, outcome, verbose: bool) -> None:

@@ -158,10 +158,11 @@ def resolve_targets(layout: SourceLayout, names: Sequence[str]) -> list[str]:
     """Check target names against build.ninja's: programs, their bin/ paths, tests, bench, libs, all."""
     known = {"all", "tests", "bench", "libs"}
     if layout.has_engine:
-        from .layout import ENGINE_EMU_LIB, ENGINE_LIB
+        from .layout import ENGINE_EMU_LIB, ENGINE_LIB, emu_capi_output, emu_program_output
 
         known |= {"engine", "engine_emu", "emu_tests", ENGINE_LIB, ENGINE_EMU_LIB}
-        known |= {f"bin/emu/{p.stem}" for p in layout.emu_programs}
+        known |= {emu_program_output(p) for p in layout.emu_programs + layout.emu_twins}
+        known |= {emu_capi_output(p) for p in layout.emu_capi}
     for prog in layout.programs:
         known |= {prog.name, prog.output}
     for lib in list(layout.libraries) + list(layout.support.values()):

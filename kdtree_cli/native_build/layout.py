@@ -54,6 +54,16 @@ ENGINE_EXPORTS = Path("engine") / "exports.map"
 EMU_EXPORTS = EMU_PROGRAM_DIR / "exports.map"
 
 
+def emu_capi_output(rel: Path) -> str:
+    """csrc/kernels/emu/<name>_capi.cpp -> lib/emu/lib<name>_emu.so"""
+    return f"lib/emu/lib{rel.stem.removesuffix(EMU_CAPI_SUFFIX)}_emu.so"
+
+
+def emu_program_output(rel: Path) -> str:
+    """An emulator program (emu_*.cpp, or an EMU_TWINS source) -> bin/emu/<stem>"""
+    return f"bin/emu/{rel.stem}"
+
+
 @dataclass(frozen=True)
 class Library:
     name: str  # "kd_common"

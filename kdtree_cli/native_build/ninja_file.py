@@ -22,7 +22,8 @@ from pathlib import Path
 from python_engine.errors import KdtreeError
 
 from .arch import CudaArch
-from .layout import EMU_ARCHIVE, EMU_EXPORTS, ENGINE_EMU_LIB, ENGINE_EXPORTS, ENGINE_LIB, Library, SourceLayout
+from .layout import (EMU_ARCHIVE, EMU_EXPORTS, ENGINE_EMU_LIB, ENGINE_EXPORTS, ENGINE_LIB, Library, SourceLayout,
+                     emu_capi_output, emu_program_output)
 from .profiles import BuildProfile
 from .toolchain import Toolchain
 
@@ -215,7 +216,7 @@ def _engine_libraries(w, cfg: BuildConfig, layout: SourceLayout, path, static_li
     for rel in layout.emu_programs:
         obj = f"obj-emu/{rel.as_posix()}.o"
         w.build(obj, "emucxx", path(layout.csrc / rel), variables={"src": f"csrc/{rel.as_posix()}"})
-        exe = f"bin/emu/{rel.stem}"
+        exe = emu_program_output(rel)
         w.build(exe, "link", [obj] + support, variables={"libs": "", "ldflags": "-lpthread"})
         emu_bins.append(exe)
     # native programs and C entry points on the emulator: linked against an archive of every
@@ -225,7 +226,7 @@ def _engine_libraries(w, cfg: BuildConfig, layout: SourceLayout, path, static_li
         obj = f"obj-emu/{rel.as_posix()}.o"
         w.build(obj, "emucxx", path(layout.csrc / rel),
                 variables={"src": f"csrc/{rel.as_posix()}", "defines": "$program_defines"})
-        exe = f"bin/emu/{rel.stem}"
+        exe = emu_program_output(rel)
         w.build(exe, "link", [obj, EMU_ARCHIVE], variables={"libs": "", "ldflags": "-lpthread"})
         emu_bins.append(exe)
     # each exports its kd_* entry points only: the stand-in runtime inside stays bound to it
@@ -234,7 +235,7 @@ def _engine_libraries(w, cfg: BuildConfig, layout: SourceLayout, path, static_li
     for rel in layout.emu_capi:
         obj = f"obj-emu/{rel.as_posix()}.o"
         w.build(obj, "emucxx", path(layout.csrc / rel), variables={"src": f"csrc/{rel.as_posix()}"})
-        so = f"lib/emu/lib{rel.stem.removesuffix('_capi')}_emu.so"
+        so = emu_capi_output(rel)
         w.build(so, "shlib", [obj, EMU_ARCHIVE], implicit=[emu_exports],
                 variables={"libs": "-lpthread", "exports": emu_exports})
         emu_bins.append(so)

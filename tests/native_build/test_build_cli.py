@@ -21,10 +21,22 @@ def test_list_and_dry_run_show_targets_and_commands(tmp_path):
     proc = kdtree("build", "--build-dir", str(tmp_path), "--list")
     assert proc.returncode == 0, proc.stderr
     assert "test_kdtr" in proc.stdout and "bin/test_kdtr" in proc.stdout and "lib/libkd_common.a" in proc.stdout
+    listing = proc.stdout
     proc = kdtree("build", "--build-dir", str(tmp_path), "--dry-run", "--arch", "hopper,rtx-pro-6000", "test_kdtr")
     assert proc.returncode == 0, proc.stderr
     assert "csrc/tests/test_kdtr.cpp" in proc.stdout and "-O3" in proc.stdout
     assert not (tmp_path / "release" / "bin" / "test_kdtr").exists()  # nothing was built
+    # every target --list names is one build.ninja builds, the engine's libraries included
+    rows = [line.split()[:2] for line in listing.splitlines() if not line.startswith(("#", "groups:"))]
+    targets = [name for name, _ in rows]
+    outputs = {out if out.startswith(("bin/", "lib/")) else name for name, out in rows}
+    assert {"engine", "engine_emu", "lib/emu/libmoe_w4a16_emu.so", "bin/emu/test_moe_w4a16"} <= set(targets)
+    assert {"lib/libkdtree_engine.so", "lib/libkdtree_engine_emu.so"} <= outputs
+    build_ninja = (tmp_path / "release" / "build.ninja").read_text()
+    assert all(f"\nbuild {out}: " in build_ninja for out in outputs)
+    assert "emu_tests" in listing.splitlines()[-1]
+    proc = kdtree("build", "--build-dir", str(tmp_path), "--dry-run", *targets)
+    assert proc.returncode == 0, proc.stderr  # each is a target `kdtree build` accepts
     proc = kdtree("build", "--build-dir", str(tmp_path), "--dry-run", "--profile", "debug", "--arch", "90a,120")
     assert proc.returncode == 0, proc.stderr
     build_ninja = (tmp_path / "debug" / "build.ninja").read_text()
