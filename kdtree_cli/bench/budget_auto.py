@@ -2,7 +2,12 @@
 same prompts, the configurations interleaved prompt by prompt and the whole repeated, so a
 shared machine's changing load falls on all of them alike. Tokens/s is decode tokens over
 decode seconds (prefill excluded), summed over every prompt and repeat; the auto budget's
-cost model is timed once, at the start, as `kdtree run --budget auto` does."""
+cost model is timed once, at the start, as `kdtree run --budget auto` does.
+
+One more configuration, "first-decrease", is CaDDTree's rule (arXiv 2606.01813) as its
+abstract states it, on the same timings: a straight-line (convex) verify cost and the first
+size after which the expected throughput falls, with the drafter's probabilities as they
+are."""
 
 from __future__ import annotations
 
@@ -71,7 +76,7 @@ def run_budget_bench(b: BudgetBench) -> dict:
 
     from kdtree_cli.bench.cpu_run import cpu_run_record
     from python_engine.decode.ar import ar_generate
-    from python_engine.decode.budget_auto import AutoBudget, measure_verify_costs
+    from python_engine.decode.budget_auto import AutoBudget, VerifyCosts, measure_verify_costs
     from python_engine.decode.ddtree_loop import ddtree_generate
     from python_engine.demo.code_prompts import code_prompts
     from python_engine.model.drafter import load_drafter
@@ -86,7 +91,10 @@ def run_budget_bench(b: BudgetBench) -> dict:
           f"{min(len(p) for p in prompts)}..{longest})")
     policy = AutoBudget(measure_verify_costs(target, b.max_budget, (min(len(p) for p in prompts), longest),
                                              seed=b.seed), b.max_budget)
-    configs: list[str] = ["ar", *(str(n) for n in b.budgets), "auto"]
+    first_decrease = AutoBudget(VerifyCosts.affine(list(policy.costs.samples)), b.max_budget, calibrate=False,
+                                stop_at_first_decrease=True)
+    policies = {"auto": policy, "first-decrease": first_decrease}
+    configs: list[str] = ["ar", *(str(n) for n in b.budgets), "first-decrease", "auto"]
     tallies = {c: Tally() for c in configs}
     tokens: dict[str, list[list[int]]] = {c: [[] for _ in prompts] for c in configs}
     for repeat in range(b.repeats):
@@ -98,7 +106,7 @@ def run_budget_bench(b: BudgetBench) -> dict:
                         gen = ar_generate(target, prompt, b.max_tokens)
                     else:
                         gen = ddtree_generate(target, drafter, prompt, b.max_tokens,
-                                              budget=policy if c == "auto" else int(c))
+                                              budget=policies[c] if c in policies else int(c))
                 tallies[c].add(gen, repeat)
                 tokens[c][i] = gen.tokens
         done = {c: tallies[c].summary()["tokens_per_s_by_repeat"][repeat] for c in configs}
@@ -110,6 +118,7 @@ def run_budget_bench(b: BudgetBench) -> dict:
     by_repeat = [a / max(results[c]["tokens_per_s_by_repeat"][r] for c in fixed)
                  for r, a in enumerate(results["auto"]["tokens_per_s_by_repeat"])]
     chosen = tallies["auto"].budgets
+    first_tps = results["first-decrease"]["tokens_per_s"]
     r = {
         "run": record,
         "target": b.target.name, "drafter": b.drafter.name, "prompts": len(prompts), "prompt_seed": b.seed,
@@ -119,8 +128,13 @@ def run_budget_bench(b: BudgetBench) -> dict:
         "auto_over_best_fixed": auto_tps / results[best]["tokens_per_s"] if results[best]["tokens_per_s"] else 0.0,
         "auto_over_best_fixed_by_repeat": by_repeat,
         "within": WITHIN,
+        "first_decrease_over_best_fixed": first_tps / results[best]["tokens_per_s"] if results[best]["tokens_per_s"] else 0.0,
+        "auto_over_first_decrease": auto_tps / first_tps if first_tps else 0.0,
         "auto_chosen_budgets": {str(k): int(v) for k, v in zip(*np.unique(chosen, return_counts=True))},
+        "first_decrease_chosen_budgets": {str(k): int(v) for k, v in
+                                          zip(*np.unique(tallies["first-decrease"].budgets, return_counts=True))},
         "cost_model": policy.costs.to_json(),
+        "first_decrease_cost_model": first_decrease.costs.to_json(),
         "auto_state_at_end": {"overhead_us": policy.overhead_us, "verify_scale": policy.verify_scale,
                               "calibration": policy.calibration},
         "identical_to_ar": {c: sum(t == a for t, a in zip(tokens[c], tokens["ar"])) for c in configs if c != "ar"},
@@ -155,8 +169,14 @@ def markdown(r: dict) -> str:
               f"fixed (per repeat, against that repeat's best: "
               f"{', '.join(f'{x:.3f}' for x in r['auto_over_best_fixed_by_repeat'])}); "
               f"{'within' if r['auto_within'] else 'NOT within'} {100 * (1 - r['within']):.0f}%.", "",
+              f"first-decrease (CaDDTree's rule: a straight-line verify cost, the first size after which the "
+              f"expected throughput falls): {r['configs']['first-decrease']['tokens_per_s']:.1f} tokens/s = "
+              f"{r['first_decrease_over_best_fixed']:.3f}x the best fixed; auto / first-decrease = "
+              f"{r['auto_over_first_decrease']:.3f}.", "",
               "Budgets auto chose (budget: rounds): "
-              + ", ".join(f"{k}: {v}" for k, v in r["auto_chosen_budgets"].items()), ""]
+              + ", ".join(f"{k}: {v}" for k, v in r["auto_chosen_budgets"].items()), "",
+              "Budgets first-decrease chose: "
+              + ", ".join(f"{k}: {v}" for k, v in r["first_decrease_chosen_budgets"].items()), ""]
     return "\n".join(lines)
 
 
@@ -169,7 +189,8 @@ def plot(r: dict, chosen: list[int], path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     names = list(r["configs"])
     tps = [r["configs"][c]["tokens_per_s"] for c in names]
-    colors = ["tab:gray" if c == "ar" else "tab:orange" if c == "auto" else "tab:blue" for c in names]
+    colors = ["tab:gray" if c == "ar" else "tab:orange" if c == "auto" else "tab:green" if c == "first-decrease"
+              else "tab:blue" for c in names]
     left.bar(names, tps, color=colors)
     for x, c in enumerate(names):
         reps = r["configs"][c]["tokens_per_s_by_repeat"]

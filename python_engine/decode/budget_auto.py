@@ -148,6 +148,20 @@ class VerifyCosts:
         c, d = nonnegative_least_squares(np.stack([dc, dc * n], axis=1), residual)
         return cls(switches, costs.sizes, costs.table_us, (float(c), float(d)), c0, costs.floor_us, tuple(samples))
 
+    @classmethod
+    def affine(cls, samples: list[tuple[int, int, float]]) -> "VerifyCosts":
+        """A straight line in the size (least squares at the smallest context) with the same
+        context term: a convex cost as CaDDTree fits one, for comparing with it."""
+        c0 = min(c for _, c, _ in samples)
+        base = [(n, t) for n, c, t in samples if c == c0]
+        sizes = np.array([n for n, _ in base], dtype=np.float64)
+        a, b = np.linalg.lstsq(np.stack([np.ones_like(sizes), sizes], axis=1), np.array([t for _, t in base]),
+                               rcond=None)[0]
+        ends = (0, int(sizes.max()))
+        line = [(n, c0, float(a + b * n)) for n in ends]
+        fitted = cls.from_samples(line + [x for x in samples if x[1] != c0])
+        return cls((), fitted.sizes, fitted.table_us, fitted.context_terms, c0, 0.0, tuple(samples))
+
     def _table(self, n: np.ndarray | int) -> np.ndarray:
         """The table at sizes n, linear between the sizes timed within n's segment (constant
         past a segment's first or last size timed)."""
@@ -214,12 +228,16 @@ class AutoBudget:
     """The per-round budget choice of `--budget auto` (see the module docstring). One object
     serves a run: what it learns about the machine and the drafter carries over requests."""
 
-    def __init__(self, costs: VerifyCosts, max_budget: int = AUTO_MAX_BUDGET, calibrate: bool = True):
+    def __init__(self, costs: VerifyCosts, max_budget: int = AUTO_MAX_BUDGET, calibrate: bool = True,
+                 stop_at_first_decrease: bool = False):
         if max_budget < 1:
             raise KdtreeError(f"--max-budget {max_budget}: --budget auto needs a largest tree of >= 1 node")
         self.costs = costs
         self.max_budget = int(max_budget)
         self.calibrate = calibrate
+        # CaDDTree's rule: the first size after which the throughput falls (exact only when it
+        # is unimodal); kept for comparing with it (kdtree bench budget)
+        self.stop_at_first_decrease = stop_at_first_decrease
         self.overhead_us: float | None = None  # draft + tree build + commit, running mean
         self.verify_scale = 1.0  # measured verify / the fit's, running mean
         self.predicted_tokens = 0.0  # drafted tokens the chosen trees were expected to yield
@@ -254,7 +272,11 @@ class AutoBudget:
         sizes = np.arange(1, largest + 1)
         expected = self.expected_lengths(scores)
         rate = expected[1:] / self.round_us(sizes, context)
-        n = int(sizes[int(np.argmax(rate))])
+        if self.stop_at_first_decrease:
+            falls = np.flatnonzero(np.diff(rate) < 0)
+            n = int(sizes[falls[0]]) if len(falls) else int(sizes[-1])
+        else:
+            n = int(sizes[int(np.argmax(rate))])
         self._last = (n, context, float(np.exp(np.asarray(scores[1: n + 1], dtype=np.float64)).sum()))
         return n
 

@@ -167,6 +167,26 @@ def test_path_switch_is_where_the_moe_stops_gathering(rng):
     assert path_switches(SimpleNamespace(cfg=SimpleNamespace(n_routed_experts=0)), largest) == ()
 
 
+def test_first_decrease_rule_and_the_affine_cost(rng):
+    """CaDDTree's rule (kept for kdtree bench budget): with a straight-line cost the
+    throughput is unimodal and the first decrease is the argmax; with a cost that drops at a
+    switch it stops before the drop, where the argmax does not."""
+    line = (float(rng.uniform(100, 2000)), float(rng.uniform(1, 100)))
+    samples = [(n, 5, line[0] + line[1] * n + float(rng.normal(0, 1e-6))) for n in range(0, 65, 4)]
+    affine = VerifyCosts.affine(samples)
+    np.testing.assert_allclose(affine.verify_us(np.arange(65), 5), line[0] + line[1] * np.arange(65), rtol=1e-6)
+    scores = np.concatenate([[0.0], np.sort(np.log(rng.uniform(0.01, 1.0, size=64)))[::-1]]).astype(np.float32)
+    greedy = AutoBudget(affine, 64, calibrate=False, stop_at_first_decrease=True)
+    full = AutoBudget(affine, 64, calibrate=False)
+    greedy.overhead_us = full.overhead_us = float(rng.uniform(0, 1000))
+    assert greedy.choose(scores, 5) == full.choose(scores, 5)
+    drop = VerifyCosts.from_samples([(0, 5, 100.0), (7, 5, 2000.0), (8, 5, 100.0), (64, 5, 110.0)], (8,))
+    scores = np.log(np.array([1.0] + [0.9] * 64, dtype=np.float32))
+    greedy, full = (AutoBudget(drop, 64, calibrate=False, stop_at_first_decrease=s) for s in (True, False))
+    greedy.overhead_us = full.overhead_us = 10.0
+    assert greedy.choose(scores, 5) < 8 <= full.choose(scores, 5)
+
+
 def test_calibration_follows_what_the_target_accepts():
     policy = AutoBudget(VerifyCosts.from_samples([(0, 1, 1000.0), (8, 1, 1000.0)]), max_budget=8)
     scores = np.log(np.array([1.0] + [0.9] * 8, dtype=np.float32))
