@@ -52,10 +52,7 @@ def serve(
 ) -> None:
     """Serve the model over the OpenAI API: /v1/completions, /v1/chat/completions, /v1/models.
 
-    Requests join the running batch as they arrive and stream their text as rounds emit
-    tokens. Also /health, /metrics (Prometheus) and /v1/kdtree/events (the metrics events,
-    what `kdtree tui --url` follows). Example, then any OpenAI client at
-    http://127.0.0.1:8000/v1 with the model id demo-target:
+    Requests join the running batch as they arrive and stream their text as rounds emit tokens. Also /health, /metrics (Prometheus) and /v1/kdtree/events (the metrics events, what `kdtree tui --url` follows). Example, then any OpenAI client at http://127.0.0.1:8000/v1 with the model id demo-target:
 
         kdtree serve --model refs/models/demo-target --drafter refs/models/demo-drafter
     """

@@ -117,3 +117,15 @@ def test_help_paragraphs_render_as_whole_sentences():
     assert not broken, f"help paragraphs broken across lines: {broken}"
     result = runner.invoke(app, ["demo", "--help"], env={"COLUMNS": "400"})
     assert "the command says so and exits with status 1." in result.output
+
+
+def test_seed_sweep_goes_to_pytest_and_not_with_native_alone(monkeypatch):
+    import kdtree_cli.commands.test as test_command
+
+    calls = []
+    monkeypatch.setattr(test_command.subprocess, "call", lambda cmd, cwd: calls.append(cmd) or 0)
+    assert runner.invoke(app, ["test", "-j", "1", "--seed-sweep", "7", "--", "tests/model"]).exit_code == 0
+    assert calls[-1][3:] == ["--seed-sweep", "7", "tests/model"]
+    result = runner.invoke(app, ["test", "--native", "--seed-sweep", "7"])
+    assert result.exit_code != 0 and calls[-1][3:] == ["--seed-sweep", "7", "tests/model"]
+    assert "--seed-sweep" in str(result.exception)
