@@ -123,8 +123,8 @@ def plan_steps(host: HostConfig, opts: DeployOptions) -> list[PlannedStep]:
     elif host.build:
         build = PlannedStep("build", True, "the host's build command")
     elif no_gpu:
-        build = PlannedStep("build", True, f"{' '.join(EMULATED_TARGETS)} only: gpus = 0, no GPU code could run "
-                                           "there (set build = [...] to compile it anyway)")
+        build = PlannedStep("build", True, f"{' '.join(EMULATED_TARGETS)} only, as gpus = 0: no GPU code could "
+                                           "run there; set build = [...] to compile it anyway")
     else:
         build = PlannedStep("build", True, f"for {'sm_' + host.arch_str if host.arch else 'the GPUs it sees'}")
     if not opts.test:
@@ -132,7 +132,7 @@ def plan_steps(host: HostConfig, opts: DeployOptions) -> list[PlannedStep]:
     elif host.test:
         test = PlannedStep("test", True, "the host's test command")
     else:
-        test = PlannedStep("test", True, "the Python suite, native engine emulated: gpus = 0" if no_gpu
+        test = PlannedStep("test", True, "the Python suite, the native engine emulated, as gpus = 0" if no_gpu
                            else "the native test programs on the GPU")
     if not opts.test:
         check = PlannedStep("check", False, "--no-test")
@@ -141,9 +141,9 @@ def plan_steps(host: HostConfig, opts: DeployOptions) -> list[PlannedStep]:
     elif check_template(host, opts.project_root) is not None:
         check = PlannedStep("check", True, "the host's check command" if host.check else "kdtree engine-check")
     elif no_gpu:
-        check = PlannedStep("check", False, "no GPU (gpus = 0): the engine check runs the native engine on one")
+        check = PlannedStep("check", False, "no GPU, as gpus = 0: the engine check runs the native engine on one")
     else:
-        check = PlannedStep("check", False, f"this tree has no {ENGINE_CHECK_MODULE} (`kdtree engine-check`)")
+        check = PlannedStep("check", False, f"this tree has no {ENGINE_CHECK_MODULE}, `kdtree engine-check`")
     return [build, test, check]
 
 

@@ -1,7 +1,8 @@
 """`kdtree hosts` checks: for each host, is it reachable (with a known host key), which
 Python and nvcc it has, which GPUs (and so which SM arch) nvidia-smi sees, which
 release is current, and what a deploy's environment step would install there (with its
-download size: a host without torch gets a CUDA torch). Every problem comes with the message of the check that found it."""
+download size: a host without torch gets a CUDA torch). Every problem comes with the
+message of the check that found it."""
 
 from __future__ import annotations
 

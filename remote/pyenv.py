@@ -206,9 +206,9 @@ class EnvPlan:
         named = ", ".join(f"{d.name} {d.version} ({human_bytes(d.bytes)})" for d in largest[:PLAN_LISTED])
         more = f" and {len(largest) - PLAN_LISTED} more" if len(largest) > PLAN_LISTED else ""
         unsized = sum(d.bytes is None for d in self.downloads)
+        unknown = f" ({unsized} of unknown size)" if unsized else ""
         return (f"new {self.where}: pip installs {len(self.downloads)} package(s), "
-                f"{human_bytes(self.download_bytes)} to download{' (' + str(unsized) + ' of unknown size)' if unsized else ''}: "
-                f"{named}{more}")
+                f"{human_bytes(self.download_bytes)} to download{unknown}: {named}{more}")
 
     def short(self) -> str:
         """A table cell: `up to date`, `5.61 GB, 24 pkgs`, ..."""
@@ -218,7 +218,9 @@ class EnvPlan:
             return "up to date"
         if self.unknown:
             return "unknown"
-        return f"{human_bytes(self.download_bytes)}, {len(self.downloads)} pkg(s)" if self.downloads else "nothing to fetch"
+        if not self.downloads:
+            return "nothing to fetch"
+        return f"{human_bytes(self.download_bytes)}, {len(self.downloads)} pkg(s)"
 
 
 def human_bytes(n: int | None) -> str:

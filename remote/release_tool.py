@@ -304,12 +304,15 @@ def _download_size(url):
 
 def cmd_install_plan(a):
     """What `pip install` of a["requirements"] with the pip argv a["pip"] (plus a["options"],
-    in the environment plus a["env"]) would download, without installing: pip's own resolution (--dry-run --report), each
-    package with its size. Prints {"packages": [{name, version, bytes}]} or {"error": why}."""
+    in the environment plus a["env"]) would download, without installing: pip's own
+    resolution (--dry-run --report), each package with its size. Prints
+    {"packages": [{name, version, bytes}]} or {"error": why}."""
     import subprocess
 
-    argv = list(a["pip"]) + ["install", "--dry-run", "--quiet", "--disable-pip-version-check",
-                             "--no-input", "--report", "-"] + list(a.get("options", [])) + list(a["requirements"])
+    # one retry, 20 s per connection: an offline host answers "unknown" in under a minute
+    argv = list(a["pip"]) + ["install", "--dry-run", "--quiet", "--disable-pip-version-check", "--no-input",
+                             "--retries", "1", "--timeout", "20", "--report", "-"]
+    argv += list(a.get("options", [])) + list(a["requirements"])
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               env=dict(os.environ, **a.get("env", {})), timeout=float(a.get("timeout", 600)))

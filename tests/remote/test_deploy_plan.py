@@ -36,10 +36,10 @@ def test_a_gpu_less_host_builds_what_it_can_run_and_says_what_it_skips(sshd, hos
     assert step_argv(r, "build") == ["build", "engine_emu", "emu_tests"]  # no sm_90a / sm_120 code
     assert step_argv(r, "test") == ["test"]  # the Python suite
     assert [s.name for s in r.steps] == ["env", "build", "test"] and all(s.ok for s in r.steps)
-    assert list(r.skipped) == ["check"] and "no GPU (gpus = 0)" in r.skipped["check"]
+    assert list(r.skipped) == ["check"] and "no GPU, as gpus = 0" in r.skipped["check"]
     # said up front, before any step's output, and kept in the summary
     plan = next(n for n in notes(r) if n.startswith("steps: "))
-    assert "build (engine_emu emu_tests only: gpus = 0" in plan and "skipped: check (no GPU" in plan
+    assert "build (engine_emu emu_tests only, as gpus = 0" in plan and "skipped: check (no GPU" in plan
     first_output = r.reporter.notes.index(next(x for x in r.reporter.notes if x[1].startswith("build: ")))
     assert r.reporter.notes.index(("sshd-test", plan)) < first_output
     summary = json.loads((tmp_path / "results" / "sshd-test" / "deploy.json").read_text())
