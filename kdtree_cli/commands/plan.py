@@ -78,7 +78,7 @@ def plan(
                                          min=1)] = 32768,
     slots: Annotated[int, typer.Option("--slots", help="Requests decoded together.", min=1)] = 1,
     budgets: Annotated[str, typer.Option("--budgets", help="DDTree node budgets to project (0: AR).")] = "0,4,8,16,32,64",
-    gpu_memory_limit: Annotated[Optional[float], typer.Option("--gpu-memory-limit", help="GB of each GPU to plan in "
+    gpu_memory_limit: Annotated[Optional[float], typer.Option("--gpu-memory-limit", help="GiB of each GPU to plan in, as kdtree run's "
                                                               "(default: the card's).", min=0.1, show_default=False)] = None,
     reserve: Annotated[float, typer.Option("--reserve", help="GB each GPU keeps off the plan (CUDA context, driver).",
                                            min=0.0)] = 1.0,
@@ -127,7 +127,7 @@ def plan(
             f"{prof.name} x {gpus} ({link})"
     request = PlanRequest(
         model=model, drafter=None if no_drafter else (drafter or DEFAULT_DRAFTER), host=h, host_name=host_name,
-        context=context, slots=slots, budgets=_parse_budgets(budgets), memory_limit_gb=gpu_memory_limit,
+        context=context, slots=slots, budgets=_parse_budgets(budgets), memory_limit_gib=gpu_memory_limit,
         reserve_gb=reserve, acceptance=default_acceptance(acceptance, _parse_taus(tau)),
         routing=RoutingSharing.from_file(routing) if routing else RoutingSharing(), allreduce_us=allreduce_us,
         dtype=dtype)

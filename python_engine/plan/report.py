@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from python_engine.device_profiles import DeviceProfile
+from python_engine.device_profiles import GIB, DeviceProfile
 from python_engine.errors import KdtreeError
 from python_engine.model.config import load_target_config
 from python_engine.model.drafter_config import check_against_target, load_drafter_config
@@ -29,7 +29,7 @@ class PlanRequest:
     context: int = 32768
     slots: int = 1
     budgets: tuple[int, ...] = (0, 4, 8, 16, 32, 64)
-    memory_limit_gb: float | None = None
+    memory_limit_gib: float | None = None  # GiB, as kdtree run and bench engine take it
     reserve_gb: float = DEFAULT_RESERVE_GB
     acceptance: Acceptance = Acceptance()
     routing: RoutingSharing = RoutingSharing()
@@ -54,10 +54,10 @@ def build_plan(req: PlanRequest) -> dict:
         raise KdtreeError(f"--context {req.context}: over the model's max_position_embeddings "
                           f"({cfg.max_position_embeddings}, {req.model}/config.json)")
     host, n = req.host, req.host.gpus
-    limit = int((req.memory_limit_gb * GB) if req.memory_limit_gb else host.profile.memory.value)
-    if req.memory_limit_gb and req.memory_limit_gb * GB > host.profile.memory.value:
-        raise KdtreeError(f"--gpu-memory-limit {req.memory_limit_gb:g} GB is more than the "
-                          f"{host.profile.name}'s {host.profile.memory.value / GB:.1f} GB")
+    limit = int((req.memory_limit_gib * GIB) if req.memory_limit_gib else host.profile.memory.value)
+    if req.memory_limit_gib and req.memory_limit_gib * GIB > host.profile.memory.value:
+        raise KdtreeError(f"--gpu-memory-limit {req.memory_limit_gib:g} GiB is more than the "
+                          f"{host.profile.name}'s {host.profile.memory.value / GIB:.1f} GiB")
     reserve = int(req.reserve_gb * GB)
     top_budget = max(req.budgets)
     weights = target_weights(cfg, n, req.dtype)
@@ -87,7 +87,7 @@ def build_plan(req: PlanRequest) -> dict:
         "dtype": req.dtype, "context": req.context, "slots": req.slots, "budget_for_memory": top_budget,
         "memory": {
             "limit_gb": limit / GB, "reserve_gb": reserve / GB,
-            "limit_source": ("--gpu-memory-limit" if req.memory_limit_gb else
+            "limit_source": ("--gpu-memory-limit" if req.memory_limit_gib else
                              f"the {host.profile.name}'s {host.profile.memory.value / 2**30:.0f} GiB, "
                              f"{host.profile.memory.kind}"),
             "weights_gb": {k: v / GB for k, v in parts.items()},

@@ -10,7 +10,7 @@ from test_cli_hostile import kdtree_measured, one_error_line
 
 @pytest.mark.parametrize("args,says", [
     (["--profile", "rtx-pro-6000", "--allreduce-us", "inf"], "--allreduce-us inf: give a finite number"),
-    (["--profile", "rtx-pro-6000", "--gpu-memory-limit", "1e9"], "--gpu-memory-limit 1e+09 GB is more than"),
+    (["--profile", "rtx-pro-6000", "--gpu-memory-limit", "1e9"], "--gpu-memory-limit 1e+09 GiB is more than"),
     (["--profile", "rtx-pro-6000", "--context", "10000000"], "--context 10000000: over the model's"),
     (["--profile", "rtx-pro-6000", "--gpus", "7"], "divisible by 7"),
     (["--profile", "tpu"], "device profile 'tpu' is not known"),
