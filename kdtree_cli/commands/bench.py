@@ -22,6 +22,10 @@ bench_app = typer.Typer(
 
 ARCH_HELP = "CUDA targets for the build, as for kdtree build \\[default: the visible GPU]."
 HOST_HELP = "Run it on this host from kdtree.toml (its deployed release), streaming the output back; the files stay in the release's results/ (kdtree deploy fetches them)."
+Arch = Annotated[Optional[str], typer.Option("--arch", help=ARCH_HELP, show_default=False)]
+Host = Annotated[Optional[str], typer.Option("--host", help=HOST_HELP, show_default=False)]
+KernelsOut = Annotated[Optional[Path], typer.Option(
+    "--out", help="Output folder \\[default: results/<device>/bench].", file_okay=False, show_default=False)]
 
 
 @bench_app.command("kernels", help="Kernel timings with their baselines and ceilings: verify_attn (heads 8/64, "
@@ -33,10 +37,9 @@ def kernels(
         "--suite", "-s", help="Comma-separated suites: ceilings, attn, topk, tree, accept \\[default: all].",
         show_default=False)] = None,
     quick: Annotated[bool, typer.Option("--quick", help="A few cases per suite and fewer repetitions (the full sweep took 10-15 s on an H200).")] = False,
-    out: Annotated[Optional[Path], typer.Option(
-        "--out", help="Output folder \\[default: results/<device>/bench].", file_okay=False, show_default=False)] = None,
-    arch: Annotated[Optional[str], typer.Option("--arch", help=ARCH_HELP, show_default=False)] = None,
-    host: Annotated[Optional[str], typer.Option("--host", help=HOST_HELP, show_default=False)] = None,
+    out: KernelsOut = None,
+    arch: Arch = None,
+    host: Host = None,
 ) -> None:
     if host:
         forward_to_host(ctx, host, drop=("out",))
@@ -68,14 +71,13 @@ def kernels(
                    "bench.")
 def all_(
     ctx: typer.Context,
-    out: Annotated[Optional[Path], typer.Option(
-        "--out", help="Output folder \\[default: results/<device>/bench].", file_okay=False, show_default=False)] = None,
+    out: KernelsOut = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the generated test cases (default: fresh, "
                                                 "printed).", show_default=False)] = None,
     budget_s: Annotated[float, typer.Option("--budget-s", help="Seconds the whole run may take: steps that no "
                                             "longer fit are skipped (the bench goes quick first).")] = 480.0,
-    arch: Annotated[Optional[str], typer.Option("--arch", help=ARCH_HELP, show_default=False)] = None,
-    host: Annotated[Optional[str], typer.Option("--host", help=HOST_HELP, show_default=False)] = None,
+    arch: Arch = None,
+    host: Host = None,
 ) -> None:
     if host:
         forward_to_host(ctx, host, drop=("out",))

@@ -48,7 +48,7 @@ class RunRequest:
 
 def read_prompts_file(path: Path) -> tuple[list[str], list[list[int]]]:
     """Prompts from a file: one text per line, or JSON lines with "prompt" (text) or "ids"."""
-    import json
+    from python_engine.json_text import parse_json
 
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -59,12 +59,7 @@ def read_prompts_file(path: Path) -> tuple[list[str], list[list[int]]]:
         if not line.strip():
             continue
         if line.lstrip().startswith("{"):
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise KdtreeError(f"--prompts {path}:{n}: not valid JSON ({exc.msg})") from None
-            except (ValueError, RecursionError) as exc:  # an integer of > 4300 digits, nesting too deep
-                raise KdtreeError(f"--prompts {path}:{n}: cannot be read as JSON ({str(exc)[:80]})") from None
+            obj = parse_json(line, f"--prompts {path}:{n}")
             if isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
                 texts.append(obj["prompt"])
             elif isinstance(obj, dict) and isinstance(obj.get("ids"), list) and all(

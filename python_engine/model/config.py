@@ -9,13 +9,13 @@ the key, so the forward never meets a surprise.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from python_engine.errors import KdtreeError
+from python_engine.json_text import parse_json
 from python_engine.model.quant_config import Int4Scheme, int4_scheme_from_config
 
 # transformers' DeepseekV3Config defaults, used when config.json omits a key.
@@ -170,12 +170,7 @@ def read_json(path: Path, what: str) -> dict:
         raise KdtreeError(f"{what}: {path} is not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise KdtreeError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise KdtreeError(f"{what}: {path} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
-    except (ValueError, RecursionError) as exc:  # an integer of > 4300 digits, nesting too deep
-        raise KdtreeError(f"{what}: {path} cannot be read as JSON ({str(exc)[:80]})") from None
+    obj = parse_json(text, f"{what}: {path}")
     if not isinstance(obj, dict):
         raise KdtreeError(f"{what}: {path} must hold a JSON object")
     return obj

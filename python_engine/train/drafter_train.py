@@ -33,7 +33,7 @@ from python_engine.train.drafter_validation import ValidationSet, build_validati
 from python_engine.train.evaluate import heldout_prompts
 from python_engine.train.progress import LossMeter, Progress
 from python_engine.train.recipe import DrafterTraining, Recipe
-from python_engine.train.schedule import StepPlan, TimeGuard, lr_at
+from python_engine.train.schedule import StepPlan, TimeGuard, device_sync, set_lr
 from python_engine.train.target_model import load_hf_target, read_config
 from python_engine.train.target_train import autocast_for
 from python_engine.train.tokenizer import TokenizedCorpus
@@ -107,15 +107,13 @@ def fit_drafter(raw: dict, dt: DrafterTraining, seqs: torch.Tensor, prompt_lens:
     weights = position_weights(B, dt.loss_decay, device)
     plan = StepPlan(planned=dt.steps, total=dt.steps, warmup=dt.warmup_steps)
     guard = TimeGuard(plan, dt.time_budget_s, log=log)
-    sync = (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
+    sync = device_sync(device)
     history = {"train": {"step": [], "loss": []}, "val": {"step": [], **{k: [] for k in VAL_KEYS}}}
     best = {"tau_budget": -1.0, "step": 0, "state": None}
     meter = LossMeter("drafter", device, dt.eval_every // 4, history["train"])
     step = 0
     while step < plan.total:
-        lr = lr_at(step, plan.total, dt.lr, plan.warmup, dt.min_lr_ratio)
-        for group in opt.param_groups:
-            group["lr"] = lr
+        lr = set_lr(opt, step, plan, dt.lr, dt.min_lr_ratio)
         rows = torch.randint(0, len(seqs), (dt.batch_size,), generator=g)
         batch = seqs[rows.to(device)]
         feats = features_of(rows, batch)

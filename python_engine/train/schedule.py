@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int, min_ratio: float) -> float:
@@ -15,6 +16,22 @@ def lr_at(step: int, total: int, peak: float, warmup: int, min_ratio: float) -> 
         return peak * (step + 1) / warmup
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
     return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def set_lr(optimizer, step: int, plan: StepPlan, peak: float, min_ratio: float) -> float:
+    """Every parameter group of `optimizer` at the schedule's rate for `step`; that rate."""
+    lr = lr_at(step, plan.total, peak, plan.warmup, min_ratio)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    return lr
+
+
+def device_sync(device) -> Callable[[], None]:
+    """What waits for the work queued on `device` (a torch.device): the CUDA stream's
+    synchronize on a GPU, nothing on the CPU, where every step runs in line."""
+    import torch
+
+    return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
 
 @dataclass

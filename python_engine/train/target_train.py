@@ -17,7 +17,7 @@ from python_engine.train.batches import WindowSampler, fixed_windows
 from python_engine.train.moe_balance import ExpertLoadBalancer
 from python_engine.train.progress import LossMeter, Progress
 from python_engine.train.recipe import Recipe
-from python_engine.train.schedule import StepPlan, TimeGuard, lr_at
+from python_engine.train.schedule import StepPlan, TimeGuard, device_sync, set_lr
 from python_engine.train.target_model import build_target, save_target
 from python_engine.train.tokenizer import TokenizedCorpus
 
@@ -82,15 +82,13 @@ def train_target(recipe: Recipe, tokens: TokenizedCorpus, tokenizer_dir: Path, o
     eval_windows = fixed_windows(tokens.heldout, tt.seq_len, tt.eval_batches * tt.batch_size, tt.seed + 1)
     plan = StepPlan(planned=tt.steps, total=tt.steps, warmup=tt.warmup_steps)
     guard = TimeGuard(plan, tt.time_budget_s, log=log)
-    sync = (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
+    sync = device_sync(device)
     history = {"train": {"step": [], "loss": []}, "heldout": {"step": [], "loss": []}, "imbalance": []}
 
     meter = LossMeter("target", device, tt.eval_every // 4, history["train"])
     step = 0
     while step < plan.total:
-        lr = lr_at(step, plan.total, tt.lr, plan.warmup, tt.min_lr_ratio)
-        for g in opt.param_groups:
-            g["lr"] = lr
+        lr = set_lr(opt, step, plan, tt.lr, tt.min_lr_ratio)
         inputs, labels = sampler.next()
         loss = lm_loss(model, inputs, labels, device)
         loss.backward()
