@@ -2,10 +2,11 @@
 
 The synced tree is: the files git tracks, plus untracked files git does not ignore, plus
 everything under refs/ (reference bundles, even when ignored); never build/, build-*/,
-.venv/, results/, .git/ or __pycache__/. A release on a host has no .git: there the files
-are those of its own manifest (what the deploy that made it sent), so what its steps
-generate (compile_commands.json, caches, build outputs) is never sent on from it. Any other
-folder outside a git work tree is walked with the exclusions above.
+.venv/, results/, .git/, __pycache__/ or what tools generate there (GENERATED). A release
+on a host has no .git: there the files are those of its own manifest (what the deploy that
+made it sent), so what its steps generate (compile_commands.json, caches, build outputs)
+is never sent on from it. Any other folder outside a git work tree is walked with the
+exclusions above.
 
 A manifest maps each relative path to its content hash (sha256), size and mode (0o755 or
 0o644; symlinks keep their target). Each release on a remote carries the manifest it was
@@ -31,12 +32,16 @@ from remote.errors import RemoteError
 MANIFEST_NAME = ".kdtree-release.json"
 ALWAYS_INCLUDED = ("refs",)
 NEVER_SYNCED_DIRS = (".git", ".venv", "build", "results")  # and build-* (see _excluded)
+# What tools write into the tree, never sent even from a folder git does not describe:
+# `kdtree build`'s copy of compile_commands.json (for clangd; a build in the release writes
+# its own), pytest's and hypothesis's caches.
+GENERATED = ("compile_commands.json", ".pytest_cache", ".hypothesis")
 
 
 def _excluded(rel: str) -> bool:
     parts = rel.split("/")
     return (parts[0] in NEVER_SYNCED_DIRS or parts[0].startswith("build-") or rel == MANIFEST_NAME
-            or "__pycache__" in parts or rel.endswith(".pyc"))
+            or parts[0] in GENERATED or "__pycache__" in parts or rel.endswith(".pyc"))
 
 
 class ManifestError(RemoteError):

@@ -88,6 +88,7 @@ def test_git_tree_plus_untracked_plus_refs_never_build(tmp_path, rng):
         "tracked.py": "x = 1\n", "sub/dir/mod.py": "y = 2\n", "untracked_new.py": "z\n",
         "ignored.log": "noise\n", "refs/bundle.kdtr": "R", "refs/gen/ignored_too.kdtr": "R2",
         "build/out.o": "O", "build-debug/x.o": "O", ".venv/lib/x.py": "V", "results/h/r.xml": "X",
+        "compile_commands.json": "[]", ".pytest_cache/v/x": "C", ".hypothesis/examples/x": "H",
         f"odd/{WEIRD}.txt": "W",
     }
     for rel, text in files.items():
