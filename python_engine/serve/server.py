@@ -17,6 +17,7 @@ from typing import IO
 
 from python_engine.errors import KdtreeError
 from python_engine.events import EventWriter
+from python_engine.serve import READY_PREFIX
 from python_engine.serve.engine_loop import EngineLoop
 
 DEFAULT_MAX_SLOTS = 16
@@ -168,7 +169,14 @@ class Serving:
                                 timeout_graceful_shutdown=self.opts.drain_s + DRAIN_MARGIN_S)
         loop, drain_s = self.loop, self.opts.drain_s
 
+        ready_line = f"{READY_PREFIX} http://{self.opts.bind}:{self.opts.port}"
+
         class DrainingServer(uvicorn.Server):
+            async def startup(self, sockets=None) -> None:
+                await super().startup(sockets)
+                if self.started:
+                    print(ready_line, file=sys.stderr, flush=True)
+
             def handle_exit(self, sig, frame) -> None:
                 loop.begin_drain(drain_s)
                 super().handle_exit(sig, frame)

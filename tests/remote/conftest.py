@@ -50,6 +50,22 @@ elif args[:1] == ["run"] and "--metrics" in args:  # a stand-in engine: slow met
             print("stand-in engine: out of memory", file=sys.stderr)
             sys.exit(4)
         out.write(json.dumps({"event": "run_end", "t": (rounds + 1) * delay, "rounds": rounds}) + "\n")
+elif args[:1] == ["serve"]:  # a stand-in server: answers GET on --port with its arguments; GET /stop ends it
+    import http.server, threading
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"argv": args}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            if self.path == "/stop":
+                threading.Thread(target=self.server.shutdown).start()
+        def log_message(self, *_):
+            pass
+    server = http.server.HTTPServer(("127.0.0.1", int(args[args.index("--port") + 1])), Handler)
+    print("kdtree serve: listening on http://127.0.0.1:%d" % server.server_port, file=sys.stderr, flush=True)
+    server.serve_forever()
 elif args[:1] == ["fail"]:
     print("out line", flush=True)
     print("err line", file=sys.stderr, flush=True)

@@ -18,6 +18,7 @@ from remote.errors import RemoteCommandError, RemoteEnvError
 from remote.exec import run_kdtree, stream_kdtree
 from remote.inventory import HostConfig
 from remote.output import CollectingReporter
+from remote.serve_forward import serve_on_host
 
 from conftest import make_project, run_deploy
 from kdtree_sshd import ALIAS
@@ -88,3 +89,39 @@ def test_no_release_yet_says_deploy_first(deployed):
     fresh = dataclasses.replace(deployed, dir=f"~/kd-never-{uuid.uuid4().hex[:6]}")
     with pytest.raises(RemoteEnvError, match="run `kdtree deploy sshd-test` first"):
         list(stream_kdtree(fresh, ["whoami"]))
+
+
+def test_serve_on_host_forwards_its_port(deployed):
+    """`kdtree serve --host`: the host's server (a stand-in here) answers on a local port
+    through the SSH connection, and its exit status comes back once it stops."""
+    import socket
+    import threading
+
+    import httpx
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    remote_port, local_port = free_port(), free_port()  # the "host" is this machine: two ports
+    args = ["--model", "m dir", "--port", str(remote_port)]
+    reporter = CollectingReporter()
+    status: list[int] = []
+    runner = threading.Thread(target=lambda: status.append(
+        serve_on_host(deployed, args, remote_port, local_port=local_port, reporter=reporter)))
+    runner.start()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            answer = httpx.get(f"http://127.0.0.1:{local_port}/health", timeout=2)
+            break
+        except httpx.TransportError:
+            assert runner.is_alive() and time.monotonic() < deadline, reporter.lines
+            time.sleep(0.1)
+    assert answer.json() == {"argv": ["serve", *args]}
+    httpx.get(f"http://127.0.0.1:{local_port}/stop", timeout=5)
+    runner.join(timeout=30)
+    assert status == [0]
+    assert (f"kdtree serve: listening on http://127.0.0.1:{remote_port}", True) in [
+        (t, e) for (_h, _s, t, e) in reporter.lines]

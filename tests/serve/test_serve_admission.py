@@ -20,6 +20,7 @@ from reference import ar_reference
 
 from python_engine.demo.defaults import DEFAULT_TARGET
 from python_engine.project import PROJECT_ROOT
+from python_engine.serve import READY_PREFIX
 
 LONG = 400  # max_tokens that would keep a slot busy for seconds if a cancel were lost
 
@@ -187,6 +188,7 @@ def test_sigterm_under_load_drains_and_exits_0(tmp_path, rng):
                 pass
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
             time.sleep(0.2)
+        assert f"{READY_PREFIX} {url}" in (tmp_path / "serve.log").read_text()  # what --host waits for
         prompts = code_text_prompts(rng, 4)
         finishes: dict[int, str | None] = {}
         started = threading.Barrier(5)
