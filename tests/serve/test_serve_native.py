@@ -59,3 +59,37 @@ def test_native_completion_equals_torch_ar(emu_server, torch_target, rng):
     assert "".join(ch.choices[0].text for ch in chunks) == want[1][0]
     assert chunks[-1].usage.completion_tokens == want[1][1]
     assert wait_idle(serving)["running"] == 0
+
+
+def test_native_batch_with_a_disconnect_frees_its_slot(emu_server, torch_target, rng):
+    """Both slots at once: one client hangs up after its first chunk (its request is
+    cancelled and released in the engine), the other's text is still AR's."""
+    import threading
+
+    url, serving = emu_server
+    prompts = code_text_prompts(rng, 2, max_lines=1)
+    keep_tokens = int(rng.integers(3, 7))
+    want = _torch_ar_text(serving, torch_target, prompts[0], keep_tokens)
+    got: dict[str, str] = {}
+
+    def stream(prompt: str, max_tokens: int, hang_up: bool) -> None:
+        c = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+        s = c.completions.create(model="demo-target", prompt=prompt, max_tokens=max_tokens, temperature=0,
+                                 stream=True)
+        parts = []
+        for chunk in s:
+            parts.append(chunk.choices[0].text)
+            if hang_up:
+                s.close()
+                return
+        got["kept"] = "".join(parts)
+
+    threads = [threading.Thread(target=stream, args=(prompts[0], keep_tokens, False)),
+               threading.Thread(target=stream, args=(prompts[1], EMU_CONTEXT // 2, True))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert got["kept"] == want[0]
+    counts = wait_idle(serving, timeout_s=120)
+    assert counts["running"] == 0 and counts["waiting"] == 0, counts
