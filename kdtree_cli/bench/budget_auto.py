@@ -143,7 +143,7 @@ def run_budget_bench(b: BudgetBench) -> dict:
     b.out_dir.mkdir(parents=True, exist_ok=True)
     (b.out_dir / "budget-auto.json").write_text(json.dumps(r, indent=2) + "\n")
     (b.out_dir / "budget-auto.md").write_text(markdown(r))
-    plot(r, chosen, b.out_dir / "budget-auto.png")
+    plot(r, b.out_dir / "budget-auto.png")
     return r
 
 
@@ -180,7 +180,8 @@ def markdown(r: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(r: dict, chosen: list[int], path: Path) -> None:
+def plot(r: dict, path: Path) -> None:
+    """budget-auto.png from the result alone (so it can be redrawn from budget-auto.json)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -195,13 +196,18 @@ def plot(r: dict, chosen: list[int], path: Path) -> None:
     for x, c in enumerate(names):
         reps = r["configs"][c]["tokens_per_s_by_repeat"]
         left.scatter([x] * len(reps), reps, color="black", s=8, zorder=3)
+    left.tick_params(axis="x", labelrotation=30)
     left.set_xlabel("budget (ar: no drafter)")
     left.set_ylabel("decode tokens/s")
     left.set_title("tokens/s (bars: all repeats; dots: each repeat)")
-    right.hist(chosen, bins=range(0, r["max_budget"] + 2), color="tab:orange")
-    right.set_xlabel("budget auto chose")
+    for key, color, label in (("first_decrease_chosen_budgets", "tab:green", "first-decrease"),
+                              ("auto_chosen_budgets", "tab:orange", "auto")):
+        counts = r.get(key, {})
+        right.bar([int(k) for k in counts], list(counts.values()), width=0.9, color=color, alpha=0.7, label=label)
+    right.legend(fontsize=8)
+    right.set_xlabel("budget chosen")
     right.set_ylabel("rounds")
-    right.set_title("auto's per-round budgets")
+    right.set_title("budgets chosen per round")
     fig.suptitle(f"{r['target']}: auto {r['auto_over_best_fixed']:.3f}x the best fixed budget "
                  f"({r['best_fixed']['budget']}); {r['run']['commit']}", fontsize=10)
     fig.tight_layout()
