@@ -5,6 +5,8 @@
 
 #include "launch_support.h"
 
+#include "common/device_profile.h"
+
 namespace kdtree {
 namespace {
 
@@ -32,16 +34,27 @@ KernelResult current_device_limits(DeviceLimits* out) {
       return KernelResult::success();
     }
   }
-  DeviceLimits d;
-  err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-  int major = 0, minor = 0;
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  d.wgmma = major == 9 && minor == 0;
-  d.pdl = major >= 9;
+  DeviceFacts f;
+  err = cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&f.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&f.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&f.cc_major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&f.cc_minor, cudaDevAttrComputeCapabilityMinor, dev);
   if (err != cudaSuccess) return cuda_failure("reading the properties of device " + std::to_string(dev), err);
+  // KDTREE_DEVICE_PROFILE: plan as on the named device, which may only take away
+  std::string problem;
+  const DeviceProfile* profile = device_profile_from_env(&problem);
+  if (!problem.empty()) return KernelResult::invalid(problem);
+  if (profile) problem = profile_exceeds_device(*profile, f);
+  if (!problem.empty()) return KernelResult::invalid(problem);
+  const DeviceFacts seen = facts_under_profile(f, profile);
+  DeviceLimits d;
+  d.sms = seen.sms;
+  d.smem_optin = seen.smem_optin;
+  d.smem_per_sm = seen.smem_per_sm;
+  d.wgmma = facts_have_wgmma(seen);
+  d.pdl = seen.cc_major >= 9;
+  d.profile = profile;
   std::lock_guard<std::mutex> hold(cache_lock());
   cache[dev] = d;
   *out = d;

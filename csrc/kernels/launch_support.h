@@ -12,15 +12,20 @@
 
 namespace kdtree {
 
+struct DeviceProfile;  // common/device_profile.h
+
 struct DeviceLimits {
   int sms = 0;            // streaming multiprocessors
   int smem_optin = 0;     // largest dynamic shared memory one block may opt in to (bytes)
   int smem_per_sm = 0;    // shared memory of one SM (bytes)
   bool wgmma = false;     // compute capability 9.0: the build's sm_90a kernels (wgmma) run here
   bool pdl = false;       // compute capability 9.0+: programmatic dependent launch (griddepcontrol)
+  const DeviceProfile* profile = nullptr;  // KDTREE_DEVICE_PROFILE's, when set: the values above are its
 };
 
-// The current device's limits (cached per device id after the first call).
+// The current device's limits (cached per device id after the first call), as capped by
+// KDTREE_DEVICE_PROFILE (device_profile.h): an unknown profile, or one asking for more than
+// the device has, is an invalid-argument result naming why.
 KernelResult current_device_limits(DeviceLimits* out);
 
 // Let `kernel` launch with `bytes` of dynamic shared memory on the current device

@@ -1,10 +1,13 @@
 // The float32 verify_attn kernel: plain CUDA-core arithmetic, kept simple; it exists to
 // prove the bf16 one (<= 1e-5 relative error against the float64 reference).
 //
-// A CTA takes 16 query rows and one split of the keys (splits are short: <= 4096 keys, so
-// the running sums stay accurate). Per 32-key tile in shared memory: each thread computes
-// two scores (rows r and r+8, key = lane) as 576-long dot products; a warp per two rows does
-// the online softmax; each thread owns two output columns of all 16 rows for O += P V.
+// A CTA takes 16 query rows (8 where a block gets less than ~111 KB of shared memory: the
+// sm_120 form, config 13) and one split of the keys (splits are short: <= 4096 keys, so the
+// running sums stay accurate). Per 32-key tile in shared memory: each thread computes a score
+// per row of its warp (rows w, w + 8, ...; key = lane) as 576-long dot products; a warp per
+// row pair does the online softmax; each thread owns two output columns of every row for
+// O += P V. Each row's arithmetic, in order, is the same in both forms: their outputs agree
+// bit for bit under the same split.
 #pragma once
 
 #include "verify_attn_common.cuh"
@@ -12,9 +15,12 @@
 
 namespace kdtree::kern {
 
-struct F32Attn {
+template <int Rows>
+struct F32AttnTile {
   static constexpr int kThreads = 256;
-  static constexpr int kTileRows = 16;
+  static constexpr int kWarps = kThreads / kWarpSize;
+  static constexpr int kTileRows = Rows;
+  static constexpr int kRowsPerWarp = Rows / kWarps;  // rows w, w + kWarps, ...
   static constexpr int kTileKeys = 32;
   static constexpr int kRowStride = kVerifyQKDim + 4;  // floats; the pad spreads rows over banks
   static constexpr int kMaxSplitLen = 4096;
@@ -25,21 +31,32 @@ struct F32Attn {
   static constexpr size_t kMaskOff = kStatOff + sizeof(float) * kTileRows;
   static constexpr size_t kSmemBytes = kMaskOff + 16;
   static_assert(kThreads * 2 == kVerifyLatentDim, "each thread owns columns c and c + 256");
+  static_assert(kRowsPerWarp >= 1 && kRowsPerWarp * kWarps == Rows, "whole rows a warp");
+  static_assert(kTileKeys == kWarpSize, "a lane a key");
+  static_assert(kPOff + sizeof(float) * 2 * kTileRows <= kMaskOff, "the row statistics reuse P");
 };
+using F32Attn = F32AttnTile<16>;       // config 2
+using F32AttnNarrow = F32AttnTile<8>;  // config 13
 static_assert(F32Attn::kSmemBytes == kVerifyConfigShapes[kVerifyF32].smem_bytes &&
                   F32Attn::kTileRows == kVerifyConfigShapes[kVerifyF32].tile_rows &&
                   F32Attn::kTileKeys == kVerifyConfigShapes[kVerifyF32].tile_keys,
               "verify_attn_plan.h must describe F32Attn");
+static_assert(F32AttnNarrow::kSmemBytes == kVerifyConfigShapes[kVerifyF32Narrow].smem_bytes &&
+                  F32AttnNarrow::kTileRows == kVerifyConfigShapes[kVerifyF32Narrow].tile_rows &&
+                  F32AttnNarrow::kTileKeys == kVerifyConfigShapes[kVerifyF32Narrow].tile_keys,
+              "verify_attn_plan.h must describe F32AttnNarrow");
 
-__global__ void __launch_bounds__(F32Attn::kThreads) verify_attn_f32_kernel(const VerifyKernelParams k) {
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads) verify_attn_f32_kernel(const VerifyKernelParams k) {
   grid_dependents_launch();  // the merge, a programmatic dependent launch, may be placed from now on
   KD_DYNAMIC_SMEM(uint8_t, smem);
-  float* q_s = reinterpret_cast<float*>(smem + F32Attn::kQOff);
-  float* k_s = reinterpret_cast<float*>(smem + F32Attn::kKOff);
-  float* p_s = reinterpret_cast<float*>(smem + F32Attn::kPOff);
-  float* alpha_s = reinterpret_cast<float*>(smem + F32Attn::kStatOff);
-  uint32_t* mask_s = reinterpret_cast<uint32_t*>(smem + F32Attn::kMaskOff);
-  constexpr int R = F32Attn::kTileRows, N = F32Attn::kTileKeys, S = F32Attn::kRowStride;
+  float* q_s = reinterpret_cast<float*>(smem + Cfg::kQOff);
+  float* k_s = reinterpret_cast<float*>(smem + Cfg::kKOff);
+  float* p_s = reinterpret_cast<float*>(smem + Cfg::kPOff);
+  float* alpha_s = reinterpret_cast<float*>(smem + Cfg::kStatOff);
+  uint32_t* mask_s = reinterpret_cast<uint32_t*>(smem + Cfg::kMaskOff);
+  constexpr int R = Cfg::kTileRows, N = Cfg::kTileKeys, S = Cfg::kRowStride, RW = Cfg::kRowsPerWarp;
+  constexpr int W = Cfg::kWarps;
 
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize, warp = tid / kWarpSize;
   const SplitSchedule sched = split_schedule(k, R, N, mask_s);
@@ -57,7 +74,7 @@ __global__ void __launch_bounds__(F32Attn::kThreads) verify_attn_f32_kernel(cons
   // the query tile, rows past M zero
   const float* q_lat = static_cast<const float*>(k.p.q_lat);
   const float* q_pe = static_cast<const float*>(k.p.q_pe);
-  for (int idx = tid; idx < R * (kVerifyQKDim / 4); idx += F32Attn::kThreads) {
+  for (int idx = tid; idx < R * (kVerifyQKDim / 4); idx += Cfg::kThreads) {
     const int r = idx / (kVerifyQKDim / 4), c4 = idx % (kVerifyQKDim / 4);
     const int m = w.row0 + r;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -69,8 +86,13 @@ __global__ void __launch_bounds__(F32Attn::kThreads) verify_attn_f32_kernel(cons
     *reinterpret_cast<float4*>(q_s + r * S + 4 * c4) = v;
   }
 
-  // softmax state of rows `warp` and `warp + 8` (lane 0 of the warp is authoritative)
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  // softmax state of rows warp, warp + W, ... (lane 0 of the warp is authoritative)
+  float m_run[RW], l_run[RW];
+#pragma unroll
+  for (int h = 0; h < RW; ++h) {
+    m_run[h] = -INFINITY;
+    l_run[h] = 0.0f;
+  }
   float o[R][2];  // this thread's columns tid and tid + 256
 #pragma unroll
   for (int r = 0; r < R; ++r) o[r][0] = o[r][1] = 0.0f;
@@ -79,7 +101,7 @@ __global__ void __launch_bounds__(F32Attn::kThreads) verify_attn_f32_kernel(cons
   for (int it = 0; it < n_tiles; ++it) {
     const KeyTile tile = key_tile_at(w, prefix_tiles, tail_mask, it, N, T);
     __syncthreads();  // the previous tile is no longer read
-    for (int idx = tid; idx < N * (kVerifyQKDim / 4); idx += F32Attn::kThreads) {
+    for (int idx = tid; idx < N * (kVerifyQKDim / 4); idx += Cfg::kThreads) {
       const int r = idx / (kVerifyQKDim / 4), c4 = idx % (kVerifyQKDim / 4);
       float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (r < tile.valid) v = reinterpret_cast<const float4*>(kv + (static_cast<int64_t>(tile.key0) + r) * k.p.kv_row_stride)[c4];
@@ -87,24 +109,26 @@ __global__ void __launch_bounds__(F32Attn::kThreads) verify_attn_f32_kernel(cons
     }
     __syncthreads();
 
-    // scores of rows (warp, warp + 8) against key `lane`
+    // scores of rows warp, warp + W, ... against key `lane`
     {
       const float* kr = k_s + lane * S;
-      const float* q0 = q_s + warp * S;
-      const float* q1 = q_s + (warp + 8) * S;
-      float s0 = 0.0f, s1 = 0.0f;
+      float sc[RW];
+#pragma unroll
+      for (int h = 0; h < RW; ++h) sc[h] = 0.0f;
       for (int d = 0; d < kVerifyQKDim; d += 4) {
         const float4 kk = *reinterpret_cast<const float4*>(kr + d);
-        const float4 a = *reinterpret_cast<const float4*>(q0 + d);
-        const float4 c = *reinterpret_cast<const float4*>(q1 + d);
-        s0 += a.x * kk.x + a.y * kk.y + a.z * kk.z + a.w * kk.w;
-        s1 += c.x * kk.x + c.y * kk.y + c.z * kk.z + c.w * kk.w;
+#pragma unroll
+        for (int h = 0; h < RW; ++h) {
+          const float4 a = *reinterpret_cast<const float4*>(q_s + (warp + W * h) * S + d);
+          sc[h] += a.x * kk.x + a.y * kk.y + a.z * kk.z + a.w * kk.w;
+        }
       }
       bool ok = lane < tile.valid;
-      float sc[2] = {s0 * k.scale_log2, s1 * k.scale_log2};
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = warp + 8 * h;
+      for (int h = 0; h < RW; ++h) sc[h] *= k.scale_log2;
+#pragma unroll
+      for (int h = 0; h < RW; ++h) {
+        const int r = warp + W * h;
         bool vis_ok = ok;
         if (tile.tail_tile >= 0 && ok) {
           const int m = min(w.row0 + r, k.rows - 1);
@@ -147,15 +171,16 @@ __global__ void __launch_bounds__(F32Attn::kThreads) verify_attn_f32_kernel(cons
     }
   }
 
-  // row statistics to shared memory (lane 0 of warp w holds rows w and w + 8)
+  // row statistics to shared memory (lane 0 of warp w holds rows w, w + W, ...)
   __syncthreads();
   float* l_s = p_s;          // reuse: [R] sums
   float* m_s = p_s + R;      // [R] maxima (base 2)
   if (lane == 0) {
-    l_s[warp] = l_run[0];
-    l_s[warp + 8] = l_run[1];
-    m_s[warp] = m_run[0];
-    m_s[warp + 8] = m_run[1];
+#pragma unroll
+    for (int h = 0; h < RW; ++h) {
+      l_s[warp + W * h] = l_run[h];
+      m_s[warp + W * h] = m_run[h];
+    }
   }
   __syncthreads();
   for (int r = 0; r < R; ++r) {

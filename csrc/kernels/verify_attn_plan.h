@@ -17,7 +17,7 @@ namespace kdtree {
 enum VerifyAttnConfig : int {
   kVerifyBf16Sm90 = 0,    // mma tile: 64 rows x 64 keys, two K stages: needs ~226 KB of shared memory
   kVerifyBf16Small = 1,   // small tile: 32 rows x 32 keys, one K stage: ~76 KB (sm_120, sm_89, ...)
-  kVerifyF32 = 2,         // 16 rows x 32 keys, CUDA cores
+  kVerifyF32 = 2,         // 16 rows x 32 keys, CUDA cores: ~111 KB
   kVerifyBf16Decode = 3,  // decode tile: <= 32 rows (decode shapes), 64 keys, two K stages: ~188 KB
   kVerifyBf16DecodeSmall = 4,  // small decode tile: <= 32 rows, 32 keys, one K stage: ~75 KB
   kVerifyBf16Sm90Classic = 5,  // classic mma tile: the mma tile in its earlier warp layout (only when forced: timing)
@@ -31,7 +31,8 @@ enum VerifyAttnConfig : int {
   kVerifyBf16DecodeNarrow = 11,  // narrow decode tile: config 3 with one m16 row group: <= 16 rows, ~167 KB
   kVerifyBf16DecodeNarrowPair = 12,  // narrow decode, two a SM: config 11 as 32-key tiles (~93 KB each): the plan's
                                      // choice over 11 where 11's splits would be long (kVerifyDecodePairMinSplitKeys)
-  kVerifyConfigCount = 13,
+  kVerifyF32Narrow = 13,  // config 2 with 8 rows: ~92 KB, the float32 tile of ~99 KB devices (sm_120)
+  kVerifyConfigCount = 14,
 };
 
 // The sm_90 decode tiles (decode and narrow decode, configs 3 and 11) take their key tiles by bulk copies into rows
@@ -62,11 +63,13 @@ inline constexpr VerifyConfigShape kVerifyConfigShapes[kVerifyConfigCount] = {
     {64, 64, 223288},  // Bf16AttnSeesaw
     {16, 64, kVerifyDecodeBulkKeys ? 171040u : 168976u},  // Bf16DecodeNarrow
     {16, 32, 94752},   // Bf16DecodeNarrowPair
+    {8, 32, 93872},    // F32AttnNarrow
 };
 inline bool verify_config_is_wgmma(int config) {
   return config == kVerifyBf16Wgmma || config == kVerifyBf16WgmmaRs || config == kVerifyBf16WgmmaLean ||
          config == kVerifyBf16WgmmaTma || config == kVerifyBf16WgmmaSeesaw;
 }
+inline bool verify_config_is_f32(int config) { return config == kVerifyF32 || config == kVerifyF32Narrow; }
 inline bool verify_config_is_decode(int config) {
   return config == kVerifyBf16Decode || config == kVerifyBf16DecodeSmall || config == kVerifyBf16DecodeNarrow ||
          config == kVerifyBf16DecodeNarrowPair;
@@ -85,6 +88,18 @@ inline int verify_config_max_rows(int config) {
                                            : std::numeric_limits<int>::max();
 }
 inline VerifyConfigShape verify_attn_config_shape(int config) { return kVerifyConfigShapes[config]; }
+
+// Why a device with these limits cannot run `config` ("" when it can): the plan never picks
+// such a configuration, and a forced one is refused; tests skip it saying this.
+inline std::string verify_config_unavailable(int config, int smem_optin, bool wgmma) {
+  if (config < 0 || config >= kVerifyConfigCount) return "no configuration " + std::to_string(config);
+  if (verify_config_is_wgmma(config) && !wgmma) return "config " + std::to_string(config) + " needs wgmma (sm_90a)";
+  const size_t need = verify_attn_config_shape(config).smem_bytes;
+  if (static_cast<size_t>(smem_optin) < need)
+    return "config " + std::to_string(config) + " needs " + std::to_string(need) + " bytes of shared memory a block, the device allows " +
+           std::to_string(smem_optin);
+  return "";
+}
 
 // The merge as a programmatic dependent launch where the device has it (VerifyAttnPlan::
 // merge_overlap); -DKD_VERIFY_MERGE_PDL=0 launches it plainly (A/B timing).
@@ -168,17 +183,21 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
                                       " bytes of shared memory per block; the smallest bf16 tile needs " +
                                       std::to_string(verify_attn_config_shape(small).smem_bytes));
   } else {
-    pl.config = kVerifyF32;
-    if (static_cast<size_t>(smem_optin) < verify_attn_config_shape(kVerifyF32).smem_bytes)
-      return KernelResult::over_limit("verify_attn: not enough shared memory for the float32 tile");
+    // 16 rows where they fit, else 8 (the same arithmetic a row: the same outputs)
+    pl.config = fits(kVerifyF32) ? kVerifyF32 : kVerifyF32Narrow;
+    if (!fits(pl.config))
+      return KernelResult::over_limit("verify_attn: the device allows " + std::to_string(smem_optin) +
+                                      " bytes of shared memory per block; the smallest float32 tile needs " +
+                                      std::to_string(verify_attn_config_shape(kVerifyF32Narrow).smem_bytes));
   }
   if (p.force_config >= 0) {
-    const bool bf16_cfg = p.force_config != kVerifyF32;
-    if (p.force_config >= kVerifyConfigCount || bf16_cfg != (p.dtype == AttnDType::kBF16) || !fits(p.force_config) ||
-        rows > verify_config_max_rows(p.force_config) ||
-        (verify_config_is_wgmma(p.force_config) && !wgmma))
+    const bool bf16_cfg = !verify_config_is_f32(p.force_config);
+    const std::string unavailable = verify_config_unavailable(p.force_config, smem_optin, wgmma);
+    if (!unavailable.empty())
+      return KernelResult::invalid("verify_attn: force_config " + std::to_string(p.force_config) + ": " + unavailable);
+    if (bf16_cfg != (p.dtype == AttnDType::kBF16) || rows > verify_config_max_rows(p.force_config))
       return KernelResult::invalid("verify_attn: force_config " + std::to_string(p.force_config) +
-                                   " does not fit this dtype, shape or device");
+                                   " does not fit this dtype or shape");
     pl.config = p.force_config;
   }
   const VerifyConfigShape shape = verify_attn_config_shape(pl.config);

@@ -8,6 +8,8 @@
 #include <filesystem>
 
 #include "device_buffer.h"
+#include "common/device_profile.h"
+#include "kernels/launch_support.h"
 #include "kernels/verify_attn.cuh"
 #include "kernels/verify_attn_plan.h"
 #include "verify_attn_cases.h"
@@ -84,14 +86,24 @@ const KdtrFile& bundle() {
   return f;
 }
 
+// The limits the plans see here: the device's, capped by KDTREE_DEVICE_PROFILE.
+const DeviceLimits& plan_limits() {
+  static const DeviceLimits limits = [] {
+    DeviceLimits d;
+    const KernelResult r = current_device_limits(&d);
+    if (!r.ok()) std::printf("    %s\n", r.message.c_str());
+    KD_CHECK(r.ok());
+    return d;
+  }();
+  return limits;
+}
+
 }  // namespace
 
 // The wgmma wrappers' operand layouts against a double-precision matmul on sm_90 (the only
 // target with wgmma); fresh random inputs, seed from KDTREE_SEED or the clock, printed.
 KD_GPU_TEST(wgmma_probe_matches_matmul) {
-  cudaDeviceProp prop;
-  KD_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  if (prop.major != 9) KD_SKIP("wgmma needs sm_90");
+  if (!plan_limits().wgmma) KD_SKIP("wgmma needs sm_90a (this device, or its KDTREE_DEVICE_PROFILE, has none)");
   const char* env = std::getenv("KDTREE_SEED");
   const uint64_t seed = env && *env ? std::strtoull(env, nullptr, 10) : static_cast<uint64_t>(std::random_device{}());
   std::printf("    seed %llu\n", static_cast<unsigned long long>(seed));
@@ -150,33 +162,28 @@ KD_GPU_TEST(tma_probe_matches_layout) {
   for (int f = 0; f < kTmaProbeFills; ++f) KD_EXPECT_EQ(bad[f], 0);
 }
 
-// Every bf16 configuration this device runs (the wgmma ones on compute capability 9.0 only).
-std::vector<int> bf16_configs() {
-  std::vector<int> c = {kVerifyBf16Sm90,        kVerifyBf16Small,       kVerifyBf16Decode,
-                        kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic, kVerifyBf16DecodeNarrow,
-                        kVerifyBf16DecodeNarrowPair};
-  cudaDeviceProp prop;
-  KD_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  if (prop.major == 9 && prop.minor == 0)
-    c.insert(c.end(), {kVerifyBf16WgmmaRs, kVerifyBf16Wgmma, kVerifyBf16WgmmaLean, kVerifyBf16WgmmaTma,
-                       kVerifyBf16WgmmaSeesaw});
-  return c;
+// Every configuration the plan may run here (KDTREE_DEVICE_PROFILE's limits, or the device's):
+// the float32 tiles and the bf16 ones; each one left out is printed with why.
+std::vector<int> device_configs() {
+  std::vector<int> all;
+  for (int c = 0; c < kVerifyConfigCount; ++c) all.push_back(c);
+  return runnable_configs(all, plan_limits().smem_optin, plan_limits().wgmma);
 }
 
 KD_GPU_TEST(small_cases_one_split) {
   GpuAttnRunner runner;
-  run_attn_bundle(runner, bundle(), bf16_configs(), 0);
+  run_attn_bundle(runner, bundle(), device_configs(), 0);
 }
 
 KD_GPU_TEST(small_cases_forced_splits) {
   GpuAttnRunner runner;  // quick mode (sanitizers): one configuration of each kernel is enough for the merge
   if (quick_mode()) {
-    std::vector<int> c = {kVerifyBf16Sm90, kVerifyBf16Decode, kVerifyBf16DecodeNarrow};
-    const std::vector<int> all = bf16_configs();
-    if (std::find(all.begin(), all.end(), kVerifyBf16WgmmaRs) != all.end()) c.push_back(kVerifyBf16WgmmaRs);
+    const std::vector<int> c = runnable_configs({kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall,
+                                                 kVerifyBf16DecodeNarrow, kVerifyBf16WgmmaRs},
+                                                plan_limits().smem_optin, plan_limits().wgmma);
     run_attn_bundle(runner, bundle(), c, 64);
   } else {
-    run_attn_bundle(runner, bundle(), bf16_configs(), 64);
+    run_attn_bundle(runner, bundle(), device_configs(), 64);
   }
 }
 
@@ -184,9 +191,9 @@ KD_GPU_TEST(small_cases_forced_splits) {
 // memory; verify_attn_cases.h, check_seesaw_pairs) at 64 heads, n=1 (128 query rows: two row
 // tiles) over prefixes of ~8-10k and 1.5k keys (quick mode, under the sanitizers: ~2k and 300).
 KD_GPU_TEST(seesaw_pairs) {
-  cudaDeviceProp prop;
-  KD_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  if (prop.major != 9 || prop.minor != 0) KD_SKIP("config 10 is sm_90a's");
+  if (const std::string why = verify_config_unavailable(kVerifyBf16WgmmaSeesaw, plan_limits().smem_optin, plan_limits().wgmma);
+      !why.empty())
+    KD_SKIP(why);
   GpuAttnRunner runner;
   std::mt19937_64 rng(test_seed());
   if (quick_mode())
@@ -368,6 +375,16 @@ KD_TEST(launcher_rejects_impossible_requests) {
   q.dtype = AttnDType::kF32;
   KD_EXPECT(make_verify_attn_plan(q, 132, 232448, 233472, &plan).ok());
   KD_EXPECT(plan.split_len <= kVerifyF32MaxSplitKeys);
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyF32));
+  // a ~99 KB device (the RTX PRO 6000) gets the 8-row float32 tile; 16 rows there is refused
+  const DeviceProfile& pro = *find_device_profile("rtx-pro-6000");
+  KD_EXPECT(make_verify_attn_plan(q, pro.sms, pro.smem_optin, pro.smem_per_sm, &plan).ok());
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyF32Narrow));
+  KD_EXPECT(plan.smem_bytes <= static_cast<size_t>(pro.smem_optin));
+  KD_EXPECT(plan.split_len <= kVerifyF32MaxSplitKeys);
+  q.force_config = kVerifyF32;
+  KD_EXPECT_EQ(make_verify_attn_plan(q, pro.sms, pro.smem_optin, pro.smem_per_sm, &plan).status,
+               KernelStatus::kInvalidArgument);
 }
 
 KD_GPU_TEST(launcher_reports_missing_workspace) {

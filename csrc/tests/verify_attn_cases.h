@@ -125,9 +125,22 @@ AttnError check_attn(Runner& runner, AttnIO io, const float* ref_out, const floa
   return e;
 }
 
-// Every case of a bundle, in each dtype and the given configurations.
+// The configurations of `wanted` a device with these limits runs (the plan's own rule,
+// verify_config_unavailable); each one left out is printed with why.
+inline std::vector<int> runnable_configs(const std::vector<int>& wanted, int smem_optin, bool wgmma) {
+  std::vector<int> out;
+  for (int c : wanted) {
+    const std::string why = verify_config_unavailable(c, smem_optin, wgmma);
+    if (why.empty()) out.push_back(c);
+    else std::printf("    skipped on this device: %s\n", why.c_str());
+  }
+  return out;
+}
+
+// Every case of a bundle: float32 with the plan's tile, then each of `configs` forced (float32
+// or bf16 by the configuration).
 template <class Runner>
-void run_attn_bundle(Runner& runner, const KdtrFile& f, const std::vector<int>& bf16_configs, int split_keys) {
+void run_attn_bundle(Runner& runner, const KdtrFile& f, const std::vector<int>& configs, int split_keys) {
   const int cases = static_cast<int>(scalar(f, "num_cases"));
   for (int i = 0; i < cases; ++i) {
     const std::string c = "v" + std::to_string(i);
@@ -139,15 +152,16 @@ void run_attn_bundle(Runner& runner, const KdtrFile& f, const std::vector<int>& 
     AttnIO io = base;
     io.dtype = AttnDType::kF32;
     io.force_split_keys = split_keys;
-    check_attn(runner, io, ref_out, ref_lse, shape + " f32");
-    for (int cfg : bf16_configs) {
+    check_attn(runner, io, ref_out, ref_lse, shape + " f32");  // the plan's float32 tile
+    for (int cfg : configs) {
       if (base.rows() > verify_config_max_rows(cfg)) continue;  // the decode tiles' limits
+      const bool f32 = verify_config_is_f32(cfg);
       io = base;
-      io.dtype = AttnDType::kBF16;
+      io.dtype = f32 ? AttnDType::kF32 : AttnDType::kBF16;
       io.force_config = cfg;
       io.force_split_keys = split_keys;
       io.with_prefix_array = (i % 2 == 0) || base.batch > 1;  // also the prefix_len == null path
-      check_attn(runner, io, ref_out, ref_lse, shape + " bf16 cfg" + std::to_string(cfg));
+      check_attn(runner, io, ref_out, ref_lse, shape + (f32 ? " f32" : " bf16") + " cfg" + std::to_string(cfg));
     }
   }
 }

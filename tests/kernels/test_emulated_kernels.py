@@ -178,7 +178,8 @@ def test_accept_compaction_chain_on_emulator(emulated):
     _run(emulated["emu_tree_accept_test"])
 
 
-def _run_attn_cases(exe: Path, tmp_path: Path, seed: int, shapes, also_configs: tuple[int, ...] = ()) -> str:
+def _run_attn_cases(exe: Path, tmp_path: Path, seed: int, shapes, also_configs: tuple[int, ...] = (),
+                    env: dict[str, str] | None = None) -> str:
     """Write one case per (heads, n, prefixes) with the large-case generator (float64
     reference) and run them through the launcher's own plan on the emulator's pretend device,
     then in bf16 with each of `also_configs` forced (variants the plan does not pick yet)."""
@@ -193,7 +194,8 @@ def _run_attn_cases(exe: Path, tmp_path: Path, seed: int, shapes, also_configs: 
                             prefixes, "cpu")
         write_kdtr(tmp_path / f"{i:02d}_h{heads}_n{n}.kdtr", tensors)
     out = _run(exe, "verify_attn_large_from_env",
-               env={"KD_LARGE_ATTN_DIR": str(tmp_path), "KD_ATTN_ALSO_CONFIGS": ",".join(map(str, also_configs))})
+               env={"KD_LARGE_ATTN_DIR": str(tmp_path), "KD_ATTN_ALSO_CONFIGS": ",".join(map(str, also_configs)),
+                    **(env or {})})
     assert "1 passed" in out and out.count(" bf16 ") == len(shapes) * (1 + len(also_configs)), out[-3000:]
     return out
 
@@ -251,7 +253,65 @@ def test_verify_attn_on_emulator(emulated):
 
 def test_verify_attn_probes_merge_and_plan_on_emulator(emulated):
     """The wgmma operand probe against a double matmul, the split merge's kernels against a
-    float64 merge of random partials (some splits empty), the workspace bound over every prefix."""
-    names = ("wgmma_probe_matches_matmul", "verify_merge_matches_double", "verify_attn_workspace_bound_covers_every_prefix")
+    float64 merge of random partials (some splits empty), the workspace bound over every prefix,
+    the device profiles' rule (they only take away), the two float32 tiles bit for bit."""
+    names = ("wgmma_probe_matches_matmul", "verify_merge_matches_double", "verify_attn_workspace_bound_covers_every_prefix",
+             "device_profiles_only_take_away", "verify_attn_f32_tiles_equal_bitwise")
     out = _run(emulated["emu_verify_attn_test"], *names)
     assert all(f"[       OK ] {n}" in out for n in names), out[-3000:]
+
+
+# ct200's GPU (sm_120): 99 KB of shared memory a block, no wgmma. Under the profile the
+# emulator reports its limits and compute capability 12.0, and the plans take what it has.
+PRO = {"KDTREE_DEVICE_PROFILE": "rtx-pro-6000"}
+# verify_attn's configurations over sm_120's 101,376 bytes a block, or needing wgmma
+PRO_UNAVAILABLE = (0, 2, 3, 5, 6, 7, 8, 9, 10, 11)
+
+
+def test_verify_attn_under_the_rtx_pro_6000_profile(emulated):
+    """Every configuration the plan may run on sm_120 (float32's 8-row tile 13, bf16's 1, 4, 12)
+    against the bundle, one split and several; the decode tiles over long prefixes; the TMA
+    probe (sm_120 has bulk tensor copies); the workspace bound. The others are skipped, each
+    with its reason printed, and none of them runs."""
+    out = _run(emulated["emu_verify_attn_test"], "verify_attn_one_split", "verify_attn_forced_splits",
+               "verify_attn_decode_tiles_long_prefixes", "tma_probe_matches_layout", "wgmma_probe_matches_matmul",
+               "verify_attn_workspace_bound_covers_every_prefix", env=PRO)
+    assert "emulated device: rtx-pro-6000 (188 SMs, 101376 bytes" in out, out[:2000]
+    assert out.count(" f32 cfg13 ") >= 12 and out.count(" bf16 cfg1 ") >= 12, out[-3000:]
+    assert out.count(" bf16 cfg4 ") > 0 and out.count(" bf16 cfg12 ") > 0, out[-3000:]
+    assert sum(out.count(f"decode cfg{c} ") for c in (4, 12)) == 4 and "decode cfg3 " not in out
+    for c in PRO_UNAVAILABLE:
+        assert f" cfg{c} " not in out, f"config {c} ran under the profile"
+        assert f"skipped on this device: config {c} needs " in out, f"config {c}'s skip says no reason"
+    assert "[ SKIPPED  ] wgmma_probe_matches_matmul: the emulated device has no wgmma" in out
+    assert "[       OK ] tma_probe_matches_layout" in out
+
+
+def test_verify_attn_plans_the_sm120_tiles_under_the_profile(emulated, tmp_path, seed):
+    """The launcher's own plan under the profile, on fresh cases against the float64
+    reference: float32 takes the 8-row tile (config 13, which fits 99 KB where config 2's
+    113,488 bytes do not), bf16 the 32-row tile (config 1) for verify shapes, the small decode
+    tiles (4, or 12 over long splits) for decode shapes."""
+    shapes = [(16, 8, [2048 + 37, 64, 0]), (8, 1, [3000, 1500, 0]), (4, 5, [1234, 64])]
+    out = _run_attn_cases(emulated["emu_verify_attn_test"], tmp_path, seed, shapes, env=PRO)
+    configs = [int(c) for c in re.findall(r"config (\d+)", out)]
+    assert configs[0::2] == [13] * len(shapes), out[-3000:]
+    assert configs[1] == 1 and all(c in (4, 12) for c in configs[3::2]), out[-3000:]
+
+
+def test_tree_build_and_topk_under_the_rtx_pro_6000_profile(emulated, seed):
+    """tree_build and top-K with sm_120's limits (188 SMs, 99 KB a block): the committed cases
+    and batches, the unstaged sweep (logp rows read from global memory) on every case."""
+    out = _run(emulated["emu_tree_build_test"], "tree_build_single", "tree_build_batches", "tree_build_unstaged",
+               "topk_random", env={"KD_SEED": str(seed), **PRO})
+    assert "emulated device: rtx-pro-6000" in out and "4 passed" in out, out[-3000:]
+    unstaged = int(re.search(r"unstaged builds (\d+), staged 0", out).group(1))
+    assert unstaged > 0, out[-3000:]
+
+
+def test_an_unknown_device_profile_is_refused_with_the_known_names(emulated):
+    proc = subprocess.run([str(emulated["emu_verify_attn_test"]), "verify_attn_one_split"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "KDTREE_REPO_ROOT": str(ROOT), "KDTREE_DEVICE_PROFILE": "rtx-pro-9000"})
+    assert proc.returncode != 0, proc.stdout
+    assert "KDTREE_DEVICE_PROFILE=rtx-pro-9000 names no device profile (known: h200, rtx-pro-6000)" in proc.stderr

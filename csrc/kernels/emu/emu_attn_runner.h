@@ -1,7 +1,8 @@
-// The verify_attn runner on the SIMT emulator: the launcher's plan (with a pretend device
-// of a few SMs, so splits happen) and the kernels of verify_attn_bf16.cuh / _f32.cuh.
+// The verify_attn runner on the SIMT emulator: the launcher's plan (on the emulated device
+// with only a few SMs, so splits happen) and the kernels of verify_attn_bf16.cuh / _f32.cuh.
 #pragma once
 
+#include "emu_device.h"
 #include "kernels/verify_attn_bf16.cuh"
 #include "kernels/verify_attn_decode.cuh"
 #include "kernels/verify_attn_f32.cuh"
@@ -13,10 +14,10 @@
 namespace kdtree::test {
 
 struct EmuAttnRunner {
-  int sms = 4;                       // pretend device
-  int smem_optin = 232448;           // H100/H200's per-block limit
-  int smem_per_sm = 233472;
-  bool wgmma = true;                 // an H200: the wgmma tile may be planned
+  int sms = 4;  // a few SMs, so that splits happen; the rest is the emulated device's (emu_device.h)
+  int smem_optin = emulated_device_limits().smem_optin;
+  int smem_per_sm = emulated_device_limits().smem_per_sm;
+  bool wgmma = emulated_device_limits().wgmma;  // the wgmma tiles may be planned (and forced)
   VerifyAttnPlan last_plan;
 
   // A request's cache rows past its prefix + T (unwritten rows of a real cache) hold NaN
@@ -80,7 +81,11 @@ struct EmuAttnRunner {
     using namespace kern;
     switch (plan.config) {
       case kVerifyF32:
-        ::kdemu::launch(grid, dim3(F32Attn::kThreads), F32Attn::kSmemBytes, verify_attn_f32_kernel, k);
+        ::kdemu::launch(grid, dim3(F32Attn::kThreads), F32Attn::kSmemBytes, verify_attn_f32_kernel<F32Attn>, k);
+        break;
+      case kVerifyF32Narrow:
+        ::kdemu::launch(grid, dim3(F32AttnNarrow::kThreads), F32AttnNarrow::kSmemBytes,
+                        verify_attn_f32_kernel<F32AttnNarrow>, k);
         break;
       case kVerifyBf16Sm90:
         ::kdemu::launch(grid, dim3(Bf16AttnSm90::kThreads), Bf16AttnSm90::kSmemBytes,
@@ -142,7 +147,7 @@ struct EmuAttnRunner {
         break;
     }
     if (verify_plan_parts(plan) > 1) {
-      if (plan.config == kVerifyF32) launch_verify_merge<float>(k, nullptr);
+      if (verify_config_is_f32(plan.config)) launch_verify_merge<float>(k, nullptr);
       else launch_verify_merge<__nv_bfloat16>(k, nullptr);
     }
     if (io.dtype == AttnDType::kF32) io.out = out_f;

@@ -3,6 +3,7 @@
 // (csrc/tests/*_cases.h) drive both.
 #pragma once
 
+#include "emu_device.h"
 #include "kernels/tree_accept_plan.h"
 #include "kernels/tree_build_plan.h"
 #include "tests/stand_in_verify.cuh"
@@ -15,13 +16,15 @@ namespace kdtree::test {
 inline constexpr auto host_data = [](auto& v) { return v.data(); };
 
 struct EmuTreeRunner {
-  size_t smem_limit = 232448;  // per-block limit of the pretend device (H100/H200); the
-                               // logp rows are staged in shared memory when they fit
-  int sms = 132;               // SMs of the pretend device (H200): sets topk's block size and
-                               // tree_build's kernel instance (TreeBuildPlan::lone)
-  size_t smem_per_sm = 233472; // shared memory per SM of the pretend device (H100/H200)
+  // the emulated device (emu_device.h: KDTREE_DEVICE_PROFILE's, an H200's by default)
+  size_t smem_limit = emulated_device_limits().smem_optin;  // the logp rows are staged in shared
+                                                             // memory when they fit
+  int sms = emulated_device_limits().sms;  // sets topk's block size and tree_build's kernel
+                                           // instance (TreeBuildPlan::lone)
+  size_t smem_per_sm = emulated_device_limits().smem_per_sm;
   int exact_compaction = 0;    // TopkLogprobsParams::force_exact_compaction
   int topk_variant = -1;       // TopkLogprobsParams::variant (the scan; -1 the default)
+  int staged_builds = 0, unstaged_builds = 0;  // tree_build plans with the logp rows staged, and without
   KernelResult topk(TopkIO& t) {
     TopkLogprobsParams p = topk_params(t, host_data);
     p.force_exact_compaction = exact_compaction;
@@ -36,6 +39,7 @@ struct EmuTreeRunner {
     const TreeBuildParams p = tree_build_params(io, host_data);
     TreeBuildPlan plan;
     if (KernelResult r = make_tree_build_plan(p, smem_limit, sms, smem_per_sm, &plan); !r.ok()) return r;
+    ++(plan.staged ? staged_builds : unstaged_builds);
     ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, kern::tree_build_kernel_for(plan.staged, plan.level_raise, plan.lone), p, plan.onepass);
     return KernelResult::success();
   }

@@ -55,6 +55,21 @@ KD_TEST(tree_build_batches) {
   onepass_tally::report("batches");
 }
 
+// The sweep reading the logp rows from global memory (not staged in shared memory): what a
+// device with less shared memory a block takes for long rows (the RTX PRO 6000 for depth x K
+// past ~5240). A limit of the base layout alone makes every case take it.
+KD_TEST(tree_build_unstaged) {
+  EmuTreeRunner runner;
+  runner.smem_limit = kern::tree_build_base_smem();
+  const int n = static_cast<int>(scalar(bundle(), "num_cases"));
+  for (int i = 0; i < n; ++i) run_single_case(runner, bundle(), i, i % 2 == 0 ? 0 : 3);
+  const int batches = static_cast<int>(scalar(bundle(), "num_batches"));
+  for (int j = 0; j < batches; ++j) run_batch_case(runner, bundle(), j);
+  std::printf("    unstaged builds %d, staged %d\n", runner.unstaged_builds, runner.staged_builds);
+  KD_EXPECT(runner.unstaged_builds > 0);
+  KD_EXPECT_EQ(runner.staged_builds, 0);
+}
+
 KD_TEST(tree_build_bad_budgets) {
   EmuTreeRunner runner;
   run_bad_budget_case(runner);

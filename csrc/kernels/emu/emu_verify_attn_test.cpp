@@ -26,6 +26,7 @@ const KdtrFile& bundle() {
 // One probe of each wgmma operand form the wgmma kernel uses against a double-precision
 // matmul (fresh random inputs; seed from KD_SEED or the clock, printed).
 KD_TEST(wgmma_probe_matches_matmul) {
+  if (!emulated_device_limits().wgmma) KD_SKIP("the emulated device has no wgmma (sm_90a only)");
   const char* env = std::getenv("KD_SEED");
   const uint64_t seed = env && *env ? std::strtoull(env, nullptr, 10) : static_cast<uint64_t>(std::random_device{}());
   std::printf("    seed %llu\n", static_cast<unsigned long long>(seed));
@@ -47,26 +48,31 @@ KD_TEST(tma_probe_matches_layout) {
   for (int f = 0; f < kTmaProbeFills; ++f) KD_EXPECT_EQ(mismatches[f], 0);
 }
 
+// Every configuration the emulated device runs (KDTREE_DEVICE_PROFILE's limits: the others
+// are skipped, each saying why).
+std::vector<int> device_configs(const EmuAttnRunner& runner) {
+  std::vector<int> all;
+  for (int c = 0; c < kVerifyConfigCount; ++c) all.push_back(c);
+  return runnable_configs(all, runner.smem_optin, runner.wgmma);
+}
+
 KD_TEST(verify_attn_one_split) {
   EmuAttnRunner runner;
-  run_attn_bundle(runner, bundle(),
-                  {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic,
-                   kVerifyBf16Wgmma, kVerifyBf16WgmmaRs, kVerifyBf16WgmmaLean, kVerifyBf16WgmmaTma, kVerifyBf16WgmmaSeesaw,
-                   kVerifyBf16DecodeNarrow, kVerifyBf16DecodeNarrowPair}, 0);
+  run_attn_bundle(runner, bundle(), device_configs(runner), 0);
 }
 
 KD_TEST(verify_attn_forced_splits) {
   EmuAttnRunner runner;
-  run_attn_bundle(runner, bundle(),
-                  {kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16Sm90Classic,
-                   kVerifyBf16Wgmma, kVerifyBf16WgmmaRs, kVerifyBf16WgmmaLean, kVerifyBf16WgmmaTma, kVerifyBf16WgmmaSeesaw,
-                   kVerifyBf16DecodeNarrow, kVerifyBf16DecodeNarrowPair}, 64);
+  run_attn_bundle(runner, bundle(), device_configs(runner), 64);
 }
 
-// Config 9 changes only how tiles are loaded (TMA, rows past `valid` masked and their V zeroed
-// instead of zero-filled): its output equals config 8's bit for bit, one split and several.
-KD_TEST(verify_attn_tma_equals_lean_bitwise) {
+// Every case of the bundle through configurations a and b (dtype as given), one split and
+// several: their outputs and lse values must agree bit for bit. Skipped, saying why, where the
+// emulated device runs either not.
+void expect_bitwise_equal(AttnDType dtype, int a, int b) {
   EmuAttnRunner runner;
+  for (int c : {a, b})
+    if (const std::string why = verify_config_unavailable(c, runner.smem_optin, runner.wgmma); !why.empty()) KD_SKIP(why);
   const int cases = static_cast<int>(scalar(bundle(), "num_cases"));
   for (int split_keys : {0, 64})
     for (int i = 0; i < cases; ++i) {
@@ -74,7 +80,8 @@ KD_TEST(verify_attn_tma_equals_lean_bitwise) {
       std::vector<float> out[2], lse[2];
       for (int v = 0; v < 2; ++v) {
         AttnIO io = base;
-        io.force_config = v == 0 ? kVerifyBf16WgmmaLean : kVerifyBf16WgmmaTma;
+        io.dtype = dtype;
+        io.force_config = v == 0 ? a : b;
         io.force_split_keys = split_keys;
         io.poison_outputs();
         KD_CHECK(runner.attn(io).ok());
@@ -84,6 +91,16 @@ KD_TEST(verify_attn_tma_equals_lean_bitwise) {
       KD_EXPECT(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)) == 0);
       KD_EXPECT(std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * sizeof(float)) == 0);
     }
+}
+
+// The float32 tiles of 16 rows (config 2) and 8 (config 13, the one ~99 KB devices get) give
+// the same outputs bit for bit: each row's arithmetic is the same.
+KD_TEST(verify_attn_f32_tiles_equal_bitwise) { expect_bitwise_equal(AttnDType::kF32, kVerifyF32, kVerifyF32Narrow); }
+
+// Config 9 changes only how tiles are loaded (TMA, rows past `valid` masked and their V zeroed
+// instead of zero-filled): its output equals config 8's bit for bit.
+KD_TEST(verify_attn_tma_equals_lean_bitwise) {
+  expect_bitwise_equal(AttnDType::kBF16, kVerifyBf16WgmmaLean, kVerifyBf16WgmmaTma);
 }
 
 // The decode tiles (configs 3, 4, 11, 12: <= 32 rows) over prefixes of many key tiles, partial last
@@ -100,7 +117,8 @@ KD_TEST(verify_attn_decode_tiles_long_prefixes) {
   const int prefix0 = 517 + static_cast<int>(rng() % 200);
   const AttnIO io = random_attn_case(rng, kHeads, kTree, prefix0, 213, {0b1u, 0b11u}, runner, &ref);
   for (int split_keys : {0, 128})
-    for (int cfg : {kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16DecodeNarrow, kVerifyBf16DecodeNarrowPair}) {
+    for (int cfg : runnable_configs({kVerifyBf16Decode, kVerifyBf16DecodeSmall, kVerifyBf16DecodeNarrow,
+                                     kVerifyBf16DecodeNarrowPair}, runner.smem_optin, runner.wgmma)) {
       AttnIO c = io;
       c.force_config = cfg;
       c.force_split_keys = split_keys;
@@ -114,6 +132,8 @@ KD_TEST(verify_attn_decode_tiles_long_prefixes) {
 // keys make an odd count, so the evened form (an empty split before the tree's) runs too.
 KD_TEST(verify_attn_seesaw_pairs) {
   EmuAttnRunner runner;
+  if (const std::string why = verify_config_unavailable(kVerifyBf16WgmmaSeesaw, runner.smem_optin, runner.wgmma); !why.empty())
+    KD_SKIP(why);
   std::mt19937_64 rng(test_seed());
   const int odd = check_seesaw_pairs(runner, rng, 16, 5, 600 + static_cast<int>(rng() % 100), 150, {0, 384, 192, 128, 64});
   KD_EXPECT(odd > 0);
@@ -246,6 +266,37 @@ KD_TEST(verify_attn_large_from_env) {
                   runner.last_plan.config);
     }
   }
+}
+
+// KDTREE_DEVICE_PROFILE may only take away (common/device_profile.h): the RTX PRO 6000's
+// profile stands on an H200 and caps its limits; the H200's is refused on the RTX PRO 6000
+// (more shared memory, wgmma), with the reason; every profile stands on itself.
+KD_TEST(device_profiles_only_take_away) {
+  const DeviceProfile& h200 = *find_device_profile("h200");
+  const DeviceProfile& pro = *find_device_profile("rtx-pro-6000");
+  const auto facts_of = [](const DeviceProfile& p) {
+    DeviceFacts f;
+    f.cc_major = p.cc_major;
+    f.cc_minor = p.cc_minor;
+    f.sms = p.sms;
+    f.smem_optin = p.smem_optin;
+    f.smem_per_sm = p.smem_per_sm;
+    return f;
+  };
+  for (const DeviceProfile& p : kDeviceProfiles) KD_EXPECT_EQ(profile_exceeds_device(p, facts_of(p)), std::string());
+  KD_EXPECT_EQ(profile_exceeds_device(pro, facts_of(h200)), std::string());
+  const DeviceFacts capped = facts_under_profile(facts_of(h200), &pro);
+  KD_EXPECT_EQ(capped.smem_optin, 101376);
+  KD_EXPECT_EQ(capped.sms, 188);  // the plans split as on the RTX PRO 6000
+  KD_EXPECT(!facts_have_wgmma(capped));
+  const std::string refused = profile_exceeds_device(h200, facts_of(pro));
+  std::printf("    %s\n", refused.c_str());
+  KD_EXPECT(refused.find("KDTREE_DEVICE_PROFILE=h200 asks for more shared memory a block (232448 bytes)") == 0);
+  DeviceFacts big_pro = facts_of(pro);  // shared memory to spare, but no wgmma
+  big_pro.smem_optin = h200.smem_optin;
+  big_pro.smem_per_sm = h200.smem_per_sm;
+  KD_EXPECT(profile_exceeds_device(h200, big_pro).find("wgmma") != std::string::npos);
+  KD_EXPECT(find_device_profile("rtx-pro-9000") == nullptr);
 }
 
 KD_TEST_MAIN()

@@ -3,7 +3,7 @@
 // whole native engine run on a machine without a GPU, so CI checks it against the torch
 // reference end to end.
 //
-// Semantics: one pretend device (an H200's limits), memory is host memory, every "async"
+// Semantics: one pretend device (a device profile's limits, an H200's by default), memory is host memory, every "async"
 // call completes before it returns (the emulator runs each launch to completion, so stream
 // order is program order), events record the host clock, graph capture is not supported
 // (the engine falls back to eager rounds, as it does on a GPU that refuses a capture).
@@ -16,13 +16,21 @@
 #include <map>
 #include <mutex>
 
+#include "common/device_profile.h"
+
 namespace {
 
-// What cudaDeviceGetAttribute reports: an H200 (so kernels plan as they will on the GPU).
-constexpr int kEmuSms = 132;
-constexpr int kEmuSmemOptin = 232448;
-constexpr int kEmuSmemPerSm = 233472;
-constexpr size_t kEmuDeviceBytes = size_t{141} << 30;
+// The pretend device: the profile $KDTREE_DEVICE_PROFILE names (an H200 when unset, so
+// kernels plan as they will on the GPU they were tuned on; an unknown name also falls back to
+// it here, and current_device_limits refuses it with the list of names).
+const kdtree::DeviceProfile& emu_device() {
+  static const kdtree::DeviceProfile& d = [&]() -> const kdtree::DeviceProfile& {
+    const kdtree::DeviceProfile* p = kdtree::device_profile_from_env(nullptr);
+    return p ? *p : *kdtree::find_device_profile(kdtree::kDefaultEmulatedProfile);
+  }();
+  return d;
+}
+size_t emu_device_bytes() { return static_cast<size_t>(emu_device().memory_gb) << 30; }
 constexpr size_t kEmuAlign = 256;  // cudaMalloc's alignment
 
 struct EmuState {
@@ -55,7 +63,7 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
   if (!ptr) return set_error(cudaErrorInvalidValue);
   EmuState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (s.in_use + size > kEmuDeviceBytes) return set_error(cudaErrorMemoryAllocation);
+  if (s.in_use + size > emu_device_bytes()) return set_error(cudaErrorMemoryAllocation);
   void* p = std::aligned_alloc(kEmuAlign, (size + kEmuAlign - 1) / kEmuAlign * kEmuAlign + kEmuAlign);
   if (!p) return set_error(cudaErrorMemoryAllocation);
   // garbage, like fresh device memory: reads before writes show. 0xA5 bytes are tiny numbers in
@@ -94,8 +102,8 @@ cudaError_t cudaFreeHost(void* ptr) {
 cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
   EmuState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (free_b) *free_b = kEmuDeviceBytes - s.in_use;
-  if (total_b) *total_b = kEmuDeviceBytes;
+  if (free_b) *free_b = emu_device_bytes() - s.in_use;
+  if (total_b) *total_b = emu_device_bytes();
   return cudaSuccess;
 }
 
@@ -173,11 +181,11 @@ cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : set_e
 
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
   switch (attr) {
-    case cudaDevAttrMultiProcessorCount: *value = kEmuSms; return cudaSuccess;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = kEmuSmemOptin; return cudaSuccess;
-    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = kEmuSmemPerSm; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *value = emu_device().sms; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = emu_device().smem_optin; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = emu_device().smem_per_sm; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *value = emu_device().cc_major; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = emu_device().cc_minor; return cudaSuccess;
     default: return set_error(cudaErrorInvalidValue);
   }
 }
@@ -189,11 +197,10 @@ cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) { return c
 // template calls; the topk_logprobs occupancy query reports it)
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* num_blocks, const void*, int block_size,
                                                                    size_t dynamic_smem, unsigned int) {
-  constexpr int kMaxThreadsPerSm = 2048;
   constexpr size_t kSmemReservedPerBlock = 1024;  // the runtime's own share, as on the GPU
   if (!num_blocks || block_size < 1) return set_error(cudaErrorInvalidValue);
-  const int by_threads = kMaxThreadsPerSm / block_size;
-  const int by_smem = static_cast<int>(static_cast<size_t>(kEmuSmemPerSm) / (dynamic_smem + kSmemReservedPerBlock));
+  const int by_threads = emu_device().threads_per_sm / block_size;
+  const int by_smem = static_cast<int>(static_cast<size_t>(emu_device().smem_per_sm) / (dynamic_smem + kSmemReservedPerBlock));
   *num_blocks = std::max(0, std::min(by_threads, by_smem));
   return cudaSuccess;
 }
