@@ -66,6 +66,8 @@ class EngineLoop:
 
     def submit(self, prompt: list[int], params: SamplingParams, aloop: asyncio.AbstractEventLoop) -> Ticket:
         with self._cond:
+            if self.failure:
+                raise Draining(self.failure)
             if self._drain_deadline is not None or self._stop:
                 raise Draining(SHUTDOWN_MESSAGE)
             if len(self._waiting) >= self.max_queue:
@@ -110,6 +112,16 @@ class EngineLoop:
 
     # ---- the engine thread -------------------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._serve()
+        except Exception as exc:  # a bug here must not leave clients waiting on a dead thread
+            self.failure = f"the engine loop failed: {type(exc).__name__}: {exc}"
+            self.events.emit("error", message=self.failure[:2000])
+            with self._cond:
+                self._end_all(self.failure)
+                self._stop = True
+
+    def _serve(self) -> None:
         while True:
             with self._cond:
                 while not (self._stop or self._waiting or self._running or self._cancels):

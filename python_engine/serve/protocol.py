@@ -28,7 +28,7 @@ class SamplingFields(BaseModel):
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
-    seed: StrictInt | None = None
+    seed: StrictInt | None = Field(default=None, ge=0, le=2**63 - 1)
     user: str | None = None
     # declared to be refused by name when set (UNSUPPORTED below)
     frequency_penalty: float | None = None

@@ -93,6 +93,11 @@ BAD_REQUESTS = [
     ("/v1/completions", {"model": "demo-target", "prompt": "x", "presence_penalty": 1.0}, 400),
     ("/v1/completions", {"model": "demo-target", "prompt": "x", "no_such_param": 1}, 400),
     ("/v1/completions", {"model": "demo-target", "prompt": "x", "stop": [1, 2]}, 400),
+    ("/v1/completions", {"model": "demo-target", "prompt": "x", "seed": 2**64}, 400),
+    ("/v1/completions", {"model": "demo-target", "prompt": "x", "seed": -1}, 400),
+    ("/v1/completions", {"model": "demo-target", "prompt": "x", "temperature": 2.5}, 400),
+    ("/v1/completions", {"model": "demo-target", "prompt": "x", "max_tokens": True}, 400),
+    ("/v1/completions", {"model": "demo-target", "prompt": ""}, 400),
     ("/v1/completions", {"model": "gpt-4", "prompt": "x"}, 404),
     ("/v1/completions", {"model": "demo-target", "prompt": "x" * 20000}, 400),
     ("/v1/chat/completions", {"model": "demo-target", "messages": []}, 400),
@@ -142,22 +147,28 @@ def test_api_key(rng):
 
 
 def test_full_queue_answers_429(rng):
-    """One slot, a queue of one: the third request at once is refused with Retry-After;
-    the first two finish."""
+    """One slot, a queue of one: with one request running and one waiting, the next is
+    refused with Retry-After; the first two finish. (The model's EOS is ignored so that the
+    running request cannot end before the third arrives.)"""
     prompts = code_text_prompts(rng, 3)
-    with served(max_slots=1, max_queue=1) as (url, serving):
+    with served(max_slots=1, max_queue=1, ignore_eos=True) as (url, serving):
         results: dict[int, httpx.Response] = {}
 
         def post(i: int) -> None:
             results[i] = httpx.post(f"{url}/v1/completions", timeout=120, json={
                 "model": "demo-target", "prompt": prompts[i], "max_tokens": LONG, "temperature": 0})
 
+        def until(what: str, n: int) -> None:
+            deadline = time.monotonic() + 30
+            while serving.loop.counts()[what] < n:
+                assert time.monotonic() < deadline, serving.loop.counts()
+                time.sleep(0.01)
+
         first = [threading.Thread(target=post, args=(i,)) for i in (0, 1)]
-        for t in first:
-            t.start()
-        deadline = time.monotonic() + 30
-        while serving.loop.counts()["waiting"] < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        first[0].start()
+        until("running", 1)
+        first[1].start()
+        until("waiting", 1)
         post(2)
         for t in first:
             t.join(timeout=120)
@@ -165,6 +176,7 @@ def test_full_queue_answers_429(rng):
         assert int(results[2].headers["retry-after"]) >= 1
         assert results[2].json()["error"]["type"] == "rate_limit_error"
         assert results[0].status_code == results[1].status_code == 200
+        assert results[0].json()["usage"]["completion_tokens"] == LONG
         assert wait_idle(serving)["running"] == 0
 
 

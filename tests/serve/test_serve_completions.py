@@ -145,6 +145,7 @@ def test_events_stream_and_metrics(demo_server, rng):
     """/v1/kdtree/events hands on run_start then the round events of a request (valid
     under the events contract); /metrics counts the same rounds."""
     url, serving = demo_server
+    wait_idle(serving)  # the rounds that follow are this test's request's only
     prompt = code_text_prompts(rng, 1)[0]
     before = _drafts(httpx.get(f"{url}/metrics").text)
     events = []

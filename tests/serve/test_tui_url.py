@@ -9,7 +9,7 @@ import queue
 import time
 
 import openai
-from conftest import code_text_prompts, served
+from conftest import code_text_prompts, served, wait_idle
 
 from kdtree_cli.tui.messages import SourceBatch, SourceState, SourceStatus
 from kdtree_cli.tui.sources.server_url import ServerSource
@@ -41,6 +41,7 @@ def _next_status(got: queue.Queue, wanted: set[SourceState]) -> SourceStatus:
 
 def test_url_source_follows_a_request(demo_server, rng):
     url, serving = demo_server
+    wait_idle(serving)  # the rounds that follow are this test's request's only
     source = ServerSource(url)
     got = _follow(source)
     try:
