@@ -74,6 +74,10 @@ class HostConfig:
     # ranks (PCIe-only RTX boxes hang in it, python_engine/native/multi_gpu.py), "auto" turns
     # it off on RTX boards, "on" leaves it to NCCL
     p2p: str = "auto"
+    # a device profile (python_engine/device_profiles.py: "rtx-pro-6000", "h200"): the deploy's
+    # build, tests and engine check run with KDTREE_DEVICE_PROFILE set to it, so the plans take
+    # that GPU's limits (on a GPU-less host, the emulated engine's)
+    profile: str | None = None
     env: dict[str, str] = field(default_factory=dict)  # extra environment for remote steps
     # what a deploy runs there (argv templates; see steps.py for the placeholders)
     build: tuple[str, ...] | None = None
@@ -138,6 +142,12 @@ def _check_value(key: str, value: Any, where: str) -> Any:
     if key == "p2p":
         if value not in ("auto", "on", "off"):
             raise bad('"auto", "on" or "off"')
+        return value
+    if key == "profile":
+        from python_engine.device_profiles import PROFILES
+
+        if value not in PROFILES:
+            raise bad(f"a device profile ({', '.join(sorted(PROFILES))})")
         return value
     if key == "venv":
         if not isinstance(value, bool):

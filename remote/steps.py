@@ -132,6 +132,8 @@ def step_env(host: HostConfig, paths: RemotePaths, python: str, release: str) ->
         path_prepend.append(posixpath.dirname(paths.nvcc))
     if posixpath.isabs(host.nvidia_smi):  # `kdtree build` finds the GPUs through nvidia-smi
         path_prepend.append(posixpath.dirname(host.nvidia_smi))
+    if host.profile:  # the plans take that GPU's limits (csrc/common/device_profile.h)
+        env["KDTREE_DEVICE_PROFILE"] = host.profile
     env.update(host.env)
     return env, list(dict.fromkeys(path_prepend))  # each folder once, in order
 
