@@ -18,6 +18,7 @@ from seed_sweep import (  # noqa: F401  (hooks)
     pytest_configure_node,
     pytest_generate_tests,
     pytest_report_header,
+    pytest_terminal_summary,
 )
 
 

@@ -54,12 +54,23 @@ def pytest_configure_node(node) -> None:
     node.workerinput[MASTER_KEY] = node.config.getoption("--seed-sweep-from")
 
 
-def pytest_report_header(config) -> str | None:
+def replay_line(config) -> str | None:
     count = config.getoption("--seed-sweep")
     if count is None:
         return None
     master = config.getoption("--seed-sweep-from")
     return f"seed sweep: {count} seeds per test, --seed-sweep {count} --seed-sweep-from {master} repeats them"
+
+
+def pytest_report_header(config) -> str | None:
+    return replay_line(config)
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """Again after the results: -q hides the header."""
+    line = replay_line(config)
+    if line:
+        terminalreporter.write_line(line)
 
 
 def pytest_generate_tests(metafunc) -> None:
