@@ -48,7 +48,10 @@ def serve_bench(
         "--out", file_okay=False, help="Where serve.json, serve.md and serve.png go \\[default: "
         "results/<server device>/serve].", show_default=False)] = None,
 ) -> None:
-    """Load a running server at each concurrency: request and output throughput, TTFT, TPOT, ITL, E2EL (mean, median, p99) and acceptance length, as `vllm bench serve` reports them."""
+    """Load a running server at each concurrency: request and output throughput, TTFT, TPOT, ITL, E2EL (mean, median, p99) and acceptance length, as `vllm bench serve` reports them.
+
+    With --compare-run the same prompts also go through `kdtree run --prompts` before and after each level, and each level reports the server's output tokens/s over the run's (the cost of serving). Example: kdtree bench serve --url http://127.0.0.1:8000 --compare-run --model refs/models/demo-target --drafter refs/models/demo-drafter
+    """
     from rich.console import Console
 
     from kdtree_cli.bench.provenance import run_record

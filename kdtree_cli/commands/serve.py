@@ -52,9 +52,9 @@ def serve(
 ) -> None:
     """Serve the model over the OpenAI API: /v1/completions, /v1/chat/completions, /v1/models.
 
-    Requests join the running batch as they arrive and stream their text as rounds emit tokens. Also /health, /metrics (Prometheus) and /v1/kdtree/events (the metrics events, what `kdtree tui --url` follows). Example, then any OpenAI client at http://127.0.0.1:8000/v1 with the model id demo-target:
+    Requests join the running batch as they arrive and stream their text as rounds emit tokens; at temperature 0 the text is `kdtree run --ar`'s. Also /health (no key needed), /metrics (Prometheus, the names of `kdtree run --prometheus`) and /v1/kdtree/events (the metrics events; `kdtree tui --url` follows them). A full queue answers 429; SIGTERM stops admission, drains for --drain-s and exits 0.
 
-        kdtree serve --model refs/models/demo-target --drafter refs/models/demo-drafter
+    Example, then any OpenAI client at http://127.0.0.1:8000/v1 with the model id demo-target: kdtree serve --model refs/models/demo-target --drafter refs/models/demo-drafter
     """
     if host:
         from kdtree_cli.commands.run import forwarded_args

@@ -86,7 +86,10 @@ class Serving:
         if codec.tokenizer is None:
             raise KdtreeError(f"{opts.model}/tokenizer.json is missing: the server needs the model's tokenizer")
         capacity = opts.max_model_len or min(cfg.max_position_embeddings, MAX_DEFAULT_CONTEXT)
-        self._metrics_file = open(opts.metrics, "w", encoding="utf-8") if opts.metrics else None
+        try:
+            self._metrics_file = open(opts.metrics, "w", encoding="utf-8") if opts.metrics else None
+        except OSError as exc:
+            raise KdtreeError(f"--metrics {opts.metrics}: cannot open for writing: {exc.strerror or exc}") from None
         self.exporter = PrometheusExporter(None)
         self.hub = EventHub()
         self.events = EventWriter(self._metrics_file, listeners=[self.exporter.observe, self.hub.publish])
