@@ -211,7 +211,14 @@ constexpr int kMergeColBlocks = kVerifyLatentDim / (4 * kWarpSize);  // blocks o
 // at <= 64 registers (all 512 blocks of H=64 n=1 in one wave of four a SM; 12 took 104
 // registers and two waves, and was slower) ...
 constexpr int kMergeBatch = 8;
-constexpr int kMergeNarrowBlocksPerSm = 4;  // the register budget that batch keeps to
+// the register budget that batch keeps to: four blocks a SM (64 registers) on sm_90; two on
+// sm_120, where ptxas spills its sum at four (96 bytes) and three (32) and takes 112 registers
+// at two (not yet timed there; `kdtree build --check-resources` fails on a spill)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+constexpr int kMergeNarrowBlocksPerSm = 2;
+#else
+constexpr int kMergeNarrowBlocksPerSm = 4;
+#endif
 // ... and where its blocks fit one wave of one a SM anyway (few rows: H=8 n=1, 129 splits), 24:
 // every split of a warp in one round trip (H=8 n=1 32k: 31.2 us with 12 a batch, 32.7 with 8)
 constexpr int kMergeWideBatch = 24;

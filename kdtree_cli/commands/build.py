@@ -40,6 +40,11 @@ def build(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands a build would run; build nothing.")] = False,
     list_targets: Annotated[bool, typer.Option("--list", help="List the targets and exit.")] = False,
     clean: Annotated[bool, typer.Option("--clean", help="Remove this profile's build directory and exit.")] = False,
+    check_resources: Annotated[
+        bool, typer.Option("--check-resources", help="Build nothing: compile the planned kernels' sources for each "
+                           "--arch target alone (default 120) with ptxas -v and fail on a spill or an over-limit "
+                           "request in a kernel the plans may select there (kdtree_cli/native_build/resources.py).")
+    ] = False,
 ) -> None:
     """Build csrc/ (libraries, test and bench programs) with nvcc, driven by ninja."""
     from rich.console import Console
@@ -51,6 +56,9 @@ def build(
         profile=profile, arch=arch, cuda_home=cuda_home, jobs=jobs, verbose=verbose,
         targets=tuple(targets or ()), build_root=build_root or driver.DEFAULT_BUILD_ROOT,
     )
+    if check_resources:
+        _check_resources(out, err, arch, cuda_home, jobs)
+        return
     if clean:
         removed = driver.clean(request)
         err.print(f"removed {removed}" if removed else f"nothing to clean at {driver.build_dir_for(request)}",
@@ -68,6 +76,34 @@ def build(
         return
     outcome = driver.build(request, console=err)
     _print_summary(err, outcome, verbose)
+
+
+def _check_resources(out, err, arch: Optional[str], cuda_home: Optional[str], jobs: Optional[int]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from kdtree_cli.native_build.resources import ptxas_report, short_name
+
+    failed = 0
+    for target in (arch or "120").split(","):
+        verdicts = ptxas_report(target.strip().removeprefix("sm_"), cuda_home=cuda_home, jobs=jobs)
+        table = Table(title=f"ptxas -v, sm_{target}", title_justify="left")
+        for col in ("kernel", "regs", "spill st/ld", "smem", "verdict"):
+            table.add_column(col, justify="right" if col in ("regs", "spill st/ld", "smem") else "left")
+        for v in verdicts:
+            k = v.kernel
+            verdict = (f"[red]{escape(v.problem)}[/]" if v.problem else
+                       f"[dim]not planned: {escape(v.note)}[/]" if not v.planned else
+                       f"[yellow]{escape(v.note)}[/]" if v.note else "[green]ok[/]")
+            table.add_row(escape(short_name(k.name)), str(k.registers), f"{k.spill_stores}/{k.spill_loads}", str(k.static_smem), verdict)
+        out.print(table)
+        bad = [v for v in verdicts if v.problem]
+        failed += len(bad)
+        out.print(f"sm_{target}: {len(verdicts)} kernels, {sum(v.planned for v in verdicts)} planned, "
+                  f"{len(bad)} over their limits", highlight=False)
+    if failed:
+        err.print(f"[red]{failed} planned kernel(s) spill or ask for too much[/]", highlight=False)
+        raise typer.Exit(1)
 
 
 def _warn_passed_over(err, toolchain) -> None:

@@ -1,0 +1,87 @@
+"""`kdtree build --check-resources` (kdtree_cli/native_build/resources.py): ptxas -v read per
+kernel, and the sm_120 build's planned kernels held to no spill and sm_120's limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from kdtree_cli.native_build.resources import KernelResources, judge, parse_ptxas, short_name
+
+# ptxas -v's shape (CUDA 13): an entry with a spill and static shared memory, a clean one, and a
+# device function's properties between them that belong to no entry
+PTXAS = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z3fooPf' for 'sm_120'
+ptxas info    : Function properties for _Z3fooPf
+    96 bytes stack frame, 96 bytes spill stores, 88 bytes spill loads
+ptxas info    : Used 64 registers, used 1 barriers, 96 bytes cumulative stack size, 4160 bytes smem
+ptxas info    : Compile time = 120.000 ms
+ptxas info    : Function properties for _Z6helperv
+    8 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Compiling entry function '_Z3barv' for 'sm_120'
+ptxas info    : Function properties for _Z3barv
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 190 registers, used 0 barriers
+"""
+
+
+def test_parse_reads_every_entry_function():
+    got = parse_ptxas(PTXAS, "kernels/x.cu")
+    assert got == [KernelResources("kernels/x.cu", "_Z3fooPf", 64, 96, 88, 4160),
+                   KernelResources("kernels/x.cu", "_Z3barv", 190, 0, 0, 0)]
+
+
+def test_short_name_drops_the_return_type_namespaces_and_parameters():
+    assert short_name("void kdtree::kern::verify_merge_kernel<float, 8>(kdtree::kern::VerifyKernelParams)") == \
+        "verify_merge_kernel<float, 8>"
+
+
+def _kernel(name: str, stores: int = 0, smem: int = 0) -> KernelResources:
+    return KernelResources("kernels/x.cu", name, 100, stores, stores, smem)
+
+
+@pytest.mark.parametrize("name,stores,smem,planned,fails", [
+    ("void kdtree::kern::verify_merge_kernel<float, 8>(kdtree::kern::VerifyKernelParams)", 96, 4160, True, True),
+    ("void kdtree::kern::verify_merge_kernel<float, 8>(kdtree::kern::VerifyKernelParams)", 0, 4160, True, False),
+    ("void kdtree::kern::verify_attn_f32_kernel<kdtree::kern::F32AttnTile<16> >(kdtree::kern::VerifyKernelParams)",
+     64, 0, False, False),  # config 2: over sm_120's shared memory, never planned there
+    ("void kdtree::kern::verify_attn_bf16_kernel<kdtree::kern::Bf16AttnConfig<64, 64, 2, 2, 2, 2>, __nv_bfloat16>"
+     "(kdtree::kern::VerifyKernelParams)", 16, 0, False, False),  # config 0
+    ("void kdtree::kern::verify_attn_bf16_kernel<kdtree::kern::Bf16AttnConfig<32, 32, 1, 2, 4, 1>, __nv_bfloat16>"
+     "(kdtree::kern::VerifyKernelParams)", 16, 0, True, True),  # config 1: sm_120's bf16 tile
+    ("void kdtree::kern::tree_build_kernel<true, false, 2>(kdtree::TreeBuildParams, bool)", 24, 0, False, False),
+    ("void kdtree::kern::topk_logprobs_kernel<false, 512, true>(kdtree::TopkLogprobsParams, kdtree::kern::TopkOptions)",
+     16, 0, True, False),  # the accepted 16 bytes
+    ("void kdtree::kern::topk_logprobs_kernel<false, 512, true>(kdtree::TopkLogprobsParams, kdtree::kern::TopkOptions)",
+     24, 0, True, True),  # ... grown past them
+    ("void kdtree::kern::tree_accept_kernel(kdtree::TreeAcceptParams)", 0, 101_377, True, True),  # over 101,376
+])
+def test_judge_fails_a_planned_spill_or_an_over_limit_request(name, stores, smem, planned, fails):
+    v = judge("120", _kernel(name, stores, smem))
+    assert v.planned == planned and bool(v.problem) == fails, v
+
+
+@pytest.mark.slow
+def test_sm120_planned_kernels_do_not_spill():
+    """The sources of the planned kernels compiled for sm_120 alone (about a minute on two
+    cores): no planned kernel spills or asks for more than sm_120 has, and the ones the plans
+    pick there (the 8-row float32 tile, bf16 configs 1, 4 and 12, the merges, tree_build's
+    one-block instances) are among those checked."""
+    try:
+        from kdtree_cli.native_build.toolchain import find_cuda
+
+        find_cuda()
+    except Exception as exc:  # no CUDA toolkit: nothing to compile with
+        pytest.skip(f"no CUDA toolkit: {exc}")
+    from kdtree_cli.native_build.resources import ptxas_report
+
+    verdicts = ptxas_report("120")
+    bad = [f"{v.kernel.name}: {v.problem}" for v in verdicts if v.problem]
+    assert not bad, "\n".join(bad)
+    planned = {v.kernel.name for v in verdicts if v.planned}
+    for wanted in ("F32AttnTile<8>",  # config 13
+                   "Bf16AttnConfig<32, 32, 1, 2, 4, 1>",  # config 1 (Bf16AttnSmall)
+                   "Bf16DecodeConfig<32, 1, 2, false, 1>",  # config 4 (Bf16DecodeSmall)
+                   "Bf16DecodeConfig<32, 2, 1, true, 2>",  # config 12 (Bf16DecodeNarrowPair)
+                   "verify_merge_kernel<float, 8>", "verify_merge_rows_kernel", "tree_build_kernel<true, false, 1>",
+                   "topk_logprobs_kernel<true, 512, true>", "tree_accept_kernel"):
+        assert any(wanted in n for n in planned), f"{wanted} not among the planned kernels checked"
