@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -236,3 +237,48 @@ def test_sigterm_under_load_drains_and_exits_0(tmp_path, rng):
             proc.kill()
             proc.wait()
         log.close()
+
+
+def _start_serve(tmp_path, extra: list[str], env: dict) -> tuple[subprocess.Popen, str, Path]:
+    """`kdtree serve` (AR on the demo target) in a process; returns once it listens."""
+    port = free_port()
+    log_path = tmp_path / f"serve-{port}.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kdtree_cli", "serve", "--model", str(DEFAULT_TARGET), "--ar", "--port", str(port),
+             *extra], cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **env})
+    deadline = time.monotonic() + 120
+    while READY_PREFIX not in log_path.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
+        time.sleep(0.2)
+    return proc, f"http://127.0.0.1:{port}", log_path
+
+
+def _stop(proc: subprocess.Popen) -> int:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_binding_beyond_loopback_warns_without_a_key(tmp_path, rng):
+    """All interfaces and no key: a warning. The same with KDTREE_API_KEY set: no warning,
+    and the key from the environment is required."""
+    proc, url, log = _start_serve(tmp_path, ["--bind", "0.0.0.0"], {"KDTREE_API_KEY": ""})
+    try:
+        assert "warning: serving on 0.0.0.0 without an API key" in log.read_text()
+        assert httpx.get(f"{url}/v1/models", timeout=10).status_code == 200
+    finally:
+        assert _stop(proc) == 0
+    key = f"k{rng.integers(0, 2**40):x}"
+    proc, url, log = _start_serve(tmp_path, ["--bind", "0.0.0.0"], {"KDTREE_API_KEY": key})
+    try:
+        assert "warning" not in log.read_text()
+        assert httpx.get(f"{url}/v1/models", timeout=10).status_code == 401
+        ok = httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=10)
+        assert ok.status_code == 200
+    finally:
+        assert _stop(proc) == 0
