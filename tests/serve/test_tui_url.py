@@ -74,3 +74,16 @@ def test_url_source_without_the_key_fails_clearly(rng):
             assert status.state == SourceState.FAILED and "--api-key" in status.detail
         finally:
             source.stop()
+
+
+def test_tui_url_is_one_source_and_an_address(tmp_path):
+    import pytest
+
+    from kdtree_cli.tui.launch import build_source
+    from python_engine.errors import KdtreeError
+
+    assert isinstance(build_source(url="http://127.0.0.1:8000"), ServerSource)
+    with pytest.raises(KdtreeError, match="http://127.0.0.1:8000"):
+        build_source(url="127.0.0.1:8000")
+    with pytest.raises(KdtreeError, match="--follow and --url"):
+        build_source(url="http://127.0.0.1:8000", follow=tmp_path / "events.jsonl")
