@@ -14,7 +14,6 @@ import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
-import httpx
 import typer
 
 from python_engine.errors import KdtreeError
@@ -109,6 +108,8 @@ def _levels(text: str) -> list[int]:
 def _server_facts(url: str, headers: dict) -> tuple[str, dict]:
     """The served model id, and the server's run_start event (engine, device, mode...) when
     it has the kdtree events stream."""
+    import httpx
+
     try:
         r = httpx.get(f"{url}/v1/models", headers=headers, timeout=10)
     except httpx.HTTPError as exc:
