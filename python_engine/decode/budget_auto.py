@@ -10,13 +10,13 @@ by), so the expected acceptance length (root included) of the best tree of n nod
 
 A round of n nodes takes overhead + verify(n, context) microseconds. `VerifyCosts` comes
 from target forwards timed when the run starts (every size up to 8 nodes, a widening grid
-above, a few sizes at a second context): a table in the size, non-decreasing within each
-segment between the sizes where the forward changes code path, plus a term in the context,
-scaled online by how the measured verify times compare with it (the machine's load
-changes). No formula: the real cost is not smooth. The torch reference's MoE switches from
-one batched matmul over gathered expert weights to a pass per expert above a row count
+above, a few sizes at a second context): a rising line in the size per segment between the
+sizes where the forward changes code path, plus a term in the context, scaled online by
+how the measured verify times compare with it (the machine's load changes). Segments
+because the real cost is not smooth: the torch reference's MoE switches from one batched
+matmul over gathered expert weights to a pass per expert above a row count
 (takes_gathered_path in model/moe.py), and on a CPU a verify just under that size can cost
-several times one just above it; above it the cost is flat for a while, then rises. The overhead (draft, tree build, commit) is the running
+several times one just above it. The overhead (draft, tree build, commit) is the running
 mean of the measured rounds. The choice is the argmax of E(n) / time(n) over every n in
 1..max_budget: no shape of the throughput curve is assumed (CaDDTree, arXiv 2606.01813,
 fits a convex verify cost and stops at the first decrease, which would stop before such a
@@ -75,16 +75,14 @@ def path_switches(target, max_budget: int) -> tuple[int, ...]:
     return tuple(n for n in range(1, max_budget + 1) if path[n] != path[n - 1])
 
 
-def nondecreasing(values: np.ndarray) -> np.ndarray:
-    """The least-squares non-decreasing fit of a sequence (pool adjacent violators): each run
-    that decreases is replaced by its mean, until none does."""
-    blocks: list[list[float]] = []  # [mean, count]
-    for v in np.asarray(values, dtype=np.float64):
-        blocks.append([float(v), 1.0])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            (m1, c1), (m2, c2) = blocks[-2], blocks.pop()
-            blocks[-1] = [(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2]
-    return np.concatenate([np.full(int(c), m) for m, c in blocks]) if blocks else np.zeros(0)
+def rising_line(n: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """The least-squares line through (n, t) with a slope >= 0 (more rows never cost less on
+    one code path; a falling fit is noise), evaluated at n."""
+    if len(n) < 2 or np.ptp(n) == 0:
+        return np.full(len(n), float(np.mean(t)))
+    design = np.stack([np.ones_like(n), n], axis=1)
+    a, b = np.linalg.lstsq(design, t, rcond=None)[0]
+    return a + b * n if b >= 0 else np.full(len(n), float(np.mean(t)))
 
 
 def nonnegative_least_squares(design: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -109,14 +107,15 @@ class VerifyCosts:
     """verify_us(n, context): the target forward over a tree of n nodes after `context`
     cached tokens, in microseconds, from timed samples (n, context, us):
 
-        table(n) + (c + d * n) * (context - context0)
+        line_s(n) + (c + d * n) * (context - context0)
 
-    table: the times at the smallest context, made non-decreasing within each segment of
-    sizes between the switches of code path (`switches`: the first size of each new
-    segment; more rows never cost less on one path, so a lower time beside higher ones is
-    noise and is averaged with them) and linear between the sizes timed; (c, d) >= 0 (a
-    longer context never costs less): least squares over the other contexts' times. Never
-    below the fastest time measured."""
+    line_s: least squares over the times at the smallest context in each segment s of sizes
+    between the switches of code path (`switches`: the first size of each new segment), its
+    slope >= 0; a line rather than the times themselves, because one timing on a loaded
+    machine can be off by half and a table would follow it. (c, d) >= 0 (a longer context
+    never costs less): least squares over the other contexts' times. Never below the fastest
+    time measured. Kept as the lines' values at the sizes timed (`table_us`), linear between
+    them within a segment."""
 
     switches: tuple[int, ...]
     sizes: tuple[int, ...]
@@ -135,7 +134,8 @@ class VerifyCosts:
         base = sorted((n, t) for n, c, t in samples if c == c0)
         sizes = np.array([n for n, _ in base], dtype=np.float64)
         segment = np.searchsorted(np.array(switches), sizes, side="right")
-        table = np.concatenate([nondecreasing(np.array([t for _, t in base])[segment == s])
+        times = np.array([t for _, t in base])
+        table = np.concatenate([rising_line(sizes[segment == s], times[segment == s])
                                 for s in range(len(switches) + 1)])
         costs = cls(switches, tuple(int(n) for n in sizes), tuple(float(t) for t in table), (0.0, 0.0), c0,
                     float(min(t for _, _, t in samples)), tuple(samples))
@@ -183,8 +183,8 @@ class VerifyCosts:
         return np.maximum(self._table(n) + (c + d * n) * (context - self.context0), self.floor_us)
 
     def to_json(self) -> dict:
-        return {"model": "table(n) + (c + d*n)*(context - context0) us; table non-decreasing within each segment "
-                "between code-path switches, linear between the sizes timed", "switches": list(self.switches),
+        return {"model": "line_s(n) + (c + d*n)*(context - context0) us, a rising line per segment between "
+                "code-path switches (its values at the sizes timed: table_us)", "switches": list(self.switches),
                 "table_us": dict(zip(map(str, self.sizes), self.table_us)), "context_terms": list(self.context_terms),
                 "context0": self.context0, "samples": [list(s) for s in self.samples]}
 

@@ -125,17 +125,15 @@ def test_cost_model_recovers_each_segment_and_the_context_term(rng):
         assert float(costs.verify_us(n, ctx)) == pytest.approx(max(truth(n, ctx), costs.floor_us), rel=1e-6)
 
 
-def test_nondecreasing_fit(rng):
-    from python_engine.decode.budget_auto import nondecreasing
+def test_rising_line(rng):
+    from python_engine.decode.budget_auto import rising_line
 
-    x = rng.normal(size=int(rng.integers(1, 40)))
-    fit = nondecreasing(x)
-    assert (np.diff(fit) >= -1e-12).all() and fit.sum() == pytest.approx(x.sum())
-    np.testing.assert_allclose(nondecreasing(np.sort(x)), np.sort(x))
-    np.testing.assert_allclose(nondecreasing(-np.sort(x)), np.full(len(x), -x.mean()))
-    # no non-decreasing sequence is closer (random ones, and the fit nudged)
-    for other in [np.sort(rng.normal(size=len(x))) for _ in range(50)] + [fit + 1e-3 * np.arange(len(x))]:
-        assert ((fit - x) ** 2).sum() <= ((other - x) ** 2).sum() + 1e-12
+    n = np.sort(rng.choice(100, size=int(rng.integers(2, 30)), replace=False)).astype(np.float64)
+    t = rng.uniform(100, 200) + rng.uniform(0.5, 5) * n + rng.normal(0, 1, size=len(n))
+    slope, intercept = np.polyfit(n, t, 1)
+    np.testing.assert_allclose(rising_line(n, t), intercept + slope * n, rtol=1e-9)
+    falling = rng.uniform(100, 200) - rng.uniform(0.5, 5) * n
+    np.testing.assert_allclose(rising_line(n, falling), np.full(len(n), falling.mean()), rtol=1e-9)
 
 
 def test_nonnegative_least_squares_against_a_grid(rng):
