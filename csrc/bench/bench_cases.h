@@ -39,6 +39,7 @@ inline const std::map<std::string, std::set<std::string>>& suite_keys() {
       {"gemm", {"m", "n", "k"}},
       {"copy", {"mb"}},
       {"launch", {"smem_kb", "blocks"}},
+      {"mma", {"blocks_per_sm", "iters"}},
       {"verify_attn", {"dtype", "batch", "heads", "n", "prefix", "config", "split_keys", "split_group"}},
       {"topk", {"rows", "vocab", "k", "exact", "variant"}},
       {"tree_build", {"batch", "budget", "depth", "input", "vocab"}},

@@ -10,6 +10,9 @@
 //   copy         mb [1024]                     device-to-device copy: the memory ceiling (read + write)
 //   launch       smem_kb [0] blocks [SMs]      an empty kernel: the floor under any one launch timed
 //                this way (smem_kb of dynamic shared memory a block, as the large-tile kernels ask)
+//   mma          blocks_per_sm [4] iters [4096] the mma.sync rate: bf16 m16n8k16 MMAs, f32 accumulate,
+//                operands in registers, on every SM: the compute ceiling of mma.sync kernels (the
+//                sm_120 plan; on sm_90 cuBLAS's GEMM rate is wgmma's)
 //   verify_attn  dtype [bf16] batch [1] heads n prefix config [plan's] split_keys [plan's]
 //                split_group [plan's]
 //                config / split_keys / split_group force a tile configuration (VerifyAttnConfig),
@@ -259,6 +262,57 @@ void bench_copy(const Case& c, Env& env, Record& r) {
       static_cast<int>(c.num("warm", 3)), reps_of(c, env, 20));
   put_timing(r, t);
   r.num("gbps", 2.0 * bytes / t.median / 1e6);  // bytes read + written
+}
+
+// ---- the mma.sync rate ---------------------------------------------------------------------------
+
+constexpr int kMmaThreads = 256;             // 8 warps a block
+constexpr int kMmaChains = 8;                // independent accumulators a warp: hides the MMA latency
+constexpr double kMmaFlops = 2.0 * 16 * 8 * 16;  // one m16n8k16 MMA of a warp
+
+// Each warp issues iters x kMmaChains bf16 MMAs on register operands; the accumulators are
+// stored (when a value no input can give appears: never) so that the loop is not removed.
+__global__ void __launch_bounds__(kMmaThreads) bench_mma_sync_kernel(int iters, float* sink) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t seed = (threadIdx.x + 1) * 0x9E3779B9u;
+  // bf16 pairs of small normal numbers (exponent 0x3f..): no overflow in the f32 accumulators
+  const uint32_t a0 = 0x3f803f80u ^ (seed & 0x007f007fu), a1 = a0 ^ 0x00010001u, a2 = a0 ^ 0x00020002u,
+                 a3 = a0 ^ 0x00030003u, b0 = 0x3f803f80u ^ ((seed >> 8) & 0x007f007fu), b1 = b0 ^ 0x00010001u;
+  float c[kMmaChains][4] = {};
+  for (int i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int k = 0; k < kMmaChains; ++k)
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+          "{%0,%1,%2,%3};\n"
+          : "+f"(c[k][0]), "+f"(c[k][1]), "+f"(c[k][2]), "+f"(c[k][3])
+          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kMmaChains; ++k) sum += c[k][0] + c[k][1] + c[k][2] + c[k][3];
+  if (sum == -1.0f) sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+#endif
+}
+
+void bench_mma(const Case& c, Env& env, Record& r) {
+  int dev = 0, sms = 0, major = 0;
+  KD_CUDA_CHECK(cudaGetDevice(&dev));
+  KD_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  KD_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major < 8) throw std::runtime_error("mma: bf16 mma.sync needs sm_80 or newer");
+  const int blocks = sms * static_cast<int>(c.num("blocks_per_sm", 4));
+  const int iters = static_cast<int>(c.num("iters", 4096));
+  DeviceBuffer<float> sink(static_cast<size_t>(blocks) * kMmaThreads);
+  auto run = [&](int) {
+    bench_mma_sync_kernel<<<blocks, kMmaThreads, 0, env.stream>>>(iters, sink.get());
+    KD_CUDA_CHECK(cudaGetLastError());
+  };
+  const Timing t = env.timer->each(run, static_cast<int>(c.num("warm", 3)), reps_of(c, env, 20));
+  put_timing(r, t);
+  const double mmas = static_cast<double>(blocks) * (kMmaThreads / 32) * iters * kMmaChains;
+  r.num("tflops", mmas * kMmaFlops / t.median / 1e9);
+  r.integer("sms", sms);
 }
 
 // ---- launch floor -------------------------------------------------------------------------------
@@ -555,7 +609,7 @@ void bench_compact(const Case& c, Env& env, Record& r) {
 
 const std::map<std::string, void (*)(const Case&, Env&, Record&)>& suites() {
   static const std::map<std::string, void (*)(const Case&, Env&, Record&)> s = {
-      {"gemm", bench_gemm},         {"copy", bench_copy},     {"launch", bench_launch},
+      {"gemm", bench_gemm},         {"copy", bench_copy},     {"launch", bench_launch}, {"mma", bench_mma},
       {"verify_attn", bench_verify}, {"topk", bench_topk},
       {"tree_build", bench_tree_build}, {"accept", bench_accept}, {"compact", bench_compact},
   };

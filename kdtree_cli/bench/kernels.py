@@ -14,8 +14,8 @@ from . import baselines, report
 from .gpu import device_facts, nvml_clocks, require_gpu
 from .provenance import run_record
 from .native import build_bench, record_key, run_native
-from .suites import (AcceptCase, AttnCase, Case, CompactCase, CopyCase, GemmCase, LaunchCase, TopkCase, TreeCase,
-                     sweep)
+from .suites import (AcceptCase, AttnCase, Case, CompactCase, CopyCase, GemmCase, KimiAttnCase, LaunchCase, MmaCase,
+                     TopkCase, TreeCase, sweep)
 
 DEFAULT_RESULTS = PROJECT_ROOT / "results"
 NATIVE_TIMEOUT_S = 300.0  # the whole native sweep (~1-2 minutes on an H200); a hung kernel must not hang the bench
@@ -32,12 +32,31 @@ def _baseline_reps(case: Case, quick: bool) -> int:
     return 5 if quick else 20
 
 
+def _anchor_case(anchor, case: KimiAttnCase, reps: int, facts: dict, res: report.BenchResult) -> dict:
+    """vLLM's kernel on the case; a failure is the row's error, not the run's."""
+    from . import vllm_anchor
+
+    try:
+        return vllm_anchor.time_case(anchor, case, reps, facts["sms"])
+    except Exception as exc:  # a Triton compile error or out of memory at one shape: recorded, the rest go on
+        res.errors.append({"case": case.native_line(), "error": f"vLLM anchor: {type(exc).__name__}: {exc}"})
+        return {}
+
+
 def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None, arch: str | None,
-                     console: Console, log_dir: Path | None = None) -> tuple[report.BenchResult, list[Path]]:
-    """Measure, compare, write. Returns the result and the files written."""
+                     console: Console, log_dir: Path | None = None, anchor_vllm: Path | None = None
+                     ) -> tuple[report.BenchResult, list[Path]]:
+    """Measure, compare, write. Returns the result and the files written. anchor_vllm: a vLLM
+    source tree whose Triton MLA decode kernel is timed on the kimi-rank cases (vllm_anchor)."""
     require_gpu("kdtree bench kernels")
     facts = device_facts(PROJECT_ROOT)
     console.print(f"[bold]bench[/] on {facts['device']} ({facts['sms']} SMs), commit {facts['commit']}", highlight=False)
+    anchor = None
+    if anchor_vllm is not None:  # loaded before the native sweep: a wrong folder fails at once
+        from . import vllm_anchor
+
+        anchor = vllm_anchor.load_decode_module(anchor_vllm)
+        console.print(f"[dim]anchor: vLLM's decode_attention_fwd from {anchor.kdtree_source}[/]", highlight=False)
     program = build_bench(arch, console)
     cases = sweep(suites, quick)
     console.print(f"[dim]native: {len(cases)} cases through {program.name}[/]", highlight=False)
@@ -68,6 +87,8 @@ def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None,
                 res.ceilings["verify_gemm_tflops"] = rec["tflops"]
         if rec and isinstance(case, CopyCase):
             res.ceilings["copy_gbps"] = rec["gbps"]
+        if rec and isinstance(case, MmaCase):
+            res.ceilings["mma_sync_tflops"] = rec["tflops"]
         if rec and isinstance(case, LaunchCase):
             tag = "launch" if case.smem_kb == 0 else "launch_smem"
             res.ceilings[f"{tag}_ms"] = rec["ms"]
@@ -82,7 +103,18 @@ def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None,
         if rec is None:
             continue
         try:
-            if isinstance(case, AttnCase):
+            if isinstance(case, KimiAttnCase):
+                reps = _baseline_reps(case, quick)
+                base = baselines.torch_attention(case, reps)
+                if anchor is not None:
+                    base.update(_anchor_case(anchor, case, reps, facts, res))
+                row = report.kimi_row(case, rec, base, res.ceilings)
+                res.rows.setdefault("kimi", []).append(row)
+                console.print(f"  kimi B={case.batch} T={case.query_tokens:<3} prefix={case.prefix:<7} kdtree "
+                              f"{report._us(row['kdtree_ms']):>10}  torch {report._us(row['torch_ms']):>10}  "
+                              f"vLLM {report._us(row.get('vllm_ms')):>10}  roofline "
+                              f"{report._f(row['of_roofline'], 2)}", highlight=False)
+            elif isinstance(case, AttnCase):
                 base = baselines.torch_attention(case, _baseline_reps(case, quick))
                 row = report.attn_row(case, rec, base, res.ceilings)
                 res.rows.setdefault("attn", []).append(row)
@@ -111,5 +143,10 @@ def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None,
             res.errors.append({"case": case.native_line(), "error": f"baseline: {type(exc).__name__}: {exc}"})
     res.facts["clocks_end"] = nvml_clocks(0)
     out_dir = out_dir or default_out_dir(facts)
+    if anchor is not None:
+        from . import vllm_anchor
+
+        res.anchor.update(source=anchor.kdtree_source,
+                          **vllm_anchor.instructions(anchor, out_dir / "vllm-triton-mla"))
     written = report.write(res, out_dir)
     return res, written

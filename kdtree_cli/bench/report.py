@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .baselines import KEY_PAD, best_torch_form
+
 # The kernels' goals: (label, suite, match on the row, column, comparison, target)
 GOALS = [
     ("verify_attn bf16 H=64 n=64 prefix=32k: <= 0.55 ms", "attn", {"heads": 64, "n": 64, "prefix": 32768},
@@ -36,6 +38,7 @@ class BenchResult:
     rows: dict = field(default_factory=dict)      # suite -> list of row dicts
     errors: list = field(default_factory=list)    # cases that failed, with their message
     run: dict = field(default_factory=dict)       # command, commit, device, date (provenance.run_record)
+    anchor: dict = field(default_factory=dict)    # the vLLM anchor: its source and the instructions it ran
 
     def goals(self) -> list[dict]:
         out = []
@@ -48,7 +51,7 @@ class BenchResult:
 
     def to_json(self) -> str:
         return json.dumps({"run": self.run, "facts": self.facts, "ceilings": self.ceilings, "rows": self.rows,
-                           "goals": self.goals(), "errors": self.errors}, indent=1)
+                           "goals": self.goals(), "errors": self.errors, "anchor": self.anchor}, indent=1)
 
 
 def _ratio(a, b):
@@ -56,20 +59,43 @@ def _ratio(a, b):
 
 
 def attn_row(case, native: dict, base: dict, ceil: dict) -> dict:
+    """One attention row. torch_ms / cublas_ms are the faster of the unpadded and the padded
+    forms (baselines.torch_attention), torch_form / cublas_form say which; the roofline
+    (floor_mma_ms: FLOPs at the measured mma.sync rate, floor_memory_ms: the cache at copy
+    bandwidth) is there when the run measured those ceilings."""
     ms = native.get("ms")
     floor_compute = case.flops / (ceil["peak_tflops"] * 1e9) if ceil.get("peak_tflops") else None
     floor_memory = case.cache_bytes / (ceil["copy_gbps"] * 1e6) if ceil.get("copy_gbps") else None
+    floor_mma = case.flops / (ceil["mma_sync_tflops"] * 1e9) if ceil.get("mma_sync_tflops") else None
     floor = max(x for x in (floor_compute, floor_memory) if x is not None) if (floor_compute or floor_memory) else None
+    roof = max(x for x in (floor_mma, floor_memory) if x is not None) if (floor_mma or floor_memory) else None
+    torch_ms, torch_form = best_torch_form(base, "torch_ms", "torch_padded_ms")
+    cublas_ms, cublas_form = best_torch_form(base, "cublas_ms", "cublas_padded_ms")
     return {
         "heads": case.heads, "n": case.n, "prefix": case.prefix, "batch": case.batch, "dtype": case.dtype,
         "kdtree_ms": ms, "tflops": native.get("tflops"), "cache_gbps": native.get("cache_gbps"),
         "plan": f"{native.get('splits')} splits x {native.get('split_keys')} keys"
                 + (" in pairs" if (native.get("split_group") or 1) > 1 else "") + f", config {native.get('config')}",
-        "torch_ms": base.get("torch_ms"), "cublas_ms": base.get("cublas_ms"),
+        "torch_ms": torch_ms, "torch_form": torch_form, "cublas_ms": cublas_ms, "cublas_form": cublas_form,
+        "torch_unpadded_ms": base.get("torch_ms"), "torch_padded_ms": base.get("torch_padded_ms"),
+        "cublas_unpadded_ms": base.get("cublas_ms"), "cublas_padded_ms": base.get("cublas_padded_ms"),
         "floor_ms": floor, "floor_bound": "memory" if floor is not None and floor == floor_memory else "compute",
-        "vs_torch": _ratio(base.get("torch_ms"), ms), "vs_cublas": _ratio(base.get("cublas_ms"), ms),
-        "of_floor": _ratio(floor, ms),
+        "floor_memory_ms": floor_memory, "floor_mma_ms": floor_mma,
+        "roofline_ms": roof, "roofline_bound": "memory" if roof is not None and roof == floor_memory else "mma",
+        "vs_torch": _ratio(torch_ms, ms), "vs_cublas": _ratio(cublas_ms, ms),
+        "of_floor": _ratio(floor, ms), "of_roofline": _ratio(roof, ms),
     }
+
+
+def kimi_row(case, native: dict, base: dict, ceil: dict) -> dict:
+    """A kimi-rank row: the attention row with the query tokens and, when the vLLM anchor ran,
+    its time, split count, error against our float32 reference, and the ratio."""
+    row = attn_row(case, native, base, ceil)
+    row["query_tokens"] = case.n + 1
+    for key in ("vllm_ms", "vllm_splits", "vllm_page_size", "vllm_rel_err"):
+        row[key] = base.get(key)
+    row["vs_vllm"] = _ratio(base.get("vllm_ms"), row["kdtree_ms"])
+    return row
 
 
 def topk_row(case, native: dict, base: dict, ceil: dict) -> dict:
@@ -105,6 +131,34 @@ def small_row(case, native: dict) -> dict:
 
 # ---- Markdown -------------------------------------------------------------------------------------
 
+def kimi_lines(res: BenchResult) -> list[str]:
+    """The kimi-rank table: each row beside its roofline (the cache at copy bandwidth, the FLOPs
+    at this run's mma.sync rate), torch's best form and, when it ran, vLLM's Triton MLA decode."""
+    c, a = res.ceilings, res.anchor
+    lines = ["## Kimi K2.6 per rank (8 heads; T query tokens = tree nodes + 1)", "",
+             f"roofline = max(cache bytes / copy bandwidth {_f(c.get('copy_gbps'))} GB/s, FLOPs / mma.sync rate "
+             f"{_f(c.get('mma_sync_tflops'))} TFLOP/s), both measured in this run; of roofline = roofline / kdtree.",
+             ""]
+    if a:
+        variants = a.get("variants") or []
+        chosen = "; ".join(f"variant {v['variant']}: PTX wgmma {v['ptx_wgmma']}, mma.sync {v['ptx_mma_sync']}, "
+                           f"SASS HGMMA {v['sass_hgmma']}, HMMA {v['sass_hmma']} ({v['num_warps']} warps, "
+                           f"{v['num_stages']} stages)" for v in variants) or "no compiled kernel found"
+        lines += [f"vLLM: Triton MLA decode (`decode_attention_fwd`, {a.get('source')}), each verify token a "
+                  "decode row reading the prefix and the chain up to itself, its own tiles, vLLM's split rule; "
+                  f"{a.get('kernel')}: {chosen}. err = max |vLLM - float32 reference| / max |reference|.", ""]
+    lines += ["| B | T | prefix | kdtree | roofline | of roofline | torch 2-GEMM | vs torch | vLLM | vs vLLM | "
+              "vLLM splits | vLLM err | plan |", "|" + "---|" * 13]
+    for r in res.rows["kimi"]:
+        lines.append(f"| {r['batch']} | {r['query_tokens']} | {r['prefix']} | {_us(r['kdtree_ms'])} | "
+                     f"{_us(r['roofline_ms'])} ({r['roofline_bound']}) | {_f(r['of_roofline'], 2)} | "
+                     f"{_us(r['torch_ms'])}{_form(r.get('torch_form'))} | {_x(r['vs_torch'])} | "
+                     f"{_us(r.get('vllm_ms'))} | {_x(r.get('vs_vllm'))} | {_f(r.get('vllm_splits'))} | "
+                     f"{_f(r.get('vllm_rel_err'), 2)} | {r['plan']} |")
+    lines.append("")
+    return lines
+
+
 def _f(v, digits=3):
     if v is None:
         return "-"
@@ -119,6 +173,10 @@ def _us(ms):
 
 def _x(r):
     return "-" if r is None else f"{r:.2f}x"
+
+
+def _form(form):
+    return "" if not form else f" ({form})"
 
 
 def markdown(res: BenchResult) -> str:
@@ -143,6 +201,9 @@ def markdown(res: BenchResult) -> str:
               f"- cuBLAS bf16 GEMM 8192^3: {_f(c.get('peak_tflops'))} TFLOP/s; at the verify shape "
               f"4160x32768x576: {_f(c.get('verify_gemm_tflops'))} TFLOP/s",
               f"- device copy: {_f(c.get('copy_gbps'))} GB/s (bytes read + written)"]
+    if c.get("mma_sync_tflops") is not None:
+        lines.append(f"- mma.sync bf16 m16n8k16 (f32 accumulate, register operands, every SM): "
+                     f"{_f(c['mma_sync_tflops'])} TFLOP/s")
     if c.get("launch_ms") is not None:
         smem = (f"; {_us(c['launch_smem_ms'])} with {c.get('launch_smem_kb')} KB of shared memory a block"
                 if c.get("launch_smem_ms") is not None else "")
@@ -152,13 +213,18 @@ def markdown(res: BenchResult) -> str:
     if res.rows.get("attn"):
         lines += ["## verify_attn (bf16, B=1)", "",
                   "floor = max(FLOPs / GEMM peak, cache bytes / copy bandwidth)", "",
+                  "torch 2-GEMM and cuBLAS GEMMs: the faster of the keys as they are and padded to a multiple of "
+                  f"{KEY_PAD} (masked), the form that won beside each", "",
                   "| H | n | prefix | kdtree | TFLOP/s | cache GB/s | torch 2-GEMM | cuBLAS GEMMs | floor | vs torch | "
                   "of floor | plan |", "|" + "---|" * 12]
         for r in res.rows["attn"]:
             lines.append(f"| {r['heads']} | {r['n']} | {r['prefix']} | {_us(r['kdtree_ms'])} | {_f(r['tflops'])} | "
-                         f"{_f(r['cache_gbps'])} | {_us(r['torch_ms'])} | {_us(r['cublas_ms'])} | {_us(r['floor_ms'])} "
+                         f"{_f(r['cache_gbps'])} | {_us(r['torch_ms'])}{_form(r.get('torch_form'))} | "
+                         f"{_us(r['cublas_ms'])}{_form(r.get('cublas_form'))} | {_us(r['floor_ms'])} "
                          f"({r['floor_bound']}) | {_x(r['vs_torch'])} | {_f(r['of_floor'], 2)} | {r['plan']} |")
         lines.append("")
+    if res.rows.get("kimi"):
+        lines += kimi_lines(res)
     if res.rows.get("topk"):
         lines += ["## topk_logprobs", "", "floor = one read of the logits at copy bandwidth", "",
                   "| rows | V | K | kdtree | GB/s | torch f32 | torch f64 | floor | vs torch f32 | vs f64 | of floor |",

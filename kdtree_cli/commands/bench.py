@@ -30,13 +30,29 @@ KernelsOut = Annotated[Optional[Path], typer.Option(
 
 @bench_app.command("kernels", help="Kernel timings with their baselines and ceilings: verify_attn (heads 8/64, "
                    "n 1-256, prefix 1k-128k), topk_logprobs, tree_build (B 1-256, N 16-1024), tree_accept and "
-                   "cache_compact.")
+                   "cache_compact. The torch attention baseline is timed with the keys as they are and padded to a "
+                   "multiple of 8 (masked: the same result); every 'vs torch' column quotes the faster form and "
+                   "names it. Ceilings: cuBLAS GEMM rate, copy bandwidth, the mma.sync rate (a kernel of "
+                   "register-operand bf16 MMAs on every SM), one empty launch. The kimi-rank suite (only when named) "
+                   "is Kimi K2.6's attention per rank of 8 GPUs: 8 heads, T = 1, 2, 9, 17, 33, 65 query tokens, "
+                   "prefixes 1k-128k, batch 1 and 8, each row beside its roofline (cache bytes over the copy "
+                   "bandwidth, FLOPs over the mma.sync rate, both from the same run); with --anchor-vllm, vLLM's "
+                   "Triton MLA decode kernel is timed on the same rows.")
 def kernels(
     ctx: typer.Context,
     suite: Annotated[Optional[str], typer.Option(
-        "--suite", "-s", help="Comma-separated suites: ceilings, attn, topk, tree, accept \\[default: all].",
+        "--suite", "-s", help="Comma-separated suites: ceilings, attn, topk, tree, accept, and kimi-rank "
+        "\\[default: all = every one but kimi-rank].",
         show_default=False)] = None,
     quick: Annotated[bool, typer.Option("--quick", help="A few cases per suite and fewer repetitions (the full sweep took 10-15 s on an H200).")] = False,
+    anchor_vllm: Annotated[Optional[Path], typer.Option(
+        "--anchor-vllm", metavar="DIR", file_okay=False, show_default=False,
+        help="A vLLM source tree (a checkout, or the folder holding its `vllm/` package): its Triton MLA decode "
+        "kernel (decode_attention_fwd, vllm/v1/attention/ops/triton_decode_attention.py) is loaded alone and "
+        "timed on the kimi-rank rows as vLLM's TRITON_MLA backend calls it (paged latent cache of 16-row pages, "
+        "a decode row a query token, vLLM's split count, its own tiles), checked against our float32 reference; "
+        "the PTX and SASS of its kernel are written beside the results with the count of wgmma / mma.sync "
+        "instructions in them. Needs triton (torch's CUDA wheels bring it).")] = None,
     out: KernelsOut = None,
     arch: Arch = None,
     host: Host = None,
@@ -51,7 +67,7 @@ def kernels(
     from kdtree_cli.bench.suites import parse_suites
 
     err = Console(stderr=True, soft_wrap=True)
-    res, written = run_kernel_bench(parse_suites(suite), quick, out, arch, err)
+    res, written = run_kernel_bench(parse_suites(suite), quick, out, arch, err, anchor_vllm=anchor_vllm)
     out_console = Console(soft_wrap=True)
     for g in res.goals():
         if g["value"] is None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kdtree_cli.bench.baselines import ancestor_bias, tree_inputs, tree_parents, two_gemm_attention
+from kdtree_cli.bench.baselines import (KEY_PAD, ancestor_bias, pad_keys, padded_keys, tree_inputs, tree_parents,
+                                       two_gemm_attention)
 from kdtree_cli.bench.suites import TreeCase
 from python_engine.ddtree import build_tree
 from python_engine.verify_attn_ref import check_tree_mask, verify_attn_ref
@@ -30,6 +31,39 @@ def test_two_gemm_attention_matches_the_float64_reference(seed):
     rel = np.linalg.norm(got - want) / np.linalg.norm(want)
     assert rel < 2e-2, rel  # bf16 probabilities and output
     assert not np.allclose(got, 0)
+
+
+def test_the_padded_form_gives_the_unpadded_result(seed):
+    """Keys padded to a multiple of KEY_PAD with zero rows and -inf scores: the same attention,
+    in float32 to the rounding of a longer reduction, in bf16 as close to the float64 reference
+    as the unpadded form; batched (a leading request dim) as well as one request."""
+    rng = np.random.default_rng(seed)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(3):
+        heads, n, batch = int(rng.integers(1, 5)), int(rng.integers(0, 9)), int(rng.integers(1, 3))
+        prefix = int(rng.integers(1, 60))
+        t_len = n + 1
+        keys = prefix + t_len
+        q = torch.randn(batch, t_len * heads, 576, generator=g)
+        kv = torch.randn(batch, keys, 576, generator=g)
+        bias = torch.from_numpy(ancestor_bias(t_len)).repeat_interleave(heads, dim=0)
+        kv_p, bias_p = pad_keys(kv[0], bias)
+        assert kv_p.shape[0] == padded_keys(keys) and kv_p.shape[0] % KEY_PAD == 0 and kv_p.shape[0] - keys < KEY_PAD
+        assert torch.equal(kv_p[:keys], kv[0]) and bias_p.shape == (bias.shape[0], kv_p.shape[0] - prefix)
+        kv_pb = torch.cat([kv, kv.new_zeros(batch, kv_p.shape[0] - keys, 576)], dim=1)
+        want = two_gemm_attention(q, kv, bias, prefix, 0.07)
+        got = two_gemm_attention(q, kv_pb, bias_p, prefix, 0.07)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=2e-5)
+        one = two_gemm_attention(q[0], kv_p, bias_p, prefix, 0.07)
+        torch.testing.assert_close(one, want[0], rtol=1e-4, atol=2e-5)
+        # bf16, as the bench runs it: both forms as close to the float64 reference
+        qb, kvb, kvpb = q[0].bfloat16(), kv[0].bfloat16(), kv_p.bfloat16()
+        vis = ancestor_bias(t_len) == 0
+        q3 = qb.float().reshape(t_len, heads, 576).numpy()
+        ref, _ = verify_attn_ref(q3[..., :512], q3[..., 512:], kvb.float().numpy(), prefix, vis, 0.07)
+        for out in (two_gemm_attention(qb, kvb, bias, prefix, 0.07), two_gemm_attention(qb, kvpb, bias_p, prefix, 0.07)):
+            got = out.float().reshape(t_len, heads, 512).numpy()
+            assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 2e-2
 
 
 def test_the_bench_tree_has_parents_before_children():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kdtree_cli.bench.suites import SUITES, AttnCase, TreeCase, parse_suites, sweep
+from kdtree_cli.bench.suites import EXTRA_SUITES, SUITES, AttnCase, TreeCase, parse_suites, sweep
 from python_engine.errors import KdtreeError
 from python_engine.project import PROJECT_ROOT
 
@@ -55,7 +55,7 @@ def test_the_full_sweep_covers_the_issue_grid():
 
 
 def test_every_native_line_parses_in_bench_kernels(case_checker, tmp_path):
-    cases = sweep()
+    cases = sweep(SUITES + EXTRA_SUITES)
     path = tmp_path / "cases.txt"
     path.write_text("# the bench's sweep\n" + "".join(c.native_line() + "\n" for c in cases))
     out = subprocess.run([str(case_checker), str(path)], capture_output=True, text=True)
@@ -85,5 +85,6 @@ def test_bad_lines_are_errors_naming_the_line(case_checker, tmp_path, line, mess
 def test_suite_names():
     assert parse_suites(None) == SUITES
     assert parse_suites("attn, tree") == ("attn", "tree")
+    assert parse_suites("kimi-rank,ceilings") == ("kimi-rank", "ceilings") and "kimi-rank" not in parse_suites("all")
     with pytest.raises(KdtreeError, match="unknown bench suite.*attention"):
         parse_suites("attention")

@@ -29,6 +29,8 @@ for suite, *kv in cases:
         rec.update(ms=1.4, tflops=780.0 if rec["m"] == "8192" else 620.0)
     elif suite == "copy":
         rec.update(ms=0.5, gbps=4300.0)
+    elif suite == "mma":
+        rec.update(ms=0.2, tflops=400.0, sms=132)
     elif suite == "launch":
         rec.update(ms=0.003 if rec["smem_kb"] == "0" else 0.004, graph_ms=0.0015, grid_blocks=132)
     elif suite == "verify_attn":
@@ -59,9 +61,11 @@ def fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setattr(kernels, "device_facts", lambda root: dict(facts))
     monkeypatch.setattr(kernels, "nvml_clocks", lambda i: {"sm_clock_mhz": 1970})
     monkeypatch.setattr(kernels, "build_bench", lambda arch, console: prog)
-    # torch two-GEMM 4x slower than the fake kernel, cuBLAS GEMMs 2x
-    monkeypatch.setattr(baselines, "torch_attention", lambda case, reps: {"torch_ms": 4.0 * _work(case),
-                                                                           "cublas_ms": 2.0 * _work(case)})
+    # torch two-GEMM 4x slower than the fake kernel unpadded and 3x padded (1.5x when the key count
+    # is even: the padded form loses there), cuBLAS GEMMs 2x (the padded GEMMs not timed)
+    monkeypatch.setattr(baselines, "torch_attention", lambda case, reps: {
+        "torch_ms": 4.0 * _work(case), "cublas_ms": 2.0 * _work(case), "cublas_padded_ms": None,
+        "torch_padded_ms": (3.0 if case.n % 2 == 0 else 5.0) * _work(case)})
     monkeypatch.setattr(baselines, "torch_topk", lambda case, reps: {"torch_f32_ms": 1.28, "torch_f64_ms": 2.9})
     return prog
 
@@ -70,21 +74,43 @@ def _work(case: AttnCase) -> float:  # the fake program's verify_attn time
     return max(0.012, 0.4 * case.heads * (case.n + 1) * case.prefix / (64 * 65 * 32768))
 
 
+def test_kimi_rank_rows_have_their_roofline_and_the_faster_torch_form(fake_gpu, tmp_path):
+    res, _ = kernels.run_kernel_bench(("kimi-rank",), False, tmp_path, None, Console(file=open("/dev/null", "w")))
+    assert res.ceilings["mma_sync_tflops"] == 400.0 and res.ceilings["copy_gbps"] == 4300.0
+    rows = res.rows["kimi"]
+    assert {(r["batch"], r["query_tokens"], r["prefix"]) for r in rows} == {
+        (b, t, p) for b in (1, 8) for t in (1, 2, 9, 17, 33, 65) for p in (1024, 8192, 32768, 131072)}
+    for r in rows:
+        case = AttnCase(8, r["query_tokens"] - 1, r["prefix"], r["batch"])
+        memory, mma = case.cache_bytes / 4300e6, case.flops / 400e9
+        assert r["floor_memory_ms"] == pytest.approx(memory) and r["floor_mma_ms"] == pytest.approx(mma)
+        assert r["roofline_ms"] == pytest.approx(max(memory, mma))
+        assert r["roofline_bound"] == ("memory" if memory >= mma else "mma")
+        padded_wins = case.n % 2 == 0
+        assert r["torch_form"] == ("padded" if padded_wins else "unpadded")
+        assert r["vs_torch"] == pytest.approx(3.0 if padded_wins else 4.0)
+        assert r["cublas_form"] == "unpadded" and r["vllm_ms"] is None and r["vs_vllm"] is None
+    assert "## Kimi K2.6 per rank" in (tmp_path / "bench.md").read_text()
+
+
 def test_rows_ratios_goals_and_files(fake_gpu, tmp_path):
     out = tmp_path / "out"
     res, written = kernels.run_kernel_bench(("ceilings", "attn", "topk", "tree", "accept"), False, out, None,
                                             Console(file=open("/dev/null", "w")))
     assert {p.name for p in written} == {"bench.json", "bench.md", "attention.png", "tree_topk.png"}
     assert res.ceilings == {"peak_tflops": 780.0, "verify_gemm_tflops": 620.0, "copy_gbps": 4300.0,
+                            "mma_sync_tflops": 400.0,
                             "launch_ms": 0.003, "launch_graph_ms": 0.0015, "launch_smem_ms": 0.004,
                             "launch_smem_graph_ms": 0.0015, "launch_smem_kb": 200}
     assert len(res.rows["attn"]) == 32 and len(res.rows["tree"]) == 32 and len(res.rows["accept"]) == 4
     big = next(r for r in res.rows["attn"] if (r["heads"], r["n"], r["prefix"]) == (64, 64, 32768))
-    assert big["vs_torch"] == pytest.approx(4.0) and big["floor_bound"] == "compute"
+    assert big["vs_torch"] == pytest.approx(3.0) and big["floor_bound"] == "compute"  # the padded form won
+    assert big["torch_form"] == "padded" and big["torch_unpadded_ms"] == pytest.approx(4.0 * big["kdtree_ms"])
     assert big["floor_ms"] == pytest.approx(AttnCase(64, 64, 32768).flops / 780e9)
     # 16 query rows read 38 MB of cache: memory-bound (64 heads x 2 tokens is past the ridge)
     decode = next(r for r in res.rows["attn"] if (r["heads"], r["n"], r["prefix"]) == (8, 1, 32768))
     assert decode["floor_bound"] == "memory"
+    assert decode["torch_form"] == "unpadded" and decode["vs_torch"] == pytest.approx(4.0)
     assert decode["floor_ms"] == pytest.approx(32768 * 576 * 2 / 4300e6)
     # the failed top-K case is reported, not joined
     assert [e["case"] for e in res.errors] == ["topk rows=448 vocab=163840 k=1024"]
