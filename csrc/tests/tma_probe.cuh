@@ -1,7 +1,7 @@
 // A probe of the TMA wrappers (kernels/ptx_tma.cuh, kernels/tma_map.h) independent of any
 // attention kernel: the bf16 tensor map with the 128-byte swizzle that verify_attn's TMA wgmma tile (config 9)
 // loads its key tiles with, checked byte for byte against the layout its wgmma descriptors
-// read (kern::sw128_offset). Run by test_verify_attn on an sm_90 GPU and by
+// read (kern::sw128_offset). Run by test_verify_attn on a GPU of compute capability 9.0+ and by
 // emu_verify_attn_test on the SIMT emulator (the same kernel source), so a wrong box, stride,
 // swizzle or mbarrier phase shows here, not as a wrong attention row.
 //
