@@ -4,6 +4,7 @@ come back into results/<host>/ (a tmp dir here)."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 import uuid
@@ -57,6 +58,18 @@ def test_deploy_this_repository(sshd, tmp_path):
     assert any(p.startswith("refs/") for p in manifest["files"])
     program = rdir / "current" / "build" / "release" / "bin" / BUILD_TARGET
     assert program.is_file() and program.stat().st_size > 0  # nvcc really built it there
+
+    assert list(r.skipped) == ["check"]  # gpus = 0: no engine check, and the deploy said so
+
+    # the release as a source (no .git; its build wrote compile_commands.json into it, as a
+    # deploy's test step that runs this test deploys from its release): what it sends on is
+    # exactly the tree it was made from, and that release verifies
+    release = rdir / "releases" / r.release
+    assert (release / "compile_commands.json").is_file() and "compile_commands.json" not in manifest["files"]
+    again = dataclasses.replace(host, dir=f"~/kd-repo-{uuid.uuid4().hex[:8]}")
+    onward = run_deploy(again, release, tmp_path / "results-onward", build=False, test=False)
+    assert onward.ok, onward.error
+    assert verify_release(remote_dir(sshd, again), onward.release)["files"] == manifest["files"]
 
     out = results / "sshd-test"
     suite = ET.parse(out / "junit.xml").getroot()
