@@ -26,6 +26,10 @@ from python_engine.errors import KdtreeError
 
 THROUGHPUT_WINDOW_S = 5.0
 ACCEPT_LENGTH_BUCKETS = tuple(range(1, 34))  # 1 .. block size 33
+# Requests whose token count is remembered (to count what each round adds): a server's request
+# can end without a final round (a client that hung up), so the oldest are forgotten past this,
+# far above what runs at once (KD_MAX_BATCH slots and a bounded queue).
+TRACKED_REQUESTS_MAX = 4096
 STAGE_BUCKETS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
 
 
@@ -51,7 +55,7 @@ class PrometheusExporter:
         self.stage = Histogram("kdtree_round_stage_seconds", "Time of a round's stage", ["stage"],
                                buckets=STAGE_BUCKETS, registry=r)
         self.finished = Counter("kdtree_requests_finished", "Requests finished", registry=r)
-        self._last_tokens: dict = {}
+        self._last_tokens: collections.OrderedDict = collections.OrderedDict()
         self._recent: collections.deque = collections.deque()
         self.server = self.thread = None
         if port is None:
@@ -79,10 +83,14 @@ class PrometheusExporter:
             if accept - 1 >= d:
                 self.accepted_pos.labels(position=str(d)).inc()
         for stage, us in e.get("times_us", {}).items():
-            self.stage.labels(stage=stage).observe(float(us) / 1e6)
+            if us is not None:  # null: a rank share's collectives, not run
+                self.stage.labels(stage=stage).observe(float(us) / 1e6)
         key = e.get("request")
         grown = int(e["tokens"]) - self._last_tokens.get(key, int(e["tokens"]) - accept)
         self._last_tokens[key] = int(e["tokens"])
+        self._last_tokens.move_to_end(key)
+        if len(self._last_tokens) > TRACKED_REQUESTS_MAX:
+            self._last_tokens.popitem(last=False)
         self.tokens.inc(max(grown, 0))
         now = time.monotonic()
         self._recent.append((now, max(grown, 0)))
