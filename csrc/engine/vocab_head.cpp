@@ -62,7 +62,7 @@ void VocabHead::topk(int rows, int k, float* logp, int32_t* tok, cudaStream_t st
   tk.logp = gathered_;  // scratch: the part's own log-probabilities are not used
   tk.raw = reinterpret_cast<float*>(block);
   tk.tok = reinterpret_cast<int32_t*>(block + kk * 4);
-  tk.lse = reinterpret_cast<double*>(block + kk * 8);
+  tk.lse = reinterpret_cast<float*>(block + kk * 8);
   check_kernel(topk_logprobs(tk, stream));
   comm_->all_gather(send_, gathered_, topk_part_bytes(rows, k), stream);
   MergeTopkParams m;

@@ -1,14 +1,16 @@
-// Device code of topk_logprobs (host API in tree_build.cuh, launch plan in tree_build_plan.h):
+// Device code of topk_logprobs (host API in tree_build.cuh, launch plan in topk_logprobs_plan.h):
 // for each row of drafter logits, the K most probable tokens in (log-probability desc, token
 // id asc) order with their log-probabilities, formed like python_engine/ddtree/topk.py:
-// lse = max + log(sum exp(x - max)) in float64, logp = float32(x - lse).
+// lse = max + log(sum exp(x - max)) in float64, logp = float32(x - lse); here the lse is
+// formed in float pairs (float_pair.cuh: ~48 bits, no float64 anywhere), which rounds x - lse
+// to the same float32 as float64 does but for ~1 in 10^8.
 //
 // One block per row (128, 256 or 512 threads: the plan takes more threads per row when there
 // are fewer rows than SMs), ONE read of the logits:
 //   1. scan: each thread loads four float4 per step (the next step's are in flight while this
-//      one computes). Per step it takes the float32 max of its 16 logits, moves its float64
+//      one computes). Per step it takes the float32 max of its 16 logits, moves its pair
 //      sums' power-of-two reference when the max rose (rare), then adds e^x 2^-mk of each
-//      logit, clamped from below so the exp needs no range check (exp_f64.cuh; interleaved
+//      logit, clamped from below so the exp needs no range check (float_pair.cuh; interleaved
 //      table copies keep bank conflicts low). The step's max also decides, once per 16
 //      logits, whether any logit beats the candidate threshold; those that do are appended
 //      to a candidate buffer in shared memory. When the buffer is full, the block keeps the
@@ -33,7 +35,7 @@
 #include "block_select.cuh"
 #include "block_sort.cuh"
 #include "device_compat.cuh"
-#include "exp_f64.cuh"
+#include "float_pair.cuh"
 #include "ordered_float.cuh"
 #include "tree_build.cuh"
 
@@ -45,21 +47,26 @@ constexpr int kTopkMaxThreads = 512;
 constexpr int kTopkVecs = 4;               // float4 loads per thread per step, issued together
 constexpr int kTopkPerThread = 4 * kTopkVecs;  // logits per thread per step
 constexpr int kTopkSlack = 2048;           // candidate slots beyond the K kept: appends between compactions
-constexpr int kTopkExpBits = 8;            // the exp's 256-entry table: one float64 operation fewer than 64
 constexpr int kTopkTableCopies = 8;        // interleaved copies: a half-warp's 8-byte reads at most 2-way conflicted
 constexpr int kTopkTableShift = 6;         // entry j's copies start at byte j << 6 (8 copies x 8 bytes)
-static_assert((1 << kTopkTableShift) == kTopkTableCopies * static_cast<int>(sizeof(double)), "table layout");
-// The scan's exp sums: while a thread's max m has |m| < kTopkFastMaxAbs, it sums e^x 2^-mk with
-// mk = floor(m / ln2) (a power-of-two reference: no x - m per logit, exact rescales), the
-// exp's q ln2/256 staying exact (|q| < 2^21). Logits more than kTopkClampBelowMax below m are
-// raised to m - kTopkClampBelowMax first: their terms (< e^-640 of the max's) vanish in a
-// float64 sum that holds the max's, and the exp needs no range check. Otherwise (absurd
-// logits) the sum is of e^(x - m) with the range-checked exp.
+static_assert((1 << kTopkTableShift) == kTopkTableCopies * static_cast<int>(sizeof(FloatPair)), "table layout");
+using TopkExpTable = PairTableShared<kTopkTableShift>;
+// The scan's exp sums (float pairs): while a thread's max m has |m| < kTopkFastMaxAbs, it sums
+// e^x 2^-mk with mk = topk_ref_exponent(m) ~ floor(m / ln2) (a power-of-two reference: no
+// x - m per logit, exact rescales; |x| < kExpPairMaxAbs keeps the exp's reduction exact).
+// Logits more than kTopkClampBelowMax below m are raised to m - kTopkClampBelowMax first:
+// their terms (< e^-80 of the max's) vanish in a pair sum that holds the max's, and the exp
+// needs no range check. Otherwise (absurd logits) the sum is of e^(x - m), x - m formed
+// exactly as a pair, with the range-checked exp.
 constexpr float kTopkFastMaxAbs = 4096.0f;
-constexpr float kTopkClampBelowMax = 672.0f;
-constexpr double kTopkInvLn2 = 0x1.71547652b82fep+0;
-constexpr double kTopkLn2Hi = 0x1.62e42feep-1;          // mk * it is exact for |mk| < 2^21
-constexpr double kTopkLn2Lo = 0x1.a39ef35793c76p-33;    // ln2 - kTopkLn2Hi
+constexpr float kTopkClampBelowMax = kExpPairRange;
+constexpr float kTopkInvLn2 = 0x1.715476p+0f;
+constexpr float kTopkLn2 = 0x1.62e43p-1f;  // (rounded: only a range test)
+static_assert(kTopkFastMaxAbs + 64.0f < kExpPairMaxAbs, "fast-range logits, and the lse's e^(-max), in the exp's range");
+
+// The sums' power-of-two reference for a running max m (|m| < kTopkFastMaxAbs): both scans use
+// it, so their sums differ by exact powers of two.
+KD_DEVICE int topk_ref_exponent(float m) { return static_cast<int>(floorf(__fmul_rn(m, kTopkInvLn2))); }
 
 // Candidate slots: the K kept (rounded up to a warp) and the slack.
 KD_HOST_DEVICE constexpr int topk_kept_slots(int k) { return round_up(k, kWarpSize); }
@@ -84,8 +91,8 @@ struct TopkOptions {
 
 // The scan's summary of its row (block-uniform).
 struct TopkSummary {
-  double fsum;     // sum of e^x 2^-mk over the logits met while the max was in the fast range
-  double slow;     // sum of e^(x - pmax) over the others
+  FloatPair fsum;  // sum of e^x 2^-mk over the logits met while the max was in the fast range
+  FloatPair slow;  // sum of e^(x - pmax) over the others
   float pmax;      // the row's largest logit
   float drop_max;  // the largest logit the candidates left out (-inf: none)
   int n;           // candidates
@@ -114,7 +121,7 @@ static_assert(topk_lean_capacity(kTreeMaxNodes) <= kTopkStaticCapacity, "the lea
 
 // One warp's part of the lean scan's summary (TopkSummary's fields before the block sums).
 struct TopkWarpSummary {
-  double fsum;  // the warp's fast sums at 2^-mk
+  FloatPair fsum;  // the warp's fast sums at 2^-mk
   float pmax, mk, drop_max;  // maxima (mk as a float: -inf where no thread had fast terms)
   int has_slow;
 };
@@ -128,9 +135,9 @@ static_assert(kTreeMaxNodes <= kTopkMinThreads * 8, "the K winners fit in 8 regi
 // append serves both stores), else in dynamic shared memory.
 template <int Threads, bool Lean = false>
 struct TopkShared {
-  double exp_table[kExp2FineTableSize * kTopkTableCopies];  // exp2_table_preshifted<8>(j), copy c at [j * copies + c]
+  FloatPair exp_table[kExpPairTableSize * kTopkTableCopies];  // kExp2PairTable[j], copy c at [j * copies + c]
   SelectScratch select;
-  BlockScratch<double> dsum;
+  BlockScratch<FloatPair> dsum;
   BlockScratch<float> fmax;
   int count;                        // candidates in the buffer (may pass capacity while appending)
   uint32_t drop_key;                // largest ordered key a scan compaction removed (0: none)
@@ -176,7 +183,23 @@ KD_DEVICE void topk_clk_report() {
 KD_DEVICE void topk_clk_report() {}
 #endif
 
-KD_DEVICE float logp_of(float x, double lse) { return static_cast<float>(static_cast<double>(x) - lse); }
+KD_DEVICE float logp_of(float x, FloatPair lse) { return logp_of_pair(x, lse); }
+
+// Pair sums across a warp (butterfly: pair_add is commutative bit for bit, so every lane ends
+// with the same value); block_sum takes them through this.
+KD_DEVICE FloatPair warp_sum(FloatPair v) {
+#pragma unroll
+  for (int d = kWarpSize / 2; d > 0; d >>= 1)
+    v = pair_add(v, FloatPair(__shfl_xor_sync(kFullMask, v.hi, d), __shfl_xor_sync(kFullMask, v.lo, d)));
+  return v;
+}
+
+// e^(a - b) for floats a <= b (a pair difference: exact), 0 when a is -inf
+template <class Table>
+KD_DEVICE FloatPair topk_exp_diff(float a, float b, const Table& table) {
+  if (!(a > -INFINITY)) return {};
+  return exp_pair(two_sum(a, -b), table);
+}
 
 // Keep the buffer entries for which keep(value) holds, packed to the front in any order;
 // s.count becomes their number. The buffer is walked in chunks of kTopkKeepPerThread entries
@@ -239,12 +262,6 @@ KD_DEVICE float topk_pick(const float (&v)[kTopkPerThread], int k) {
   return (k & 8) ? c[1] : c[0];
 }
 
-// 2^e for e <= 0 (0 below float64's range): rescales a sum to a higher power-of-two reference.
-KD_DEVICE double topk_pow2_nonpositive(int e) {
-  const int biased = e + 1023;
-  return biased > 0 ? __hiloint2double(biased << kExponentShift, 0) : 0.0;
-}
-
 // Step 1, the scan over the row's V logits at x: leaves s.count candidates in keys/rids and
 // returns the row's summary. slop: what the compactions may keep beyond K (TopkOptions).
 template <bool Vec4, int Threads, bool L>
@@ -252,8 +269,7 @@ KD_DEVICE TopkSummary topk_scan(TopkShared<Threads, L>& s, uint32_t* keys, uint3
   constexpr int kChunk = kTopkPerThread * Threads;  // logits per step
   const int capacity = topk_capacity(K);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
-  const double* table = s.exp_table;
-  const int lane_bytes = (lane % kTopkTableCopies) * static_cast<int>(sizeof(double));  // this lane's copy
+  const TopkExpTable table(s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(FloatPair)));  // this lane's copy
   if (tid == 0) {
     s.count = 0;
     s.drop_key = 0;
@@ -262,12 +278,13 @@ KD_DEVICE TopkSummary topk_scan(TopkShared<Threads, L>& s, uint32_t* keys, uint3
 
   // 1. the scan
   float m = -INFINITY;            // running max of this thread's logits
-  double sum[kTopkVecs] = {};     // sums of e^x 2^-mk while |m| < kTopkFastMaxAbs (several: shorter chains)
+  FloatPair sum[kTopkVecs] = {};  // sums of e^x 2^-mk while |m| < kTopkFastMaxAbs (several: shorter chains)
   int mk = 0;                     // their power-of-two reference
+  float round = exp_pair_round(0);  // folds the 2^-mk into the exp
   bool fast = false;              // |m| < kTopkFastMaxAbs now
   bool had_fast = false;          // sum[] holds terms
   float lo = -INFINITY;           // logits below it are raised to it (m - kTopkClampBelowMax)
-  double slow = 0.0;              // sum of e^(x - slow_ref) over the logits met while m was outside
+  FloatPair slow{};               // sum of e^(x - slow_ref) over the logits met while m was outside
   float slow_ref = -INFINITY;     //   (m only rises: it is in the fast range over one stretch)
   float thr = NAN;                // candidates need a logit above it (NaN: every logit passes)
   float drop = -INFINITY;         // the largest of this thread's logits left out of the buffer
@@ -337,31 +354,28 @@ KD_DEVICE TopkSummary topk_scan(TopkShared<Threads, L>& s, uint32_t* keys, uint3
       m = vmax;
       fast = fabsf(m) < kTopkFastMaxAbs;
       if (fast) {
-        const int mk_new = static_cast<int>(floor(static_cast<double>(m) * kTopkInvLn2));
+        const int mk_new = topk_ref_exponent(m);
         if (had_fast) {  // 2^(mk - mk_new) <= 1 rescales the sums
-          const double f = topk_pow2_nonpositive(mk - mk_new);
+          const float f = pow2_nonpositive_f32(mk - mk_new);
 #pragma unroll
-          for (int u = 0; u < kTopkVecs; ++u) sum[u] *= f;
+          for (int u = 0; u < kTopkVecs; ++u) sum[u] = pair_scale(sum[u], f);
         }
         mk = mk_new;
+        round = exp_pair_round(mk);
         had_fast = true;
         lo = m - kTopkClampBelowMax;
       } else {
-        slow *= exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - m, table, lane_bytes);
+        slow = pair_mul(slow, topk_exp_diff(slow_ref, m, table));
         slow_ref = m;
       }
     }
     if (fast) {
-      const uint32_t power = static_cast<uint32_t>(-mk) << kExponentShift;  // the 2^-mk
 #pragma unroll
       for (int k = 0; k < kTopkPerThread; ++k)
-        sum[k / 4] += exp_nonpositive_in_range<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(fmaxf(v[k], lo)), table,
-                                                                                    lane_bytes, power);
+        sum[k / 4] = pair_add(sum[k / 4], exp_pair_scaled<false>(fmaxf(v[k], lo), 0.0f, round, table));
     } else if (m > -INFINITY) {  // else every logit so far is -inf: nothing to add
-      const double md = m;
 #pragma unroll
-      for (int k = 0; k < kTopkPerThread; ++k)
-        slow += exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(v[k]) - md, table, lane_bytes);
+      for (int k = 0; k < kTopkPerThread; ++k) slow = pair_add(slow, topk_exp_diff(v[k], m, table));
     }
 
     // candidates: one test per 16 logits decides whether any of them passes
@@ -423,16 +437,15 @@ KD_DEVICE TopkSummary topk_scan(TopkShared<Threads, L>& s, uint32_t* keys, uint3
   const float top_mk = block_max(had_fast ? static_cast<float>(mk) : -INFINITY, -INFINITY, s.fmax);  // |mk| < 2^13: exact
   pc.has_fast = top_mk > -INFINITY;
   pc.mk = pc.has_fast ? static_cast<int>(top_mk) : 0;
-  double fsum = 0.0;
+  FloatPair fsum{};
   if (had_fast) {
 #pragma unroll
-    for (int u = 0; u < kTopkVecs; ++u) fsum += sum[u];
-    fsum *= topk_pow2_nonpositive(mk - pc.mk);
+    for (int u = 0; u < kTopkVecs; ++u) fsum = pair_add(fsum, sum[u]);
+    fsum = pair_scale(fsum, pow2_nonpositive_f32(mk - pc.mk));
   }
   pc.fsum = block_sum(fsum, s.dsum);
-  double slow_part = 0.0;
-  if (slow_ref > -INFINITY)
-    slow_part = slow * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - pc.pmax, table, lane_bytes);
+  FloatPair slow_part{};
+  if (slow_ref > -INFINITY) slow_part = pair_mul(slow, topk_exp_diff(slow_ref, pc.pmax, table));
   pc.slow = block_sum(slow_part, s.dsum);
   float drop_max = block_max(drop, -INFINITY, s.fmax);
   if (s.drop_key != 0) drop_max = fmaxf(drop_max, ordered_to_float(s.drop_key));
@@ -484,9 +497,7 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads, L>& s, uint32_t* keys, 
   constexpr int kChunk = kTopkPerThread * Threads;
   const int capacity = topk_lean_capacity(K);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
-  const double* table = s.exp_table;
-  const int lane_bytes = (lane % kTopkTableCopies) * static_cast<int>(sizeof(double));
-  const SharedTableLane table_lane = shared_table_lane(table, lane_bytes);  // this lane's copy
+  const TopkExpTable table(s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(FloatPair)));  // this lane's copy
   if (tid == 0) {
     s.count = 0;
     s.drop_key = 0;
@@ -495,13 +506,13 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads, L>& s, uint32_t* keys, 
 
   float m = -INFINITY;         // running max of this thread's logits
   float rise_at = -INFINITY;   // a step max above it moves the sums' reference (rare)
-  double sum[kTopkVecs] = {};  // sums of e^x 2^-mk (fast range)
+  FloatPair sum[kTopkVecs] = {};  // sums of e^x 2^-mk (fast range)
   int mk = 0;
-  double round = exp_prescale_round<kTopkExpBits>(0);  // folds the 2^-mk into the exp
+  float round = exp_pair_round(0);  // folds the 2^-mk into the exp
   bool fast = false, had_fast = false;
   float m_fast = -INFINITY;    // the running max when the fast range was left (topk_scan's last mk)
   float lo = -INFINITY;
-  double slow = 0.0;
+  FloatPair slow{};
   float slow_ref = -INFINITY;
   float thr = NAN;             // the test: a logit above it is a candidate (NaN: every logit)
   float thr_drop = -INFINITY;  // every logit a test left out is <= it
@@ -582,14 +593,14 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads, L>& s, uint32_t* keys, 
     for (int k = 1; k < kTopkPerThread; ++k) vmax = fmaxf(vmax, v[k]);
     if (vmax > rise_at) {  // rare after the first step; then vmax > m
       if (fabsf(vmax) < kTopkFastMaxAbs) {
-        const int mk_new = static_cast<int>(floor(static_cast<double>(vmax) * kTopkInvLn2));
+        const int mk_new = topk_ref_exponent(vmax);
         if (had_fast) {
-          const double f = topk_pow2_nonpositive(mk - mk_new);
+          const float f = pow2_nonpositive_f32(mk - mk_new);
 #pragma unroll
-          for (int u = 0; u < kTopkVecs; ++u) sum[u] *= f;
+          for (int u = 0; u < kTopkVecs; ++u) sum[u] = pair_scale(sum[u], f);
         }
         mk = mk_new;
-        round = exp_prescale_round<kTopkExpBits>(mk);
+        round = exp_pair_round(mk);
         had_fast = true;
         fast = true;
         lo = vmax - kTopkClampBelowMax;
@@ -597,7 +608,7 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads, L>& s, uint32_t* keys, 
       } else {
         if (fast) m_fast = m;  // leaving the fast range: its last max sets topk_scan's mk
         fast = false;
-        slow *= exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - vmax, table, lane_bytes);
+        slow = pair_mul(slow, topk_exp_diff(slow_ref, vmax, table));
         slow_ref = vmax;
         rise_at = vmax;  // the slow sum is relative to the max itself
       }
@@ -606,13 +617,10 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads, L>& s, uint32_t* keys, 
     if (fast) {
 #pragma unroll
       for (int k = 0; k < kTopkPerThread; ++k)
-        sum[k / 4] += exp_prescaled_in_range<kTopkExpBits, kTopkTableShift>(static_cast<double>(fmaxf(v[k], lo)), table_lane,
-                                                                            round);
+        sum[k / 4] = pair_add(sum[k / 4], exp_pair_scaled<false>(fmaxf(v[k], lo), 0.0f, round, table));
     } else if (m > -INFINITY) {
-      const double md = m;
 #pragma unroll
-      for (int k = 0; k < kTopkPerThread; ++k)
-        slow += exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(v[k]) - md, table, lane_bytes);
+      for (int k = 0; k < kTopkPerThread; ++k) slow = pair_add(slow, topk_exp_diff(v[k], m, table));
     }
 
     // candidates: one test per 16 logits decides whether any of them passes
@@ -685,13 +693,13 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads, L>& s, uint32_t* keys, 
   // the order block_sum adds them (its warp 0's butterfly over one value per warp).
   constexpr int kWarps = Threads / kWarpSize;
   const int warp = tid / kWarpSize;
-  const float mk_scan = had_fast ? static_cast<float>(floor(static_cast<double>(fast ? m : m_fast) * kTopkInvLn2)) : -INFINITY;
+  const float mk_scan = had_fast ? static_cast<float>(topk_ref_exponent(fast ? m : m_fast)) : -INFINITY;
   const float warp_mk = warp_max(mk_scan);  // |mk| < 2^13: exact as a float
-  double fsum = 0.0;
+  FloatPair fsum{};
   if (had_fast) {
 #pragma unroll
-    for (int u = 0; u < kTopkVecs; ++u) fsum += sum[u];
-    fsum *= topk_pow2_nonpositive(mk - static_cast<int>(warp_mk));
+    for (int u = 0; u < kTopkVecs; ++u) fsum = pair_add(fsum, sum[u]);
+    fsum = pair_scale(fsum, pow2_nonpositive_f32(mk - static_cast<int>(warp_mk)));
   }
   fsum = warp_sum(fsum);
   const float warp_pmax = warp_max(m);
@@ -713,18 +721,16 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads, L>& s, uint32_t* keys, 
   }
   pc.has_fast = top_mk > -INFINITY;
   pc.mk = pc.has_fast ? static_cast<int>(top_mk) : 0;
-  double part = 0.0;
+  FloatPair part{};
   if (lane < kWarps) {
     const TopkWarpSummary& ws = s.warp_summary[lane];
-    if (ws.mk > -INFINITY) part = ws.fsum * topk_pow2_nonpositive(static_cast<int>(ws.mk) - pc.mk);
+    if (ws.mk > -INFINITY) part = pair_scale(ws.fsum, pow2_nonpositive_f32(static_cast<int>(ws.mk) - pc.mk));
   }
   pc.fsum = warp_sum(part);
-  pc.slow = 0.0;
+  pc.slow = FloatPair{};
   if (any_slow) {  // block-uniform; rows with a logit of magnitude >= kTopkFastMaxAbs
-    double slow_part = 0.0;
-    if (slow_ref > -INFINITY)
-      slow_part = slow * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(static_cast<double>(slow_ref) - pc.pmax, table,
-                                                                              lane_bytes);
+    FloatPair slow_part{};
+    if (slow_ref > -INFINITY) slow_part = pair_mul(slow, topk_exp_diff(slow_ref, pc.pmax, table));
     pc.slow = block_sum(slow_part, s.dsum);
   }
   if (s.drop_key != 0) drop_max = fmaxf(drop_max, ordered_to_float(s.drop_key));
@@ -735,19 +741,19 @@ KD_DEVICE TopkSummary topk_scan_lean(TopkShared<Threads, L>& s, uint32_t* keys, 
   return pc;
 }
 
-// The row's lse from the scan's summary: e^(mk ln2 - max) times the fast sum, plus the slow
-// one (already relative to the max).
-KD_DEVICE double topk_lse(const TopkSummary& pc, const double* table, int lane_bytes) {
+// The row's lse (a pair, rounded as float64 holds it) from the scan's summary: e^(mk ln2 - max)
+// times the fast sum, plus the slow one (already relative to the max). The factor is e^(-max) 2^mk from the exp's own
+// reduction (exact for |max| < kExpPairMaxAbs); 0 where the max is more than
+// kTopkClampBelowMax above 2^mk (the fast sum, at most V times 2, then vanishes).
+template <class Table>
+KD_DEVICE FloatPair topk_lse(const TopkSummary& pc, const Table& table) {
   const float row_max = pc.pmax;
-  double total = 0.0;
-  if (pc.has_fast) {
-    // e^(mk ln2 - row_max): the difference formed exactly (mk ln2 <= row_max, up to rounding of the floor)
-    const double mkd = static_cast<double>(pc.mk);
-    const double delta = fma(mkd, kTopkLn2Lo, fma(mkd, kTopkLn2Hi, -static_cast<double>(row_max)));
-    total = pc.fsum * exp_nonpositive<kTopkExpBits, kTopkTableShift, true>(delta, table, lane_bytes);
-  }
-  total += pc.slow;
-  return static_cast<double>(row_max) + log(total);
+  FloatPair total = pc.slow;
+  if (pc.has_fast && row_max - static_cast<float>(pc.mk) * kTopkLn2 < kTopkClampBelowMax)
+    total = pair_add(pair_mul(pc.fsum, exp_pair_scaled<false>(-row_max, 0.0f, exp_pair_round(-pc.mk), table)), total);
+  const FloatPair log_total = pair_log(total, table);
+  const FloatPair s = two_sum(row_max, log_total.hi);
+  return pair_round_to_double(fast_two_sum(s.hi, __fadd_rn(s.lo, log_total.lo)));
 }
 
 // Steps 2-4 for row `row` (logits at x) once its n >= K candidates (ordered logits, ~ids) are
@@ -757,7 +763,7 @@ KD_DEVICE double topk_lse(const TopkSummary& pc, const double* table, int lane_b
 // Lean: the lean selects (2 barriers a round) and keeps that know how many they keep.
 template <int Threads, bool Lean>
 KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads, Lean>& s, uint32_t* buf, int rid_stride,
-                           const float* x, int row, int n, double lse, float drop_max, bool dropped, int slop) {
+                           const float* x, int row, int n, FloatPair lse, float drop_max, bool dropped, int slop) {
   constexpr int kWarps = Threads / kWarpSize;
   const int K = p.k, V = p.vocab;
   uint32_t* keys = buf;
@@ -874,7 +880,10 @@ KD_DEVICE void topk_finish(const TopkLogprobsParams& p, TopkShared<Threads, Lean
     p.tok[out0 + i] = static_cast<int32_t>(~static_cast<uint32_t>(v));
     if (p.raw) p.raw[out0 + i] = x[~static_cast<uint32_t>(v)];
   }
-  if (p.lse && tid == 0) p.lse[row] = lse;
+  if (p.lse && tid == 0) {
+    p.lse[2 * row] = lse.hi;
+    p.lse[2 * row + 1] = lse.lo;
+  }
   TOPK_CLK_END(clk_sort, 7);
 }
 
@@ -903,8 +912,7 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarpSize;
 
   TOPK_CLK_BEGIN(clk_total);
-  for (int i = tid; i < kExp2FineTableSize * kTopkTableCopies; i += Threads)
-    s.exp_table[i] = exp2_table_preshifted<kTopkExpBits>(i / kTopkTableCopies);
+  for (int i = tid; i < kExpPairTableSize * kTopkTableCopies; i += Threads) s.exp_table[i] = kExp2PairTable[i / kTopkTableCopies];
   if constexpr (Lean) {  // the lean selects' invariant (published by the scan's first barrier)
     for (int i = tid; i < 2 * kSelectBins; i += Threads) s.select_lean.hist[i / kSelectBins][i % kSelectBins] = 0;
     if (tid == 0) s.select_lean.found = ~uint64_t{0};
@@ -915,7 +923,7 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   TopkSummary pc;
   if constexpr (Lean) pc = topk_scan_lean<Vec4, Threads>(s, keys, rids, x, V, K, opt.compact_slop);
   else pc = topk_scan<Vec4, Threads>(s, keys, rids, x, V, K, opt.compact_slop);
-  const double lse = topk_lse(pc, s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(double)));
+  const FloatPair lse = topk_lse(pc, TopkExpTable(s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(FloatPair))));
   topk_finish<Threads, Lean>(p, s, buf, rid_stride, x, row, pc.n, lse, pc.drop_max, pc.dropped, opt.compact_slop);
   TOPK_CLK_END(clk_total, 8);
   topk_clk_report();

@@ -51,8 +51,9 @@ struct TreeBuildParams {
 enum TopkScanVariant : int { kTopkScan2 = 0, kTopkScanLean = 1, kTopkScanVariants = 2 };
 
 // Per-depth top-K of log_softmax(logits), sorted by (log-probability descending, token id
-// ascending). The log-softmax is formed in float64 and rounded once to float32, as the
-// reference does (python_engine/ddtree/topk.py), so the arrays match it bit for bit.
+// ascending). logp = float32(x - lse) rounded once, as the reference does
+// (python_engine/ddtree/topk.py, lse in float64), with the lse formed in float pairs (~48 bits,
+// no float64: float_pair.cuh), so the arrays match it bit for bit but for ~1 rounding in 10^8.
 struct TopkLogprobsParams {
   int rows = 0;                  // R = B * D rows of logits
   int vocab = 0;                 // V
@@ -62,7 +63,7 @@ struct TopkLogprobsParams {
   int32_t* tok = nullptr;        // [R, K] out
   // A vocabulary-split lm_head's part (vocab_merge.cuh) also needs, or null:
   float* raw = nullptr;          // [R, K] out: each winner's logit
-  double* lse = nullptr;         // [R] out: the row's log-sum-exp (float64, as logp is formed)
+  float* lse = nullptr;          // [R, 2] out: the row's log-sum-exp as the pair hi + lo logp is formed against
   int force_exact_compaction = 0;  // tests and bench: 1 the scan's compactions keep exactly K
   int variant = -1;                // tests and bench: the scan (TopkScanVariant); -1 the default
                                    //   (kern::kTopkDefaultVariant)

@@ -6,6 +6,7 @@
 
 #include "block_sort.cuh"
 #include "device_compat.cuh"
+#include "float_pair.cuh"
 #include "launch_support.h"
 #include "ordered_float.cuh"
 #include "tree_build.cuh"
@@ -76,20 +77,31 @@ __global__ void merge_argmax_kernel(const MergeArgmaxParams p) {
   p.choice[r] = bi == kNoId ? 0 : bi;  // only NaN everywhere: token 0, as the whole row's argmax
 }
 
-// One block per row: the parts' lse combined in float64 (rank order: the same on every rank),
-// every candidate's logp recomputed from its logit against it, a bitonic sort of the
-// parts x k keys, the first k out.
+// One block per row: the parts' lse (float pairs, as topk_logprobs forms them) combined in
+// pairs (rank order: the same on every rank), every candidate's logp recomputed from its logit
+// against it as topk_logprobs rounds it, a bitonic sort of the parts x k keys, the first k out.
 __global__ void __launch_bounds__(kMergeThreads) merge_topk_kernel(const MergeTopkParams p, int sort_n) {
   KD_DYNAMIC_SMEM(uint64_t, keys);
   const int r = static_cast<int>(blockIdx.x), tid = static_cast<int>(threadIdx.x);
   const size_t part_bytes = topk_part_bytes(p.rows, p.k), kk = static_cast<size_t>(p.rows) * p.k;
   auto block = [&](int q) { return static_cast<const char*>(p.gathered) + q * part_bytes; };
-  auto lse_of = [&](int q) { return reinterpret_cast<const double*>(block(q) + kk * 8)[r]; };
-  double m = -INFINITY;
-  for (int q = 0; q < p.parts; ++q) m = fmax(m, lse_of(q));
-  double sum = 0.0;
-  for (int q = 0; q < p.parts; ++q) sum += exp(lse_of(q) - m);
-  const double lse = m + log(sum);
+  auto lse_of = [&](int q) {
+    const float* pair = reinterpret_cast<const float*>(block(q) + kk * 8) + 2 * r;
+    return FloatPair(pair[0], pair[1]);
+  };
+  FloatPair m(-INFINITY);  // the largest part lse (by its high part)
+  for (int q = 0; q < p.parts; ++q)
+    if (lse_of(q).hi > m.hi) m = lse_of(q);
+  const PairTableGlobal table;
+  FloatPair sum{};  // sum of e^(lse_q - m) >= 1
+  for (int q = 0; q < p.parts; ++q) {
+    const FloatPair l = lse_of(q);
+    const FloatPair d = two_sum(l.hi, -m.hi);
+    sum = pair_add(sum, exp_pair(FloatPair(d.hi, __fadd_rn(d.lo, __fadd_rn(l.lo, -m.lo))), table));
+  }
+  const FloatPair log_sum = pair_log(sum, table);
+  const FloatPair top = two_sum(m.hi, log_sum.hi);
+  const FloatPair lse = pair_round_to_double(fast_two_sum(top.hi, __fadd_rn(top.lo, __fadd_rn(m.lo, log_sum.lo))));
   const int n = p.parts * p.k;
   for (int i = tid; i < sort_n; i += kMergeThreads) {
     if (i >= n) {
@@ -100,7 +112,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_topk_kernel(const MergeTo
     const size_t at = static_cast<size_t>(r) * p.k + j;
     const float raw = reinterpret_cast<const float*>(block(q))[at];
     const int32_t tok = reinterpret_cast<const int32_t*>(block(q) + kk * 4)[at];
-    const float logp = static_cast<float>(static_cast<double>(raw) - lse);
+    const float logp = logp_of_pair(raw, lse);
     const uint32_t id = static_cast<uint32_t>(tok + q * p.part_vocab);
     // topk_logprobs' order: ascending ~(ordered logp, ~id) = logp descending, lower id first
     keys[i] = ~((static_cast<uint64_t>(float_to_ordered(logp)) << 32) | ~id);

@@ -21,7 +21,7 @@ constexpr int kVocabMaxParts = 8;  // KD_MAX_WORLD
 
 // What each part sends (one all-gather of these blocks, part q's at q * the block's bytes):
 //   argmax: value f32 [rows] | id i32 [rows]
-//   top-K:  raw f32 [rows, k] | tok i32 [rows, k] | lse f64 [rows]
+//   top-K:  raw f32 [rows, k] | tok i32 [rows, k] | lse f32 pairs [rows, 2] (hi, lo)
 KD_HOST_DEVICE inline size_t argmax_part_bytes(int rows) { return static_cast<size_t>(rows) * 8; }
 KD_HOST_DEVICE inline size_t topk_part_bytes(int rows, int k) { return static_cast<size_t>(rows) * k * 8 + static_cast<size_t>(rows) * 8; }
 

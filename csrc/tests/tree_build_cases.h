@@ -245,13 +245,80 @@ void run_bad_budget_case(Runner& runner) {
 }
 
 
+// The reference's lse of a row (python_engine/ddtree/topk.py's, float64)
+inline double reference_lse(const float* x, int vocab) {
+  const double m = *std::max_element(x, x + vocab);
+  double sum = 0.0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(x[i]) - m);
+  return m + std::log(sum);
+}
+
+// Plants ties and near-ties where the top-K is decided, in a row shifted below -0.5:
+//   - copies of its largest logits (exact ties) and neighbours a few float32 ulps away;
+//   - kTopkHalfwayPlants logits near 0 (ulps of ~2^-43) whose x - lse lies 2^-38 off halfway
+//     between two float32 (iterated with the lse they move to a fixed point), so that only an
+//     lse within 2^-38 of float64's rounds them as the reference does (a float32 lse does not),
+//     each with a neighbour 1-2 ulps away (the same logp: a tie ordered by id).
+constexpr int kTopkHalfwayPlants = 4;
+constexpr double kTopkHalfwayOffset = 0x1p-38;
+inline void plant_near_ties(float* x, int vocab, int k, std::mt19937_64& rng) {
+  const float shift = *std::max_element(x, x + vocab) + 0.5f;
+  for (int i = 0; i < vocab; ++i) x[i] -= shift;
+  std::vector<float> sorted(x, x + vocab);
+  const int top = std::min(vocab, 4 * k + 8);
+  std::nth_element(sorted.begin(), sorted.begin() + (vocab - top), sorted.end());
+  const float floor_top = sorted[vocab - top];
+  std::vector<int> anchors;
+  for (int i = 0; i < vocab; ++i)
+    if (x[i] >= floor_top) anchors.push_back(i);
+  std::uniform_int_distribution<int> pos(0, vocab - 1), steps(-3, 3);
+  const int plants = std::min<int>(static_cast<int>(anchors.size()), 64);
+  auto step_ulps = [](float v, int n) {
+    for (; n != 0; n += n > 0 ? -1 : 1) v = std::nextafter(v, n > 0 ? INFINITY : -INFINITY);
+    return v;
+  };
+  for (int p = 0; p < plants; ++p) x[pos(rng)] = step_ulps(x[anchors[rng() % anchors.size()]], steps(rng));
+  if (vocab < 4 * kTopkHalfwayPlants) return;
+  std::vector<int> at(2 * kTopkHalfwayPlants);  // the plants, then their neighbours: distinct positions
+  for (size_t p = 0; p < at.size(); ++p) {
+    do at[p] = pos(rng);
+    while (std::find(at.begin(), at.begin() + p, at[p]) != at.begin() + p);
+  }
+  double target[kTopkHalfwayPlants];  // x - lse for each: halfway below a float32, off by +-2^-38
+  int apart[kTopkHalfwayPlants];
+  for (int p = 0; p < kTopkHalfwayPlants; ++p) {
+    apart[p] = rng() % 2 ? 1 : -2;
+    x[at[p]] = std::ldexp(1.0f + static_cast<float>(p) / kTopkHalfwayPlants, -20);
+    x[at[kTopkHalfwayPlants + p]] = step_ulps(x[at[p]], apart[p]);
+  }
+  const double lse0 = reference_lse(x, vocab);
+  for (int p = 0; p < kTopkHalfwayPlants; ++p) {
+    const float g = static_cast<float>(static_cast<double>(x[at[p]]) - lse0);
+    target[p] = 0.5 * (static_cast<double>(std::nextafter(g, -INFINITY)) + g) +
+                (rng() % 2 ? kTopkHalfwayOffset : -kTopkHalfwayOffset);
+  }
+  for (int iter = 0; iter < 64; ++iter) {  // each pass moves the lse by a fraction of the last move
+    const double lse = reference_lse(x, vocab);
+    bool moved = false;
+    for (int p = 0; p < kTopkHalfwayPlants; ++p) {
+      const float want = static_cast<float>(lse + target[p]);
+      moved = moved || want != x[at[p]];
+      x[at[p]] = want;
+      x[at[kTopkHalfwayPlants + p]] = step_ulps(want, apart[p]);  // 2^-42 or less away: the same logp
+    }
+    if (!moved) break;
+  }
+}
+
 // topk_logprobs on fresh random rows against a host reference formed like
 // python_engine/ddtree/topk.py (float64 lse, one rounding to float32, order by (logp desc, id
 // asc)). Styles: "normal" N(0, 2.5); "ascending" (every logit passes: the buffer overflows
 // every step); "ninf" (99% -inf, often fewer finite logits than K); "ties" (integers in
 // [-3, 1]: exact ties across the K-th); "huge" (|logits| ~ 1e9: the exp's unclamped path);
 // "rising" (thirds near -5000, 0, +5000: the scan's sums change reference mid-row);
-// "straddle" (N(-+4096, 2.5) in alternate rows: both of the scan's sums hold weight).
+// "straddle" (N(-+4096, 2.5) in alternate rows: both of the scan's sums hold weight);
+// "near_ties" (N(0, 2.5) shifted below -0.5, with plant_near_ties: exact ties, near-ties and
+// logps 2^-38 off halfway).
 template <class Runner>
 void run_random_topk_case(Runner& runner, const std::string& style, int rows, int vocab, int k, uint64_t seed) {
   const std::string label = "topk " + style + " rows=" + std::to_string(rows) + " V=" + std::to_string(vocab) +
@@ -275,6 +342,7 @@ void run_random_topk_case(Runner& runner, const std::string& style, int rows, in
       else x[i] = normal(rng);
     }
     if (style == "ascending") std::sort(x, x + vocab);
+    if (style == "near_ties") plant_near_ties(x, vocab, k, rng);
     if (style == "ninf") x[rng() % vocab] = 1.0f;  // never a row of only -inf
   }
   t.poison_outputs();
@@ -285,10 +353,7 @@ void run_random_topk_case(Runner& runner, const std::string& style, int rows, in
   std::vector<int32_t> want_tok(static_cast<size_t>(rows) * k), ids(vocab);
   for (int r = 0; r < rows; ++r) {
     const float* x = t.logits.data() + static_cast<size_t>(r) * vocab;
-    const double m = *std::max_element(x, x + vocab);
-    double sum = 0.0;
-    for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(x[i]) - m);
-    const double lse = m + std::log(sum);
+    const double lse = reference_lse(x, vocab);
     for (int i = 0; i < vocab; ++i) logp[i] = static_cast<float>(static_cast<double>(x[i]) - lse);
     std::iota(ids.begin(), ids.end(), 0);
     std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
@@ -320,6 +385,7 @@ void run_random_topk_cases(Runner& runner, uint64_t seed, bool large) {
   run_random_topk_case(runner, "huge", 2, 20000, 64, seed + 7);
   run_random_topk_case(runner, "rising", 2, 30000, 256, seed + 11);
   run_random_topk_case(runner, "straddle", 2, 30000, 256, seed + 13);
+  run_random_topk_case(runner, "near_ties", 2, 30000, 256, seed + 14);
   run_random_topk_case(runner, "normal", 1, 5003, 5, seed + 12);
   run_random_topk_case(runner, "normal", 4, 97, 97, seed + 8);
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "emu_device.h"
+#include "kernels/topk_logprobs_plan.h"
 #include "kernels/tree_accept_plan.h"
 #include "kernels/tree_build_plan.h"
 #include "tests/stand_in_verify.cuh"

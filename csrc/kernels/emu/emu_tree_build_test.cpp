@@ -25,7 +25,6 @@ inline void report(const char* what) {
 #define KD_EVENT(name, a, b) ::onepass_tally::event(name, threadIdx.x)
 
 #include "emu_runners.h"
-#include "kernels/exp_f64.cuh"
 
 using namespace kdtree;
 using namespace kdtree::test;
@@ -112,65 +111,6 @@ KD_TEST(topk_random_rows) {
   EmuTreeRunner runner;
   run_random_topk_case(runner, "normal", 2, 163840, 256, seed + 20);
   run_random_topk_case(runner, "ties", 2, 163840, 256, seed + 21);
-}
-
-// topk_logprobs' float64 exp against the C library's (correctly rounded on glibc): within
-// one ulp on random arguments across the range it is used on, exact at 0, 0 below -708; with
-// the 64- and the 256-entry table.
-template <int TableBits>
-double worst_exp_ulps(const double* table) {
-  std::mt19937_64 rng(20261130 + TableBits);
-  std::uniform_real_distribution<double> wide(-708.0, 0.0), narrow(-1.0, 0.0);
-  double worst = 0.0, at = 0.0;
-  for (int i = 0; i < 2000000; ++i) {
-    const double d = i % 2 ? wide(rng) : narrow(rng);
-    const double got = kern::exp_nonpositive<TableBits>(d, table), want = std::exp(d);
-    const double ulps = std::fabs(got - want) / (std::nextafter(want, INFINITY) - want);
-    if (ulps > worst) {
-      worst = ulps;
-      at = d;
-    }
-  }
-  std::printf("    %d-entry table: worst %.3f ulp at %.17g\n", 1 << TableBits, worst, at);
-  return worst;
-}
-
-KD_TEST(exp_nonpositive_within_one_ulp) {
-  KD_EXPECT(worst_exp_ulps<6>(kern::kExp2Table) <= 1.0);
-  KD_EXPECT(worst_exp_ulps<8>(kern::kExp2FineTable) <= 1.0);
-  KD_EXPECT_EQ(kern::exp_nonpositive(0.0, kern::kExp2Table), 1.0);
-  KD_EXPECT_EQ(kern::exp_nonpositive<8>(0.0, kern::kExp2FineTable), 1.0);
-  KD_EXPECT_EQ(kern::exp_nonpositive(-INFINITY, kern::kExp2Table), 0.0);
-  KD_EXPECT_EQ(kern::exp_nonpositive(-708.5, kern::kExp2Table), 0.0);
-  // topk's layout (interleaved copies of the pre-shifted table) gives the plain table's bits
-  constexpr int kBits = kern::kTopkExpBits, kCopies = kern::kTopkTableCopies, kShift = kern::kTopkTableShift;
-  std::vector<double> copies(static_cast<size_t>(kCopies) << kBits);
-  for (size_t i = 0; i < copies.size(); ++i) copies[i] = kern::exp2_table_preshifted<kBits>(static_cast<int>(i / kCopies));
-  std::mt19937_64 rng(7);
-  std::uniform_real_distribution<double> wide(-708.0, 0.0);
-  int differ = 0;
-  for (int i = 0; i < 200000; ++i) {
-    const double d = wide(rng);
-    const int lane_bytes = (i % kCopies) * static_cast<int>(sizeof(double));
-    differ += kern::exp_nonpositive<kBits, kShift, true>(d, copies.data(), lane_bytes) != kern::exp_nonpositive<kBits>(d, kern::kExp2FineTable);
-  }
-  KD_EXPECT_EQ(differ, 0);
-  // the lean scan's form (2^-mk folded into the rounding constant) gives the same bits as the
-  // power added to the exponent field, over the arguments and references the scan uses
-  std::uniform_real_distribution<double> arg(-4768.0, 4160.0);
-  std::uniform_int_distribution<int> ref(-5910, 5910);
-  int differ_scaled = 0;
-  for (int i = 0; i < 400000; ++i) {
-    const int mk = ref(rng);
-    const double lo = mk * 0x1.62e42fefa39efp-1 - 672.0, hi = mk * 0x1.62e42fefa39efp-1 + 65.0;
-    const double d = std::min(std::max(static_cast<double>(static_cast<float>(arg(rng))), lo), hi);
-    const int lane_bytes = (i % kCopies) * static_cast<int>(sizeof(double));
-    const uint32_t power = static_cast<uint32_t>(-mk) << kern::kExponentShift;
-    const kern::SharedTableLane table_lane = kern::shared_table_lane(copies.data(), lane_bytes);
-    differ_scaled += kern::exp_prescaled_in_range<kBits, kShift>(d, table_lane, kern::exp_prescale_round<kBits>(mk)) !=
-                     kern::exp_nonpositive_in_range<kBits, kShift, true>(d, copies.data(), lane_bytes, power);
-  }
-  KD_EXPECT_EQ(differ_scaled, 0);
 }
 
 KD_TEST_MAIN()
