@@ -19,7 +19,10 @@ def hosts(
     config: Annotated[Optional[Path], typer.Option("--config", help="Project inventory file (default: kdtree.toml of this project).",
                                                    envvar="KDTREE_CONFIG", show_default=False)] = None,
 ) -> None:
-    """List the remote hosts and check what each one has."""
+    """List the remote hosts and check what each one has.
+
+    For each host: reachable, Python, nvcc, GPUs and arch, the current release, and what a deploy's environment step would install there (with its download size). A host of the project's kdtree.toml that this machine cannot resolve (ct200 on a fresh clone) is shown as an example to configure and does not fail the command, unless named on the command line.
+    """
     try:
         _hosts(names, check, as_json, accept_new_host_key, config)
     except KdtreeError as exc:  # printed here, escaped: messages hold [hosts.x] and [ip]:port
