@@ -198,7 +198,9 @@ def _chain_bias(t_len: int):
 
 @dataclass
 class AnchorCall:
-    """Everything one decode_attention_fwd call takes, built once for a case."""
+    """Everything one decode_attention_fwd call takes, built once for a case: the flattened
+    decode rows, the paged cache (one per KV set, one block table for all), o, lse and the
+    split scratch."""
     q: object
     pages: list
     block_table: object
@@ -208,6 +210,39 @@ class AnchorCall:
     logits: object
     splits: int
     page_size: int
+
+
+def prepare_call(q, kvs: list, prefix: int, page_size: int, sms: int, order) -> AnchorCall:
+    """The call for q [B, T, H, 576] over the KV sets kvs (each [B, prefix + T, 576]), paged in
+    `order` (page_order), on q's device and in q's dtype."""
+    import torch
+
+    batch, t_len, heads = q.shape[:3]
+    pages = []
+    for kv in kvs:
+        paged, table = page_cache(kv, page_size, order)
+        pages.append(paged.unsqueeze(2))  # vLLM adds the one latent head: [P, page_size, 1, 576]
+    rows_q, rows_table, seq_lens = decode_rows(q, table, prefix)
+    splits = num_kv_splits(prefix + t_len, sms)
+    rows = rows_q.shape[0]
+    return AnchorCall(rows_q, pages, rows_table, seq_lens,
+                      q.new_empty(rows, heads, KV_LORA_RANK), q.new_empty(rows, heads),
+                      torch.empty(rows, heads, splits, KV_LORA_RANK + 1, device=q.device, dtype=torch.float32),
+                      splits, page_size)
+
+
+def launch(module, call: AnchorCall, i: int, scale: float) -> None:
+    """vLLM's decode_attention_fwd on KV set i (mod the sets), as forward_mqa passes it: the
+    cache with its latent head, its first 512 columns as the values, the page size."""
+    cache = call.pages[i % len(call.pages)]
+    module.decode_attention_fwd(call.q, cache, cache[..., :KV_LORA_RANK], call.o, call.lse, call.block_table,
+                                call.seq_lens, call.logits, call.splits, scale, call.page_size, **_mla_kwargs(module))
+
+
+def output(call: AnchorCall, batch: int) -> object:
+    """The call's o as [B, T, H, 512] float32."""
+    rows, heads = call.o.shape[:2]
+    return call.o.float().reshape(batch, rows // batch, heads, KV_LORA_RANK)
 
 
 def time_case(module, case, reps: int, sms: int, page_size: int = DEFAULT_PAGE_SIZE, scale: float | None = None
@@ -225,37 +260,18 @@ def time_case(module, case, reps: int, sms: int, page_size: int = DEFAULT_PAGE_S
     g = torch.Generator(device=dev).manual_seed(29)
     q = torch.randn(case.batch, t_len, case.heads, LATENT_DIM, device=dev, dtype=bf16, generator=g)
     sets = copies_past_l2(case.batch * length * LATENT_DIM * 2.0)
-    # one block table for every set (as one request's pages): the sets rotate the contents
-    order = page_order(case.batch, length, page_size, torch.Generator().manual_seed(31))
-    kvs, pages = [], []
-    for _ in range(sets):
-        kv = torch.randn(case.batch, length, LATENT_DIM, device=dev, dtype=bf16, generator=g)
-        paged, table = page_cache(kv, page_size, order)
-        kvs.append(kv)
-        pages.append(paged.unsqueeze(2))  # vLLM adds the one latent head: [P, page_size, 1, 576]
-    del kvs[1:]  # the reference needs the first set only
-    rows_q, rows_table, seq_lens = decode_rows(q, table, case.prefix)
-    splits = num_kv_splits(length, sms)
-    rows = rows_q.shape[0]
-    call = AnchorCall(rows_q, pages, rows_table, seq_lens,
-                      torch.empty(rows, case.heads, KV_LORA_RANK, device=dev, dtype=bf16),
-                      torch.empty(rows, case.heads, device=dev, dtype=bf16),
-                      torch.empty(rows, case.heads, splits, KV_LORA_RANK + 1, device=dev, dtype=torch.float32),
-                      splits, page_size)
-
-    def run(i: int):
-        cache = call.pages[i % sets]
-        module.decode_attention_fwd(call.q, cache, cache[..., :KV_LORA_RANK], call.o, call.lse, call.block_table,
-                                    call.seq_lens, call.logits, call.splits, scale, call.page_size,
-                                    **_mla_kwargs(module))
-
+    kvs = [torch.randn(case.batch, length, LATENT_DIM, device=dev, dtype=bf16, generator=g) for _ in range(sets)]
+    # one block table for every set (as one batch's pages): the sets rotate the contents
+    call = prepare_call(q, kvs, case.prefix, page_size, sms,
+                        page_order(case.batch, length, page_size, torch.Generator().manual_seed(31)))
     with torch.inference_mode():
-        run(0)
-        got = call.o.float().reshape(case.batch, t_len, case.heads, KV_LORA_RANK)
+        launch(module, call, 0, scale)
         want = chain_attention_f32(q, kvs[0], case.prefix, scale)
-        err = float((got - want).abs().max() / want.abs().max())
-        ms = time_cuda(run, reps).ms
-    del q, kvs, pages, call
+        err = float((output(call, case.batch) - want).abs().max() / want.abs().max())
+        del kvs, want  # the paged copies are what the runs read
+        ms = time_cuda(lambda i: launch(module, call, i, scale), reps).ms
+    splits = call.splits
+    del q, call
     torch.cuda.empty_cache()
     return {"vllm_ms": ms, "vllm_splits": splits, "vllm_page_size": page_size, "vllm_rel_err": err}
 
