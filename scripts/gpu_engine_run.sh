@@ -71,7 +71,7 @@ for s in "${STEPS[@]}"; do
              ncu -i "$OUT/ncu-$name.ncu-rep" --page details > "$OUT/ncu-$name-details.txt" 2>&1
              ncu -i "$OUT/ncu-$name.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu-$name-sass.csv" 2>&1
            done 3< "${KDTREE_NCU_CASES:-scripts/ncu_cases.txt}" ;;
-    moetl) # the W4A16 timeline (moe_w4a16_timeline.cuh): a measuring build of bench_moe, n = 1 and 8
+    moetl) # the W4A16 timeline (csrc/dev/moe_w4a16_timeline.h): a measuring build of bench_moe, n = 1 and 8
            step moetl-build 300 env NVCC_APPEND_FLAGS=-DKD_W4_TIMELINE "$PY" -m kdtree_cli build --build-dir build-tl -j 16 bench_moe
            step moetl-routing 60 "$PY" -c "from kdtree_cli.bench.moe import MoeShape, routing_tensors; \
 from python_engine.kdtr import write_kdtr; write_kdtr('$OUT/moetl-routing.kdtr', routing_tensors(MoeShape(), (1, 8), 4, 0))"

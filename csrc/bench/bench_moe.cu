@@ -12,7 +12,7 @@
 // DRAM, not from L2. Weights are random: INT4 words and scales in the repacked layout, bf16
 // values ~U(-0.02, 0.02). Output: one JSON object a line on stdout, progress on stderr. Built
 // with -DKD_W4_TIMELINE (scripts/gpu_engine_run.sh moetl) it also lays out a few layers at
-// n <= 8 per CTA in time ("kind": "timeline", kernels/moe_w4a16_timeline.cuh).
+// n <= 8 per CTA in time ("kind": "timeline", dev/moe_w4a16_timeline.h).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -29,7 +29,9 @@
 #include "common/kdtr.h"
 #include "kernels/moe_gemm.cuh"
 #include "kernels/moe_gemm_w4a16.cuh"
-#include "kernels/moe_w4a16_timeline.cuh"
+#ifdef KD_W4_TIMELINE
+#include "dev/moe_w4a16_timeline.h"
+#endif
 
 using namespace kdtree;
 

@@ -34,11 +34,18 @@
 #include <type_traits>
 
 #include "moe_gemm_w4a16.cuh"
-#include "moe_w4a16_timeline.cuh"
 #include "launch_support.h"
 #include "model_dtype.cuh"
 #include "moe_route.cuh"
 #include "ptx_mma.cuh"
+
+#if defined(KD_W4_TIMELINE)  // a measuring build: each CTA's timeline (csrc/dev/moe_w4a16_timeline.h)
+#include "dev/moe_w4a16_timeline_marks.cuh"
+#else
+#define KD_W4_MARK(point) ((void)0)
+#define KD_W4_MARK_EXPERT(expert_id) ((void)0)
+#define KD_W4_MARK_FIRST_BLOCK(wait) ((void)0)
+#endif
 
 namespace kdtree {
 namespace kern {
@@ -73,30 +80,10 @@ constexpr uint32_t kNibbleMask2 = 0x000f000fu;
 constexpr uint32_t kBf16x2Magic128 = 0x43004300u;
 constexpr uint32_t kBf16x2Minus136 = 0x43084308u;
 
-#ifdef KD_W4_TIMELINE
-__device__ W4TimelineRecord g_w4_timeline[2][kW4TimelineCtas];
-KD_DEVICE uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-// thread 0 stamps `point` of its CTA's record (form 0 SwiGLU, 1 plain)
-#define KD_W4_MARK(point)                                                                   \
-  do {                                                                                      \
-    const unsigned cta_ = blockIdx.y * gridDim.x + blockIdx.x;                              \
-    if (threadIdx.x == 0 && cta_ < kW4TimelineCtas) g_w4_timeline[kSwiglu ? 0 : 1][cta_].ns[point] = global_ns(); \
-  } while (0)
-#else
-#define KD_W4_MARK(point) ((void)0)
-#endif
-
-// ring depths (blocks in flight per warp); -D overrides are for measuring builds only
-#ifndef KD_W4_SWIGLU_STAGES
-#define KD_W4_SWIGLU_STAGES 4
-#endif
-#ifndef KD_W4_PLAIN_STAGES
-#define KD_W4_PLAIN_STAGES 8
-#endif
+// Ring depths, blocks in flight per warp: deeper rings (10 plain, 6 SwiGLU) were no faster on
+// the H200 (docs/kernels/moe_w4a16.md, appendix)
+constexpr int kW4SwigluStages = 4;
+constexpr int kW4PlainStages = 8;
 
 template <bool kSwiglu, int kWarpsN, int kWarpsK, int kFrags>
 struct W4Tile {
@@ -105,7 +92,7 @@ struct W4Tile {
   // blocks in flight per warp: ~4.6 KB of weights per warp either way, ~37 KB per CTA, so
   // two or more CTAs per SM keep > 70 KB per SM in flight; the estimate of what an H200
   // needs (Little's law: ~20 B/clk/SM of DRAM bandwidth x ~1.5 K clk of loaded latency) is ~30 KB
-  static constexpr int kStages = kSwiglu ? KD_W4_SWIGLU_STAGES : KD_W4_PLAIN_STAGES;
+  static constexpr int kStages = kSwiglu ? kW4SwigluStages : kW4PlainStages;
   static constexpr int kPassRows = 8 * kFrags;
   static constexpr int kRingWords = kWarps * kStages * kMats * kW4BlockWords;
   // Partial sums by chunk class: chunk c adds to class c % kSumClasses, one mma chain per class,
@@ -118,8 +105,7 @@ struct W4Tile {
   // partial sums: [class][row tile][matrix][frag][lane][4] floats
   static constexpr int kRedFloats = kSumClasses * kWarpsN * kMats * kFrags * kWarpSize * 4;
   static constexpr size_t kSmemBytes = 4 * static_cast<size_t>(kRingWords > kRedFloats ? kRingWords : kRedFloats);
-  // the default depths keep the ring under the limit that needs no opt-in (and far under
-  // sm_120's ~99 KB); deeper rings (-D, measuring builds) may reach sm_90's opt-in maximum
+  // the depths keep the ring under the limit that needs no opt-in (and far under sm_120's ~99 KB)
   static_assert(kSmemBytes <= kW4MaxRingSmem, "W4A16 ring over the largest shared memory a CTA may opt in to");
 };
 
@@ -288,16 +274,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
     }
   }
   if (e < 0) return;  // fewer experts own rows than there are slots (uniform over the CTA)
-#ifdef KD_W4_TIMELINE
-  KD_W4_MARK(kW4TlExpert);
-  if (tid == 0 && blockIdx.y * gridDim.x + blockIdx.x < kW4TimelineCtas) {
-    unsigned smid;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-    auto& rec = g_w4_timeline[kSwiglu ? 0 : 1][blockIdx.y * gridDim.x + blockIdx.x];
-    rec.smid = smid;
-    rec.expert = static_cast<uint32_t>(e);
-  }
-#endif
+  KD_W4_MARK_EXPERT(e);
 
   const int wn = warp % kWarpsN, wk = warp / kWarpsN;
   const int g = lane / 4, quad = lane % 4;
@@ -414,10 +391,7 @@ __global__ void __launch_bounds__(kWarpsN* kWarpsK* kWarpSize, w4_min_blocks(kWa
     }
     if (r0 == row_begin) {
       KD_W4_MARK(kW4TlReady);
-#ifdef KD_W4_TIMELINE
-      cp_async_wait<kStages - 2>();  // block 0 (waiting twice for it is harmless)
-      KD_W4_MARK(kW4TlFirstBlock);
-#endif
+      KD_W4_MARK_FIRST_BLOCK(cp_async_wait<kStages - 2>());  // block 0 (waiting twice is harmless)
     }
     // block j sits in slot j % kStages: the loop runs kStages blocks per trip, unrolled;
     // trip_src points at block j0 of the trip
@@ -670,11 +644,8 @@ constexpr double kW4SmallGridWaves = 2.0;
 // their mmas when the slot's last gate/up CTA has stored, with only their ring's fill landed, and
 // with one slice each warp then streams the other 3/4 of its 32 chunks (Kimi, k = 2048) at the
 // loaded memory system's round trips; with 2 slices half of them, in twice the CTAs (faster on
-// the H200: docs/kernels/moe_w4a16.md). -D overrides are for measuring builds only.
-#ifndef KD_W4_HANDOFF_DOWN_SLICES
-#define KD_W4_HANDOFF_DOWN_SLICES 2
-#endif
-constexpr int kW4HandOffDownSlices = KD_W4_HANDOFF_DOWN_SLICES;
+// the H200: docs/kernels/moe_w4a16.md).
+constexpr int kW4HandOffDownSlices = 2;
 
 // slices for k input columns when not forced (see kW4MinChunksPerSlice)
 inline int auto_k_slices(int k) {
@@ -685,24 +656,6 @@ inline int auto_k_slices(int k) {
 }
 
 }  // namespace kern
-
-#ifdef KD_W4_TIMELINE
-KernelResult moe_w4a16_timeline_read(int form, W4TimelineRecord* out, int count) {
-  if (form < 0 || form > 1 || count < 0 || count > kW4TimelineCtas || (count > 0 && !out))
-    return KernelResult::invalid("moe_w4a16_timeline_read: form must be 0 or 1 and count 0.." +
-                                 std::to_string(kW4TimelineCtas));
-  const size_t offset = static_cast<size_t>(form) * kW4TimelineCtas * sizeof(W4TimelineRecord);
-  if (cudaMemcpyFromSymbol(out, kern::g_w4_timeline, count * sizeof(W4TimelineRecord), offset) != cudaSuccess)
-    return launch_status("moe_w4a16_timeline_read");
-  return KernelResult::success();
-}
-KernelResult moe_w4a16_timeline_clear() {
-  static const W4TimelineRecord zero[2 * kW4TimelineCtas] = {};
-  if (cudaMemcpyToSymbol(kern::g_w4_timeline, zero, sizeof zero) != cudaSuccess)
-    return launch_status("moe_w4a16_timeline_clear");
-  return KernelResult::success();
-}
-#endif
 
 KernelResult moe_gemm_w4a16(const MoeW4a16Params& p, cudaStream_t stream) {
   if (KernelResult r = check_moe_w4a16_params(p); !r.ok()) return r;

@@ -37,11 +37,8 @@ constexpr int kOnePassBinCrowd = 192;  // more candidates in one bin: give up (e
 // grows its share of the frontier alone. At a fixed tb a block level is a scan, a room and the
 // writes, no dearer than a warp's level (phase clocks), but a warp's frontier is its
 // own (the first depth-1 nodes hold most of a flat tree), so block levels spread it first.
-#ifndef KD_ONEPASS_SYNC_DEPTH
+// Two or five were slower on the H200 (docs/kernels/tree_build.md, appendix).
 constexpr int kOnePassSyncDepth = 4;
-#else
-constexpr int kOnePassSyncDepth = KD_ONEPASS_SYNC_DEPTH;  // measuring builds (-D)
-#endif
 static_assert(kOnePassCands >= 2 * kOnePassMaxBudget, "the candidates (~N) fit one per thread");
 static_assert(kOnePassMaxBudget <= kDpBins, "dp_threshold: a thread per rank of a row");
 
@@ -163,19 +160,11 @@ KD_DEVICE float rectangle_bound(const float* L, int ldl, int D, int N) {
 
 // A warp's children counts (c <= N <= kOnePassMaxBudget), scanned: the inclusive prefix in this
 // lane, the warp's sum in *total. By bit planes (one ballot each, not a chain of shuffles; a
-// level's chain is this scan, a room and the writes); -DKD_ONEPASS_SHFL_SCAN=1 (A/B builds):
-// the shuffle scan.
+// level's chain is this scan, a room and the writes; the shuffle scan timed within 0.1-0.3 us
+// of it, docs/kernels/tree_build.md).
 constexpr int kKidsBits = 9;
 static_assert(kOnePassMaxBudget < (1 << kKidsBits), "a children count fits the planes");
-KD_DEVICE int kids_scan(int c, int* total) {
-#if defined(KD_ONEPASS_SHFL_SCAN) && KD_ONEPASS_SHFL_SCAN
-  const int incl = warp_inclusive_sum(c);
-  *total = __shfl_sync(kFullMask, incl, kWarpSize - 1);
-  return incl;
-#else
-  return warp_inclusive_sum_planes<kKidsBits>(c, total);
-#endif
-}
+KD_DEVICE int kids_scan(int c, int* total) { return warp_inclusive_sum_planes<kKidsBits>(c, total); }
 
 // Children of a node scoring sf that reach t (row: the children's depth's), usually few.
 KD_DEVICE int children_reaching(float sf, const float* row, int N, float t) {

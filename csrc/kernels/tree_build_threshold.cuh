@@ -48,11 +48,8 @@ constexpr int kDpSumUnroll = 4;  // a sum loads this many ranks' q at once (a la
 // ranks a sum reads at most: dropping a sum's later terms lowers the count, so the bound stays a
 // lower bound of t*; it only bites on rows whose deltas crowd into a few bins (logits rows sum ~70
 // ranks per bin at depth 2, flat rows <= 20) and barely moves the threshold there
-#ifndef KD_DP_MAX_SUM_RANKS
+// (docs/kernels/tree_build.md)
 constexpr int kDpMaxSumRanks = 16;
-#else
-constexpr int kDpMaxSumRanks = KD_DP_MAX_SUM_RANKS;  // measuring builds (-D)
-#endif
 static_assert(kDpMaxSumRanks % kDpSumUnroll == 0, "whole groups");
 // relative slack on float rounding: deltas, the spine's and the bound's subtractions (~1e-7
 // each, 15 depths) are all far inside it

@@ -21,6 +21,9 @@ The native engine, when csrc/engine/ exists, is also linked as two shared librar
   EMU_TWINS (tests/, bench/)    -> bin/emu/<name>: native programs also built on the emulator,
                                 so the program run on the GPU is itself checked in CI
   (both link lib/emu/libkd_emu.a: the engine's emulated objects, taken as needed)
+  csrc/dev/                     no rule: measuring builds' instrumentation (headers a kernel
+                                includes only under its -D flag, csrc/dev/README.md), never
+                                part of the libraries
 Headers (.h, .cuh) are not listed: nvcc/g++ depfiles tell ninja who includes what.
 """
 
@@ -37,6 +40,8 @@ SOURCE_SUFFIXES = (".cpp", ".cu")
 LIB_DIRS = {"engine": SOURCE_SUFFIXES, "kernels": (".cu",), "common": SOURCE_SUFFIXES}
 # Directories whose test_*/bench_* files each become a program.
 PROGRAM_DIRS = {"tests": "test_", "bench": "bench_"}
+# The development area: built on request only (csrc/dev/README.md), so no library sweeps it
+DEV_DIR = "dev"
 # The shared libraries of the engine (built when csrc/engine/ has sources).
 ENGINE_LIB = "lib/libkdtree_engine.so"
 ENGINE_EMU_LIB = "lib/libkdtree_engine_emu.so"
@@ -132,7 +137,7 @@ def discover(csrc: Path) -> SourceLayout:
                 helpers.append(rel)
         if helpers:
             support[kind] = Library(f"kd_{kind}_support", tuple(helpers))
-    known = set(LIB_DIRS) | set(PROGRAM_DIRS)
+    known = set(LIB_DIRS) | set(PROGRAM_DIRS) | {DEV_DIR}
     unknown = sorted(
         d.name for d in csrc.iterdir() if d.is_dir() and d.name not in known and _sources_in(d, True)
     ) if csrc.is_dir() else []

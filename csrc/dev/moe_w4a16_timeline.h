@@ -1,4 +1,5 @@
-// Opt-in timeline of the W4A16 kernel (build with -DKD_W4_TIMELINE; nothing otherwise): every
+// The W4A16 kernel's per-CTA timeline, a measuring build (-DKD_W4_TIMELINE, csrc/dev/README.md;
+// moe_w4a16_timeline_marks.cuh holds the kernel's side): every
 // CTA's thread 0 stamps the GPU's global nanosecond timer at a few points of its life, so that
 // one layer's launches can be laid out in time across the SMs. Why: at decode sizes (n = 1,
 // one wave of CTAs per GEMM) the layer takes ~1.35x its bytes over the copy bandwidth and the
@@ -8,7 +9,7 @@
 
 #include <cstdint>
 
-#include "kernel_status.h"
+#include "kernels/kernel_status.h"
 
 namespace kdtree {
 
@@ -30,11 +31,9 @@ struct W4TimelineRecord {
   uint32_t cta;  // blockIdx.y * gridDim.x + blockIdx.x (filled in by the reader's caller)
 };
 
-#ifdef KD_W4_TIMELINE
 // form 0: the SwiGLU (gate/up) kernel, 1: the plain (down) one. Reads the records of CTAs
 // 0 .. count-1 as the last launches of that form left them; clear zeroes both forms.
 KernelResult moe_w4a16_timeline_read(int form, W4TimelineRecord* out, int count);
 KernelResult moe_w4a16_timeline_clear();
-#endif
 
 }  // namespace kdtree
