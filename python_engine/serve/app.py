@@ -22,6 +22,7 @@ from python_engine.decode.prompts import TextCodec
 from python_engine.errors import KdtreeError
 from python_engine.metrics_exporter import PrometheusExporter
 from python_engine.serve.api_error import ApiError, install_error_handlers
+from python_engine.serve.body_limit import BodyLimit
 from python_engine.serve.chat_template import ChatTemplate, ChatTemplateError
 from python_engine.serve.engine_loop import EngineLoop
 from python_engine.serve.event_hub import EventHub
@@ -59,6 +60,7 @@ def create_app(state: ServeState, lifespan=None) -> FastAPI:
     app = FastAPI(title="kdtree", lifespan=lifespan)
     app.state.serve = state
     install_error_handlers(app)
+    app.add_middleware(BodyLimit)
     bearer = HTTPBearer(auto_error=False)
 
     async def require_key(cred: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:

@@ -282,3 +282,28 @@ def test_binding_beyond_loopback_warns_without_a_key(tmp_path, rng):
         assert ok.status_code == 200
     finally:
         assert _stop(proc) == 0
+
+
+def test_a_body_over_the_limit_gets_413_declared_or_streamed(demo_server, rng):
+    """Refused by its Content-Length, and sent in chunks with no length, both in OpenAI's shape;
+    a request just under the limit is read (and answered for what it is)."""
+    from python_engine.serve.body_limit import MAX_BODY_BYTES
+
+    url, serving = demo_server
+    pad = "x" * (MAX_BODY_BYTES + int(rng.integers(1, 4096)))
+    body = json.dumps({"model": "demo-target", "prompt": pad, "max_tokens": 1}).encode()
+
+    def chunks():
+        for at in range(0, len(body), 1 << 20):
+            yield body[at:at + (1 << 20)]
+
+    with httpx.Client(base_url=url, timeout=120) as http:
+        for content in (body, chunks()):
+            r = http.post("/v1/completions", content=content, headers={"content-type": "application/json"})
+            assert r.status_code == 413, r.text[:200]
+            assert r.json()["error"]["code"] == "body_too_large"
+        under = json.dumps({"model": "demo-target", "prompt": "def", "max_tokens": 1,
+                            "user": "u" * (MAX_BODY_BYTES // 2)}).encode()
+        assert http.post("/v1/completions", content=under,
+                         headers={"content-type": "application/json"}).status_code in (200, 400)
+    assert wait_idle(serving)["running"] == 0
