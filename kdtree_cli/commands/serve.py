@@ -57,7 +57,7 @@ def serve(
     Example, then any OpenAI client at http://127.0.0.1:8000/v1 with the model id demo-target: kdtree serve --model refs/models/demo-target --drafter refs/models/demo-drafter
     """
     if host:
-        from kdtree_cli.commands.run import forwarded_args
+        from kdtree_cli.host_forwarding import forwarded_args
         from remote.serve_forward import serve_on_host
 
         status = serve_on_host(host, forwarded_args(ctx, drop=("host",)), port)
