@@ -245,21 +245,21 @@ def output(call: AnchorCall, batch: int) -> object:
     return call.o.float().reshape(batch, rows // batch, heads, KV_LORA_RANK)
 
 
-def time_case(module, case, reps: int, sms: int, page_size: int = DEFAULT_PAGE_SIZE, scale: float | None = None
-              ) -> dict:
+def time_case(module, case, reps: int, sms: int, page_size: int = DEFAULT_PAGE_SIZE, scale: float | None = None,
+              device: str = "cuda") -> dict:
     """vLLM's kernel on a case (AttnCase: heads, n, prefix, batch): its median ms, the split
     count, and its error against chain_attention_f32 (max |err| / max |ref|)."""
     import torch
 
+    from . import timing
     from .baselines import SOFTMAX_SCALE
-    from .timing import copies_past_l2, time_cuda
 
     scale = SOFTMAX_SCALE if scale is None else scale
-    dev, bf16 = "cuda", torch.bfloat16
+    dev, bf16 = device, torch.bfloat16
     t_len, length = case.n + 1, case.prefix + case.n + 1
     g = torch.Generator(device=dev).manual_seed(29)
     q = torch.randn(case.batch, t_len, case.heads, LATENT_DIM, device=dev, dtype=bf16, generator=g)
-    sets = copies_past_l2(case.batch * length * LATENT_DIM * 2.0)
+    sets = timing.copies_past_l2(case.batch * length * LATENT_DIM * 2.0)
     kvs = [torch.randn(case.batch, length, LATENT_DIM, device=dev, dtype=bf16, generator=g) for _ in range(sets)]
     # one block table for every set (as one batch's pages): the sets rotate the contents
     call = prepare_call(q, kvs, case.prefix, page_size, sms,
@@ -269,10 +269,11 @@ def time_case(module, case, reps: int, sms: int, page_size: int = DEFAULT_PAGE_S
         want = chain_attention_f32(q, kvs[0], case.prefix, scale)
         err = float((output(call, case.batch) - want).abs().max() / want.abs().max())
         del kvs, want  # the paged copies are what the runs read
-        ms = time_cuda(lambda i: launch(module, call, i, scale), reps).ms
+        ms = timing.time_cuda(lambda i: launch(module, call, i, scale), reps).ms
     splits = call.splits
     del q, call
-    torch.cuda.empty_cache()
+    if dev == "cuda":
+        torch.cuda.empty_cache()
     return {"vllm_ms": ms, "vllm_splits": splits, "vllm_page_size": page_size, "vllm_rel_err": err}
 
 
@@ -307,11 +308,24 @@ def count_mma(ptx: str, sass: str) -> dict:
     return {k: len(re.findall(p, texts[k.split("_")[0]])) for k, p in MMA_PATTERNS.items()}
 
 
-def sass_of(cubin: bytes) -> str:
-    """cuobjdump -sass of a cubin ('' when cuobjdump is not on PATH)."""
+def cuobjdump() -> str | None:
+    """cuobjdump: on PATH, else the one triton ships (triton/backends/nvidia/bin)."""
     import shutil
 
     tool = shutil.which("cuobjdump")
+    if tool:
+        return tool
+    try:
+        import triton
+    except ImportError:
+        return None
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(bundled) if bundled.is_file() else None
+
+
+def sass_of(cubin: bytes) -> str:
+    """cuobjdump -sass of a cubin ('' without a cuobjdump)."""
+    tool = cuobjdump()
     if not tool or not cubin:
         return ""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import stat
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,33 @@ def test_no_gpu_is_a_clear_error(monkeypatch):
         assert result.exit_code != 0
         assert isinstance(result.exception, gpu.NoGpuError)
         assert "needs a CUDA GPU" in str(result.exception)
+
+
+def test_the_vllm_anchor_joins_its_rows(fake_gpu, tmp_path, monkeypatch):
+    """--anchor-vllm: the module is loaded before the sweep, each kimi-rank row gets vLLM's time
+    and the ratio, a row whose anchor failed is an error naming the case, the instructions go
+    into the JSON and the table's header. vLLM's times here are stand-ins: 2x the fake kernel."""
+    from kdtree_cli.bench import vllm_anchor
+
+    module = types.SimpleNamespace(kdtree_source="/src/vllm/v1/attention/ops/triton_decode_attention.py")
+    monkeypatch.setattr(vllm_anchor, "load_decode_module", lambda root: module)
+
+    def fake_time(mod, case, reps, sms):
+        if (case.batch, case.n, case.prefix) == (8, 64, 131072):
+            raise MemoryError("simulated")
+        return {"vllm_ms": 2.0 * _work(case), "vllm_splits": 4, "vllm_page_size": 16, "vllm_rel_err": 3e-3}
+
+    monkeypatch.setattr(vllm_anchor, "time_case", fake_time)
+    monkeypatch.setattr(vllm_anchor, "instructions", lambda mod, dump: {"kernel": "k", "variants": [
+        {"variant": 0, "ptx_wgmma": 0, "ptx_mma_sync": 36, "sass_hgmma": 0, "sass_hmma": 72, "num_warps": 4,
+         "num_stages": 2}]})
+    res, _ = kernels.run_kernel_bench(("kimi-rank",), True, tmp_path, None, Console(file=open("/dev/null", "w")),
+                                      anchor_vllm=tmp_path)
+    rows = res.rows["kimi"]
+    failed = [r for r in rows if r["vllm_ms"] is None]
+    assert [(r["batch"], r["n"], r["prefix"]) for r in failed] == [(8, 64, 131072)]
+    assert [e["case"] for e in res.errors] == ["verify_attn heads=8 n=64 prefix=131072 batch=8 dtype=bf16"]
+    assert all(r["vs_vllm"] == pytest.approx(2.0) for r in rows if r["vllm_ms"] is not None)
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    assert saved["anchor"]["source"] == module.kdtree_source and saved["anchor"]["variants"][0]["sass_hmma"] == 72
+    assert "SASS HGMMA 0, HMMA 72" in (tmp_path / "bench.md").read_text()
