@@ -4,7 +4,12 @@ What vLLM runs for MLA attention where FlashMLA / CUTLASS MLA do not (sm_120 amo
 its TRITON_MLA backend, whose kernel is `decode_attention_fwd` in
 vllm/v1/attention/ops/triton_decode_attention.py (vllm/attention/ops/ in older trees). DIR is
 a vLLM source tree (a checkout, or the `vllm/` package of its release); nothing of it is copied
-here. The file is loaded alone: of vllm it imports only `vllm.platforms.current_platform` (used
+here. A GPU machine without network gets one made beside it and carried (an ignored folder):
+
+    pip download vllm==0.33.0 --no-deps --only-binary :all: -d /tmp/vllm-wheel
+    unzip -o /tmp/vllm-wheel/vllm-0.33.0-*.whl vllm/v1/attention/ops/triton_decode_attention.py \
+        'vllm-0.33.0.dist-info/licenses/LICENSE' -d build/anchor-vllm
+ The file is loaded alone: of vllm it imports only `vllm.platforms.current_platform` (used
 for `is_rocm()`) and `vllm.triton_utils` (`tl`, `triton`); those two names are stood in for
 while it loads (current_platform.is_rocm() is torch's own answer, triton_utils gives the real
 triton), and any other vllm import is refused with the name of it.
