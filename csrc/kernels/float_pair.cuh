@@ -4,7 +4,7 @@
 // only an lse about that accurate rounds x - lse to the same float32 (an error of 1e-12 would
 // change ~1 in 10^5 log-probabilities by an ulp). float64 would do it, but the RTX PRO 6000
 // (GB202) runs float64 at 1/64 of the float32 rate: one float64 exp per logit, not the
-// memory, set topk's time there. A pair exp is ~40 float32 operations.
+// memory, set topk's time there. A pair exp is ~50 float32 operations, a pair add 11.
 //
 //   e^x 2^-mk: q = round(x 256/ln2), r = x - q ln2/256 (|r| <= ln2/512; ln2/256 in three
 //   floats, the first product exact by construction, the second split exactly by an fma)

@@ -3,6 +3,7 @@
 // near-ties over many seeds whose top-K ids and log-probabilities must equal the float64
 // reference's (python_engine/ddtree/topk.py's rule). Built and run by
 // tests/kernels/test_emulated_kernels.py; no GPU needed.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -103,6 +104,47 @@ KD_TEST(float_pair_rounds_to_double) {
     differ += value(kern::pair_round_to_double(kern::FloatPair(hi, lo))) != static_cast<long double>(want);
   }
   KD_EXPECT_EQ(differ, 0);
+}
+
+// The kernel's lse (the pair it writes to TopkLogprobsParams::lse) against long double's on
+// rows at the engine's vocabulary: normal(0, 2.5) logits (a spread sum), a peaked row (one logit
+// 30, the rest ~N(0, 2.5)), and logits near 4095 (the scan's sums straddle both forms). Within
+// 2^-46 of |lse| (float64 holds it to 2^-53; ~2^-50 seen), both scans.
+KD_TEST(topk_lse_against_long_double) {
+  std::mt19937_64 rng(seed_from_env());
+  std::normal_distribution<float> normal(0.0f, 2.5f);
+  constexpr int kRows = 3, kVocab = 163840, kK = 64;
+  TopkIO t;
+  t.rows = kRows;
+  t.vocab = kVocab;
+  t.k = kK;
+  t.logits.resize(static_cast<size_t>(kRows) * kVocab);
+  for (int r = 0; r < kRows; ++r)
+    for (int i = 0; i < kVocab; ++i) t.logits[static_cast<size_t>(r) * kVocab + i] = normal(rng) + (r == 2 ? 4095.0f : 0.0f);
+  t.logits[static_cast<size_t>(kVocab) + rng() % kVocab] = 30.0f;  // row 1: peaked
+  long double worst = 0;
+  for (const int variant : {kTopkScan2, kTopkScanLean}) {
+    t.poison_outputs();
+    std::vector<float> lse(2 * kRows, NAN);
+    TopkLogprobsParams p = topk_params(t, host_data);
+    p.variant = variant;
+    p.lse = lse.data();
+    TopkLogprobsPlan plan;
+    KD_CHECK(make_topk_logprobs_plan(p, emulated_device_limits().smem_optin, emulated_device_limits().sms, &plan).ok());
+    ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), plan.smem_bytes, topk_logprobs_kernel_for(plan), p, plan.opt);
+    for (int r = 0; r < kRows; ++r) {
+      const float* x = t.logits.data() + static_cast<size_t>(r) * kVocab;
+      const long double m = *std::max_element(x, x + kVocab);
+      long double sum = 0;
+      for (int i = 0; i < kVocab; ++i) sum += std::exp(static_cast<long double>(x[i]) - m);
+      const long double want = m + std::log(sum);
+      const long double err = std::fabs(static_cast<long double>(lse[2 * r]) + lse[2 * r + 1] - want) / std::fabs(want);
+      std::printf("    variant %d row %d: lse %.17Lg, off by %.2Lg relative (2^%.1Lf)\n", variant, r, want, err,
+                  err > 0 ? std::log2(err) : -INFINITY);
+      worst = std::max(worst, err);
+    }
+  }
+  KD_EXPECT(worst <= 0x1p-46L);
 }
 
 // Rows with planted exact ties, near-ties (a few ulps apart) and near-halfway logps
