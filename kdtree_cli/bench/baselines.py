@@ -22,7 +22,8 @@ import time
 import numpy as np
 
 from .suites import AttnCase, TopkCase, TreeCase
-from .timing import copies_past_l2, time_cuda
+from . import timing
+from .timing import copies_past_l2
 
 SOFTMAX_SCALE = 1.0 / math.sqrt(192.0)  # as bench_kernels: 1/sqrt(qk_nope + qk_rope)
 KEY_PAD = 8  # keys a multiple of 8: 16-byte rows of bf16 probabilities, what cuBLAS's aligned kernels need
@@ -87,51 +88,53 @@ def best_torch_form(base: dict, unpadded: str, padded: str) -> tuple[float | Non
     return b, "padded"
 
 
-def torch_attention(case: AttnCase, reps: int) -> dict:
+def torch_attention(case: AttnCase, reps: int, device: str = "cuda") -> dict:
     """torch_ms (two GEMMs + masked softmax) and cublas_ms (the two GEMMs alone) on the keys as
     they are; torch_padded_ms and cublas_padded_ms on the keys padded to KEY_PAD (None when the
     key count already is a multiple: the same computation)."""
     import torch
 
-    dev, bf16 = "cuda", torch.bfloat16
+    dev, bf16 = device, torch.bfloat16
     batch = case.batch
     t_len, keys = case.n + 1, case.prefix + case.n + 1
     rows = t_len * case.heads
     keys_p = padded_keys(keys)
     g = torch.Generator(device=dev).manual_seed(13)
-    q = torch.randn(batch, rows, 576, device=dev, dtype=bf16, generator=g)
+    lead = (batch,) if batch > 1 else ()  # one request: plain GEMMs, several: batched ones
+    q = torch.randn(*lead, rows, 576, device=dev, dtype=bf16, generator=g)
     sets = copies_past_l2(batch * keys_p * 576 * 2.0)
-    # each set holds the padded rows; its first `keys` rows are the unpadded cache (a contiguous view)
-    kvs = [torch.randn(batch, keys_p, 576, device=dev, dtype=bf16, generator=g) for _ in range(sets)]
+    # each set holds the padded rows; its first `keys` rows are the unpadded cache
+    kvs = [torch.randn(*lead, keys_p, 576, device=dev, dtype=bf16, generator=g) for _ in range(sets)]
     for kv in kvs:
-        kv[:, keys:] = 0
+        kv[..., keys:, :] = 0
     # rows are (token t, head h) -> m = t * H + h, as verify_attn lays them out
     bias = torch.from_numpy(ancestor_bias(t_len)).to(dev).repeat_interleave(case.heads, dim=0)
-    _, bias_p = pad_keys(kvs[0][0], bias)
+    _, bias_p = pad_keys(kvs[0].reshape(-1, keys_p, 576)[0, :keys], bias)
     prefix = case.prefix
 
     def attention(length: int, tree_bias):
-        return lambda i: two_gemm_attention(q, kvs[i % sets][:, :length], tree_bias, prefix)
+        return lambda i: two_gemm_attention(q, kvs[i % sets][..., :length, :], tree_bias, prefix)
 
     # fixed probabilities of each width, each its own contiguous tensor (a view of a wider one
     # would give the unpadded form the padded row stride)
-    p_fixed = {n: torch.rand(batch, rows, n, device=dev, dtype=bf16, generator=g) for n in {keys, keys_p}}
+    p_fixed = {n: torch.rand(*lead, rows, n, device=dev, dtype=bf16, generator=g) for n in {keys, keys_p}}
 
     def gemms(length: int):
         def run(i: int):
-            kv = kvs[i % sets][:, :length]
+            kv = kvs[i % sets][..., :length, :]
             return q @ kv.transpose(-1, -2), p_fixed[length] @ kv[..., :512]
         return run
 
     out = {"torch_padded_ms": None, "cublas_padded_ms": None, "padded_keys": keys_p}
     with torch.inference_mode():
-        out["torch_ms"] = time_cuda(attention(keys, bias), reps).ms
-        out["cublas_ms"] = time_cuda(gemms(keys), reps).ms
+        out["torch_ms"] = timing.time_cuda(attention(keys, bias), reps).ms
+        out["cublas_ms"] = timing.time_cuda(gemms(keys), reps).ms
         if keys_p != keys:
-            out["torch_padded_ms"] = time_cuda(attention(keys_p, bias_p), reps).ms
-            out["cublas_padded_ms"] = time_cuda(gemms(keys_p), reps).ms
+            out["torch_padded_ms"] = timing.time_cuda(attention(keys_p, bias_p), reps).ms
+            out["cublas_padded_ms"] = timing.time_cuda(gemms(keys_p), reps).ms
     del q, kvs, bias, bias_p, p_fixed
-    torch.cuda.empty_cache()
+    if dev == "cuda":
+        torch.cuda.empty_cache()
     return out
 
 
@@ -142,8 +145,8 @@ def torch_topk(case: TopkCase, reps: int) -> dict:
     x = torch.randn(case.rows, case.vocab, device="cuda", generator=g) * 2.5
     out = {}
     with torch.inference_mode():
-        out["torch_f32_ms"] = time_cuda(lambda i: torch.topk(torch.log_softmax(x, dim=-1), case.k), reps).ms
-        out["torch_f64_ms"] = time_cuda(lambda i: torch.topk(torch.log_softmax(x.double(), dim=-1), case.k),
+        out["torch_f32_ms"] = timing.time_cuda(lambda i: torch.topk(torch.log_softmax(x, dim=-1), case.k), reps).ms
+        out["torch_f64_ms"] = timing.time_cuda(lambda i: torch.topk(torch.log_softmax(x.double(), dim=-1), case.k),
                                         max(3, reps // 2)).ms
     del x
     torch.cuda.empty_cache()

@@ -9,7 +9,8 @@ import torch
 
 from kdtree_cli.bench.baselines import (KEY_PAD, ancestor_bias, pad_keys, padded_keys, tree_inputs, tree_parents,
                                        two_gemm_attention)
-from kdtree_cli.bench.suites import TreeCase
+from kdtree_cli.bench import baselines, timing
+from kdtree_cli.bench.suites import AttnCase, TreeCase
 from python_engine.ddtree import build_tree
 from python_engine.verify_attn_ref import check_tree_mask, verify_attn_ref
 
@@ -64,6 +65,37 @@ def test_the_padded_form_gives_the_unpadded_result(seed):
         for out in (two_gemm_attention(qb, kvb, bias, prefix, 0.07), two_gemm_attention(qb, kvpb, bias_p, prefix, 0.07)):
             got = out.float().reshape(t_len, heads, 512).numpy()
             assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 2e-2
+
+
+def test_the_baseline_times_both_forms_of_the_same_attention(seed, monkeypatch):
+    """torch_attention on the CPU, each timed function run once by a recording clock: the
+    unpadded and padded attentions it times give the same output (one request and a batch),
+    the padded GEMMs are as wide as the padded keys, and a key count already a multiple of
+    KEY_PAD is timed once."""
+    rng = np.random.default_rng(seed)
+    ran = []
+
+    def run_once(fn, reps, warm=3):
+        ran.append(fn(0))
+        return timing.Timing(1.0, 1.0, 1.0, reps)
+
+    monkeypatch.setattr(timing, "time_cuda", run_once)
+    for batch in (1, int(rng.integers(2, 4))):
+        heads, n = int(rng.integers(1, 5)), int(rng.integers(0, 9))
+        prefix = int(rng.integers(1, 6)) * KEY_PAD + int(rng.integers(0, KEY_PAD - 1)) - n  # keys not aligned, few
+        prefix += KEY_PAD if prefix < 1 else 0
+        keys = prefix + n + 1
+        ran.clear()
+        out = baselines.torch_attention(AttnCase(heads, n, prefix, batch), 1, device="cpu")
+        attn, gemms, attn_p, gemms_p = ran
+        lead = (batch,) if batch > 1 else ()
+        assert attn.shape == attn_p.shape == (*lead, (n + 1) * heads, 512)
+        torch.testing.assert_close(attn_p.float(), attn.float(), rtol=8e-3, atol=1e-3)  # a bf16 ulp
+        assert gemms[0].shape[-1] == keys and gemms_p[0].shape[-1] == out["padded_keys"] == padded_keys(keys)
+        assert None not in (out["torch_padded_ms"], out["cublas_padded_ms"])
+    ran.clear()
+    out = baselines.torch_attention(AttnCase(2, KEY_PAD - 1, 3 * KEY_PAD, 1), 1, device="cpu")
+    assert len(ran) == 2 and out["torch_padded_ms"] is None and out["cublas_padded_ms"] is None
 
 
 def test_the_bench_tree_has_parents_before_children():
