@@ -3,6 +3,7 @@ baselines in this process, then rows, goals and the written report."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from .suites import (AcceptCase, AttnCase, Case, CompactCase, CopyCase, GemmCase
                      TopkCase, TreeCase, sweep)
 
 DEFAULT_RESULTS = PROJECT_ROOT / "results"
+DEVICE_PROFILE_ENV = "KDTREE_DEVICE_PROFILE"  # csrc/common/device_profile.h: plan as on the named device
 NATIVE_TIMEOUT_S = 300.0  # the whole native sweep (~1-2 minutes on an H200); a hung kernel must not hang the bench
 
 
@@ -43,11 +45,35 @@ def _anchor_case(anchor, case: KimiAttnCase, reps: int, facts: dict, res: report
         return {}
 
 
+def _profile_records(program: Path, cases: list[Case], quick: bool, profile: str, log_dir: Path | None,
+                     res: report.BenchResult) -> dict:
+    """The kimi-rank cases run again by bench_kernels with KDTREE_DEVICE_PROFILE=profile (the
+    plans and limits of that device on this GPU's silicon): {case key: record}; failed cases
+    are errors naming the profile."""
+    kimi = [c for c in cases if isinstance(c, KimiAttnCase)]
+    if not kimi:
+        return {}
+    records = run_native(program, kimi, quick, NATIVE_TIMEOUT_S,
+                         log=(log_dir / f"bench_kernels-{profile}.log") if log_dir else None,
+                         env={**os.environ, DEVICE_PROFILE_ENV: profile})
+    out = {}
+    for case in kimi:
+        rec = next((r for r in records if record_key(r, case) == case.key()), None)
+        if rec is None or not rec.get("ok"):
+            res.errors.append({"case": f"{DEVICE_PROFILE_ENV}={profile} {case.native_line()}",
+                               "error": (rec or {}).get("error", "no result (the program stopped before it)")})
+        else:
+            out[case.key()] = rec
+    return out
+
+
 def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None, arch: str | None,
-                     console: Console, log_dir: Path | None = None, anchor_vllm: Path | None = None
-                     ) -> tuple[report.BenchResult, list[Path]]:
+                     console: Console, log_dir: Path | None = None, anchor_vllm: Path | None = None,
+                     device_profile: str | None = None) -> tuple[report.BenchResult, list[Path]]:
     """Measure, compare, write. Returns the result and the files written. anchor_vllm: a vLLM
-    source tree whose Triton MLA decode kernel is timed on the kimi-rank cases (vllm_anchor)."""
+    source tree whose Triton MLA decode kernel is timed on the kimi-rank cases (vllm_anchor).
+    device_profile: the kimi-rank cases also run under KDTREE_DEVICE_PROFILE=device_profile,
+    their times beside the plain ones."""
     require_gpu("kdtree bench kernels")
     facts = device_facts(PROJECT_ROOT)
     console.print(f"[bold]bench[/] on {facts['device']} ({facts['sms']} SMs), commit {facts['commit']}", highlight=False)
@@ -64,12 +90,19 @@ def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None,
     records = run_native(program, cases, quick, NATIVE_TIMEOUT_S,
                          log=(log_dir / "bench_kernels.log") if log_dir else None)
     console.print(f"[dim]native done in {time.perf_counter() - t0:.0f} s[/]", highlight=False)
+    res = report.BenchResult(facts=facts, run=run_record())
+    profiled = {}
+    if device_profile:
+        res.facts["device_profile"] = device_profile
+        t0 = time.perf_counter()
+        profiled = _profile_records(program, cases, quick, device_profile, log_dir, res)
+        console.print(f"[dim]native under {DEVICE_PROFILE_ENV}={device_profile} done in "
+                      f"{time.perf_counter() - t0:.0f} s[/]", highlight=False)
     by_key = {}
     for case in cases:
         for rec in records:
             if record_key(rec, case) == case.key():
                 by_key[case.key()] = rec
-    res = report.BenchResult(facts=facts, run=run_record())
     for case in cases:
         rec = by_key.get(case.key())
         if rec is None or not rec.get("ok"):
@@ -108,7 +141,7 @@ def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None,
                 base = baselines.torch_attention(case, reps)
                 if anchor is not None:
                     base.update(_anchor_case(anchor, case, reps, facts, res))
-                row = report.kimi_row(case, rec, base, res.ceilings)
+                row = report.kimi_row(case, rec, base, res.ceilings, profiled.get(case.key()), device_profile)
                 res.rows.setdefault("kimi", []).append(row)
                 console.print(f"  kimi B={case.batch} T={case.query_tokens:<3} prefix={case.prefix:<7} kdtree "
                               f"{report._us(row['kdtree_ms']):>10}  torch {report._us(row['torch_ms']):>10}  "

@@ -40,9 +40,11 @@ def parse_records(text: str) -> list[dict]:
     return out
 
 
-def run_native(program: Path, cases: list[Case], quick: bool, timeout_s: float, log: Path | None = None) -> list[dict]:
-    """Run the cases; a case that failed comes back with ok=false and its error. Raises when
-    the program itself cannot run or dies before printing anything."""
+def run_native(program: Path, cases: list[Case], quick: bool, timeout_s: float, log: Path | None = None,
+               env: dict | None = None) -> list[dict]:
+    """Run the cases (env: the program's environment, default this process's); a case that
+    failed comes back with ok=false and its error. Raises when the program itself cannot run
+    or dies before printing anything."""
     if not program.exists():
         raise KdtreeError(f"{program} does not exist: build it with `kdtree build bench_kernels`")
     with tempfile.TemporaryDirectory(prefix="kdtree-bench-") as tmp:
@@ -50,7 +52,7 @@ def run_native(program: Path, cases: list[Case], quick: bool, timeout_s: float, 
         case_file.write_text("".join(c.native_line() + "\n" for c in cases))
         cmd = [str(program), "--cases", str(case_file)] + (["--quick"] if quick else [])
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s)
+            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s, env=env)
             stdout, stderr, code = proc.stdout, proc.stderr, proc.returncode
         except subprocess.TimeoutExpired as exc:
             stdout = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")

@@ -74,8 +74,7 @@ def attn_row(case, native: dict, base: dict, ceil: dict) -> dict:
     return {
         "heads": case.heads, "n": case.n, "prefix": case.prefix, "batch": case.batch, "dtype": case.dtype,
         "kdtree_ms": ms, "tflops": native.get("tflops"), "cache_gbps": native.get("cache_gbps"),
-        "plan": f"{native.get('splits')} splits x {native.get('split_keys')} keys"
-                + (" in pairs" if (native.get("split_group") or 1) > 1 else "") + f", config {native.get('config')}",
+        "plan": _plan(native),
         "torch_ms": torch_ms, "torch_form": torch_form, "cublas_ms": cublas_ms, "cublas_form": cublas_form,
         "torch_unpadded_ms": base.get("torch_ms"), "torch_padded_ms": base.get("torch_padded_ms"),
         "cublas_unpadded_ms": base.get("cublas_ms"), "cublas_padded_ms": base.get("cublas_padded_ms"),
@@ -87,14 +86,25 @@ def attn_row(case, native: dict, base: dict, ceil: dict) -> dict:
     }
 
 
-def kimi_row(case, native: dict, base: dict, ceil: dict) -> dict:
-    """A kimi-rank row: the attention row with the query tokens and, when the vLLM anchor ran,
-    its time, split count, error against our float32 reference, and the ratio."""
+def _plan(native: dict) -> str:
+    return (f"{native.get('splits')} splits x {native.get('split_keys')} keys"
+            + (" in pairs" if (native.get("split_group") or 1) > 1 else "") + f", config {native.get('config')}")
+
+
+def kimi_row(case, native: dict, base: dict, ceil: dict, profiled: dict | None = None,
+             profile: str | None = None) -> dict:
+    """A kimi-rank row: the attention row with the query tokens; when the vLLM anchor ran, its
+    time, split count, error against our float32 reference, and the ratio; when the case also
+    ran under a device profile, that time and plan, its ratio to vLLM and to the plain run."""
     row = attn_row(case, native, base, ceil)
     row["query_tokens"] = case.n + 1
     for key in ("vllm_ms", "vllm_splits", "vllm_page_size", "vllm_rel_err"):
         row[key] = base.get(key)
     row["vs_vllm"] = _ratio(base.get("vllm_ms"), row["kdtree_ms"])
+    profiled = profiled or {}
+    row.update(profile=profile, profile_ms=profiled.get("ms"), profile_plan=_plan(profiled) if profiled else None,
+               profile_vs_vllm=_ratio(base.get("vllm_ms"), profiled.get("ms")),
+               profile_over_plain=_ratio(profiled.get("ms"), row["kdtree_ms"]))
     return row
 
 
@@ -141,20 +151,31 @@ def kimi_lines(res: BenchResult) -> list[str]:
              ""]
     if a:
         variants = a.get("variants") or []
-        chosen = "; ".join(f"variant {v['variant']}: PTX wgmma {v['ptx_wgmma']}, mma.sync {v['ptx_mma_sync']}, "
+        chosen = ("; ".join(f"variant {v['variant']}: PTX wgmma {v['ptx_wgmma']}, mma.sync {v['ptx_mma_sync']}, "
                            f"SASS HGMMA {v['sass_hgmma']}, HMMA {v['sass_hmma']} ({v['num_warps']} warps, "
-                           f"{v['num_stages']} stages)" for v in variants) or "no compiled kernel found"
+                           f"{v['num_stages']} stages, {v.get('shared_bytes')} B shared)" for v in variants)
+                  or "no compiled kernel found")
         lines += [f"vLLM: Triton MLA decode (`decode_attention_fwd`, {a.get('source')}), each verify token a "
                   "decode row reading the prefix and the chain up to itself, its own tiles, vLLM's split rule; "
                   f"{a.get('kernel')}: {chosen}. err = max |vLLM - float32 reference| / max |reference|.", ""]
-    lines += ["| B | T | prefix | kdtree | roofline | of roofline | torch 2-GEMM | vs torch | vLLM | vs vLLM | "
-              "vLLM splits | vLLM err | plan |", "|" + "---|" * 13]
+    profile = res.facts.get("device_profile")
+    if profile:
+        lines += [f"{profile}: the same cases run again under KDTREE_DEVICE_PROFILE={profile} (that device's plans "
+                  f"and limits on this GPU's silicon: not its bandwidth or clocks); / plain = {profile} time over "
+                  "the plain run's.", ""]
+    extra = [] if not profile else [profile, f"{profile} vs vLLM", f"{profile} / plain", f"{profile} plan"]
+    head = ["B", "T", "prefix", "kdtree", "roofline", "of roofline", "torch 2-GEMM", "vs torch", "vLLM", "vs vLLM",
+            "vLLM splits", "vLLM err", "plan"] + extra
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in res.rows["kimi"]:
-        lines.append(f"| {r['batch']} | {r['query_tokens']} | {r['prefix']} | {_us(r['kdtree_ms'])} | "
-                     f"{_us(r['roofline_ms'])} ({r['roofline_bound']}) | {_f(r['of_roofline'], 2)} | "
-                     f"{_us(r['torch_ms'])}{_form(r.get('torch_form'))} | {_x(r['vs_torch'])} | "
-                     f"{_us(r.get('vllm_ms'))} | {_x(r.get('vs_vllm'))} | {_f(r.get('vllm_splits'))} | "
-                     f"{_f(r.get('vllm_rel_err'), 2)} | {r['plan']} |")
+        cells = [r["batch"], r["query_tokens"], r["prefix"], _us(r["kdtree_ms"]),
+                 f"{_us(r['roofline_ms'])} ({r['roofline_bound']})", _f(r["of_roofline"], 2),
+                 f"{_us(r['torch_ms'])}{_form(r.get('torch_form'))}", _x(r["vs_torch"]), _us(r.get("vllm_ms")),
+                 _x(r.get("vs_vllm")), _f(r.get("vllm_splits")), _f(r.get("vllm_rel_err"), 2), r["plan"]]
+        if profile:
+            cells += [_us(r.get("profile_ms")), _x(r.get("profile_vs_vllm")), _f(r.get("profile_over_plain"), 3),
+                      r.get("profile_plan") or "-"]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     lines.append("")
     return lines
 

@@ -53,6 +53,11 @@ def kernels(
         "a decode row a query token, vLLM's split count, its own tiles), checked against our float32 reference; "
         "the PTX and SASS of its kernel are written beside the results with the count of wgmma / mma.sync "
         "instructions in them. Needs triton (torch's CUDA wheels bring it).")] = None,
+    device_profile: Annotated[Optional[str], typer.Option(
+        "--device-profile", metavar="NAME", show_default=False,
+        help="Also run the kimi-rank cases under KDTREE_DEVICE_PROFILE=NAME (e.g. rtx-pro-6000: that device's "
+        "plans and limits, mma.sync and <= 99 KB of shared memory a block, on this GPU's silicon) in the same bench "
+        "process, their times and plans beside the plain run's and vLLM's.")] = None,
     out: KernelsOut = None,
     arch: Arch = None,
     host: Host = None,
@@ -67,7 +72,8 @@ def kernels(
     from kdtree_cli.bench.suites import parse_suites
 
     err = Console(stderr=True, soft_wrap=True)
-    res, written = run_kernel_bench(parse_suites(suite), quick, out, arch, err, anchor_vllm=anchor_vllm)
+    res, written = run_kernel_bench(parse_suites(suite), quick, out, arch, err, anchor_vllm=anchor_vllm,
+                                    device_profile=device_profile)
     out_console = Console(soft_wrap=True)
     for g in res.goals():
         if g["value"] is None:

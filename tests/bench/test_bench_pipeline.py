@@ -21,7 +21,7 @@ from kdtree_cli.bench import baselines, gpu, kernels, native
 from kdtree_cli.bench.suites import AttnCase, sweep
 
 FAKE_BENCH = r'''
-import json, sys
+import json, os, sys
 cases = [l.split() for l in open(sys.argv[sys.argv.index("--cases") + 1]) if l.strip()]
 for suite, *kv in cases:
     rec = dict(p.split("=", 1) for p in kv)
@@ -38,6 +38,8 @@ for suite, *kv in cases:
         # 0.4 ms at 64 heads, n=64, 32k; scaled by work
         work = int(rec["heads"]) * (int(rec["n"]) + 1) * int(rec["prefix"]) / (64 * 65 * 32768)
         rec.update(ms=max(0.012, 0.4 * work), tflops=500.0, cache_gbps=3000.0, splits=2, split_keys=512, config=0)
+        if os.environ.get("KDTREE_DEVICE_PROFILE") == "rtx-pro-6000":  # the sm_120 plan: 1.25x the time
+            rec.update(ms=1.25 * rec["ms"], config=1, splits=3)
     elif suite == "topk":
         if rec["k"] == "1024":
             rec.update(ok=False, error="topk_logprobs: launch failed (simulated)")
@@ -151,9 +153,11 @@ def test_no_gpu_is_a_clear_error(monkeypatch):
 
 
 def test_the_vllm_anchor_joins_its_rows(fake_gpu, tmp_path, monkeypatch):
-    """--anchor-vllm: the module is loaded before the sweep, each kimi-rank row gets vLLM's time
-    and the ratio, a row whose anchor failed is an error naming the case, the instructions go
-    into the JSON and the table's header. vLLM's times here are stand-ins: 2x the fake kernel."""
+    """--anchor-vllm and --device-profile: the module is loaded before the sweep, each kimi-rank
+    row gets vLLM's time and the ratio, a row whose anchor failed is an error naming the case,
+    the instructions go into the JSON and the table's header; the cases run again under the
+    profile (the fake program reads KDTREE_DEVICE_PROFILE), joined beside the plain run. vLLM's
+    times here are stand-ins: 2x the fake kernel."""
     from kdtree_cli.bench import vllm_anchor
 
     module = types.SimpleNamespace(kdtree_source="/src/vllm/v1/attention/ops/triton_decode_attention.py")
@@ -169,12 +173,19 @@ def test_the_vllm_anchor_joins_its_rows(fake_gpu, tmp_path, monkeypatch):
         {"variant": 0, "ptx_wgmma": 0, "ptx_mma_sync": 36, "sass_hgmma": 0, "sass_hmma": 72, "num_warps": 4,
          "num_stages": 2}]})
     res, _ = kernels.run_kernel_bench(("kimi-rank",), True, tmp_path, None, Console(file=open("/dev/null", "w")),
-                                      anchor_vllm=tmp_path)
+                                      anchor_vllm=tmp_path, device_profile="rtx-pro-6000")
     rows = res.rows["kimi"]
     failed = [r for r in rows if r["vllm_ms"] is None]
     assert [(r["batch"], r["n"], r["prefix"]) for r in failed] == [(8, 64, 131072)]
     assert [e["case"] for e in res.errors] == ["verify_attn heads=8 n=64 prefix=131072 batch=8 dtype=bf16"]
     assert all(r["vs_vllm"] == pytest.approx(2.0) for r in rows if r["vllm_ms"] is not None)
+    # the second native run under the profile: its times and plans beside the plain ones
+    for r in rows:
+        assert r["profile"] == "rtx-pro-6000" and r["profile_plan"] == "3 splits x 512 keys, config 1"
+        assert r["profile_over_plain"] == pytest.approx(1.25)
+        assert r["profile_vs_vllm"] == (None if r["vllm_ms"] is None else pytest.approx(2.0 / 1.25))
+    assert rows[0]["plan"] == "2 splits x 512 keys, config 0"
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["anchor"]["source"] == module.kdtree_source and saved["anchor"]["variants"][0]["sass_hmma"] == 72
-    assert "SASS HGMMA 0, HMMA 72" in (tmp_path / "bench.md").read_text()
+    md = (tmp_path / "bench.md").read_text()
+    assert "SASS HGMMA 0, HMMA 72" in md and "| rtx-pro-6000 vs vLLM |" in md
