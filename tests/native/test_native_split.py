@@ -213,8 +213,12 @@ def test_split_rejects_what_does_not_divide(split_pairs, native_variant):
 
 
 def test_split_options_are_checked(native_variant):
-    with pytest.raises(L.NativeError, match="needs comm"):
-        NativeEngine(DEMO_TARGET, None, NativeOptions(dtype="float32", max_slots=1, max_tokens=32, world_size=2),
+    # (world_size 2 with comm none is one rank's share: test_native_rank_share.py)
+    with pytest.raises(L.NativeError, match="rank 2 outside 0..1"):
+        NativeEngine(DEMO_TARGET, None, NativeOptions(dtype="float32", max_slots=1, max_tokens=32, world_size=2,
+                                                      rank=2), variant=native_variant)
+    with pytest.raises(L.NativeError, match="world_size 9 over 8"):
+        NativeEngine(DEMO_TARGET, None, NativeOptions(dtype="float32", max_slots=1, max_tokens=32, world_size=9),
                      variant=native_variant)
     with L.SimGroup(2, native_variant) as group, pytest.raises(L.NativeError, match="simulated group has 2 parts"):
         NativeEngine(DEMO_TARGET, None, NativeOptions(dtype="float32", max_slots=1, max_tokens=32, world_size=3,
