@@ -77,12 +77,14 @@ def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None,
     require_gpu("kdtree bench kernels")
     facts = device_facts(PROJECT_ROOT)
     console.print(f"[bold]bench[/] on {facts['device']} ({facts['sms']} SMs), commit {facts['commit']}", highlight=False)
-    anchor = None
+    anchor = anchor_no_wgmma = None
     if anchor_vllm is not None:  # loaded before the native sweep: a wrong folder fails at once
         from . import vllm_anchor
 
         anchor = vllm_anchor.load_decode_module(anchor_vllm)
         console.print(f"[dim]anchor: vLLM's decode_attention_fwd from {anchor.kdtree_source}[/]", highlight=False)
+        if facts.get("compute_capability", "").startswith("9."):  # Hopper: also as built without wgmma
+            anchor_no_wgmma = vllm_anchor.load_decode_module(anchor_vllm, vllm_anchor.NO_WGMMA_ENV)
     program = build_bench(arch, console)
     cases = sweep(suites, quick)
     console.print(f"[dim]native: {len(cases)} cases through {program.name}[/]", highlight=False)
@@ -141,6 +143,9 @@ def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None,
                 base = baselines.torch_attention(case, reps)
                 if anchor is not None:
                     base.update(_anchor_case(anchor, case, reps, facts, res))
+                if anchor_no_wgmma is not None:
+                    timed = _anchor_case(anchor_no_wgmma, case, reps, facts, res)
+                    base.update({f"vllm_no_wgmma_{k[len('vllm_'):]}": v for k, v in timed.items()})
                 row = report.kimi_row(case, rec, base, res.ceilings, profiled.get(case.key()), device_profile)
                 res.rows.setdefault("kimi", []).append(row)
                 console.print(f"  kimi B={case.batch} T={case.query_tokens:<3} prefix={case.prefix:<7} kdtree "
@@ -181,5 +186,8 @@ def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None,
 
         res.anchor.update(source=anchor.kdtree_source,
                           **vllm_anchor.instructions(anchor, out_dir / "vllm-triton-mla"))
+        if anchor_no_wgmma is not None:
+            res.anchor["no_wgmma"] = {"env": vllm_anchor.NO_WGMMA_ENV, **vllm_anchor.instructions(
+                anchor_no_wgmma, out_dir / "vllm-triton-mla-no-wgmma")}
     written = report.write(res, out_dir)
     return res, written

@@ -98,12 +98,14 @@ def kimi_row(case, native: dict, base: dict, ceil: dict, profiled: dict | None =
     ran under a device profile, that time and plan, its ratio to vLLM and to the plain run."""
     row = attn_row(case, native, base, ceil)
     row["query_tokens"] = case.n + 1
-    for key in ("vllm_ms", "vllm_splits", "vllm_page_size", "vllm_rel_err"):
+    for key in ("vllm_ms", "vllm_splits", "vllm_page_size", "vllm_rel_err", "vllm_no_wgmma_ms", "vllm_no_wgmma_rel_err"):
         row[key] = base.get(key)
     row["vs_vllm"] = _ratio(base.get("vllm_ms"), row["kdtree_ms"])
+    row["vs_vllm_no_wgmma"] = _ratio(base.get("vllm_no_wgmma_ms"), row["kdtree_ms"])
     profiled = profiled or {}
     row.update(profile=profile, profile_ms=profiled.get("ms"), profile_plan=_plan(profiled) if profiled else None,
                profile_vs_vllm=_ratio(base.get("vllm_ms"), profiled.get("ms")),
+               profile_vs_vllm_no_wgmma=_ratio(base.get("vllm_no_wgmma_ms"), profiled.get("ms")),
                profile_over_plain=_ratio(profiled.get("ms"), row["kdtree_ms"]))
     return row
 
@@ -150,20 +152,23 @@ def kimi_lines(res: BenchResult) -> list[str]:
              f"{_f(c.get('mma_sync_tflops'))} TFLOP/s), both measured in this run; of roofline = roofline / kdtree.",
              ""]
     if a:
-        variants = a.get("variants") or []
-        chosen = ("; ".join(f"variant {v['variant']}: PTX wgmma {v['ptx_wgmma']}, mma.sync {v['ptx_mma_sync']}, "
-                           f"SASS HGMMA {v['sass_hgmma']}, HMMA {v['sass_hmma']} ({v['num_warps']} warps, "
-                           f"{v['num_stages']} stages, {v.get('shared_bytes')} B shared)" for v in variants)
-                  or "no compiled kernel found")
         lines += [f"vLLM: Triton MLA decode (`decode_attention_fwd`, {a.get('source')}), each verify token a "
                   "decode row reading the prefix and the chain up to itself, its own tiles, vLLM's split rule; "
-                  f"{a.get('kernel')}: {chosen}. err = max |vLLM - float32 reference| / max |reference|.", ""]
+                  f"{a.get('kernel')}: {_variants(a)}. err = max |vLLM - float32 reference| / max |reference|.", ""]
+        if a.get("no_wgmma"):
+            env = " ".join(f"{k}={v}" for k, v in a["no_wgmma"].get("env", {}).items())
+            lines += [f"vLLM no wgmma: the same kernel compiled with {env} (tl.dot on mma.sync, as for an sm_120): "
+                      f"{_variants(a['no_wgmma'])}.", ""]
     profile = res.facts.get("device_profile")
     if profile:
         lines += [f"{profile}: the same cases run again under KDTREE_DEVICE_PROFILE={profile} (that device's plans "
                   f"and limits on this GPU's silicon: not its bandwidth or clocks); / plain = {profile} time over "
                   "the plain run's.", ""]
-    extra = [] if not profile else [profile, f"{profile} vs vLLM", f"{profile} / plain", f"{profile} plan"]
+    no_wgmma = any(r.get("vllm_no_wgmma_ms") is not None for r in res.rows["kimi"])
+    extra = ["vLLM no wgmma", "vs it"] if no_wgmma else []
+    extra += [] if not profile else [profile, f"{profile} vs vLLM"] + ([f"{profile} vs vLLM no wgmma"] if no_wgmma
+                                                                        else []) + [f"{profile} / plain",
+                                                                                    f"{profile} plan"]
     head = ["B", "T", "prefix", "kdtree", "roofline", "of roofline", "torch 2-GEMM", "vs torch", "vLLM", "vs vLLM",
             "vLLM splits", "vLLM err", "plan"] + extra
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -172,12 +177,23 @@ def kimi_lines(res: BenchResult) -> list[str]:
                  f"{_us(r['roofline_ms'])} ({r['roofline_bound']})", _f(r["of_roofline"], 2),
                  f"{_us(r['torch_ms'])}{_form(r.get('torch_form'))}", _x(r["vs_torch"]), _us(r.get("vllm_ms")),
                  _x(r.get("vs_vllm")), _f(r.get("vllm_splits")), _f(r.get("vllm_rel_err"), 2), r["plan"]]
+        if no_wgmma:
+            cells += [_us(r.get("vllm_no_wgmma_ms")), _x(r.get("vs_vllm_no_wgmma"))]
         if profile:
-            cells += [_us(r.get("profile_ms")), _x(r.get("profile_vs_vllm")), _f(r.get("profile_over_plain"), 3),
-                      r.get("profile_plan") or "-"]
+            cells += [_us(r.get("profile_ms")), _x(r.get("profile_vs_vllm"))]
+            cells += [_x(r.get("profile_vs_vllm_no_wgmma"))] if no_wgmma else []
+            cells += [_f(r.get("profile_over_plain"), 3), r.get("profile_plan") or "-"]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     lines.append("")
     return lines
+
+
+def _variants(instr: dict) -> str:
+    """The MMA instructions of each compiled variant of vLLM's kernel, in words."""
+    return ("; ".join(f"variant {v['variant']}: PTX wgmma {v['ptx_wgmma']}, mma.sync {v['ptx_mma_sync']}, "
+                      f"SASS HGMMA {v['sass_hgmma']}, HMMA {v['sass_hmma']} ({v['num_warps']} warps, "
+                      f"{v['num_stages']} stages, {v.get('shared_bytes')} B shared)"
+                      for v in instr.get("variants") or []) or "no compiled kernel found")
 
 
 def _f(v, digits=3):

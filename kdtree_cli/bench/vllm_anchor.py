@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -52,6 +53,10 @@ DEFAULT_PAGE_SIZE = 16         # vLLM's default KV block size; TRITON_MLA takes 
 MIN_KEYS_PER_SPLIT = 512       # vLLM's num_kv_splits rule: a split per 512 keys (a power of two)...
 SPLITS_PER_SM = 2              # ... at most two a SM
 STAGE1_KERNEL = "_fwd_grouped_kernel_stage1"  # the MLA (grouped) path's attention kernel
+# Triton's switch that keeps tl.dot off wgmma on Hopper (it compiles to mma.sync instead; a
+# cache-invalidating variable, so the two forms never share a cached kernel): vLLM's kernel as
+# it would be built for an sm_120, which has no wgmma
+NO_WGMMA_ENV = {"DISABLE_MMA_V3": "1"}
 
 
 def find_decode_module(root: Path) -> Path:
@@ -92,20 +97,29 @@ def _stood_in_vllm():
     stand_ins["vllm.platforms"].current_platform = platform
     stand_ins["vllm.triton_utils"].triton = triton
     stand_ins["vllm.triton_utils"].tl = tl
-    saved = {name: sys.modules.get(name) for name in stand_ins}
-    sys.modules.update(stand_ins)
+    with _entries(sys.modules, stand_ins):
+        yield
+
+
+@contextmanager
+def _entries(store, values: dict):
+    """`store` (sys.modules, os.environ) with `values` set, put back as it was after."""
+    saved = {k: store.get(k) for k in values}
+    store.update(values)
     try:
         yield
     finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
+        for k, v in saved.items():
+            if v is None:
+                store.pop(k, None)
             else:
-                sys.modules[name] = module
+                store[k] = v
 
 
-def load_decode_module(root: Path) -> types.ModuleType:
-    """vLLM's triton_decode_attention.py from `root`, loaded as a module of its own."""
+def load_decode_module(root: Path, compile_env: dict | None = None) -> types.ModuleType:
+    """vLLM's triton_decode_attention.py from `root`, loaded as a module of its own (each call
+    a fresh one, with its own compiled kernels). compile_env: environment its kernels are
+    compiled under (time_case sets it around the call that compiles), e.g. NO_WGMMA_ENV."""
     path = find_decode_module(root)
     extra = {m: sorted(n - STOOD_IN.get(m, set())) for m, n in vllm_imports(path).items()
              if n - STOOD_IN.get(m, set())}
@@ -116,13 +130,16 @@ def load_decode_module(root: Path) -> types.ModuleType:
         import triton  # noqa: F401
     except ImportError as exc:
         raise KdtreeError(f"--anchor-vllm needs triton (it ships with torch's CUDA wheels): {exc}") from exc
-    spec = importlib.util.spec_from_file_location("kdtree_anchor_vllm_triton_decode_attention", path)
+    spec = importlib.util.spec_from_file_location(
+        "kdtree_anchor_vllm_triton_decode_attention" + ("_" + "_".join(sorted(compile_env)).lower() if compile_env else ""),
+        path)
     module = importlib.util.module_from_spec(spec)
     with _stood_in_vllm():
         spec.loader.exec_module(module)
     if not hasattr(module, "decode_attention_fwd"):
         raise KdtreeError(f"{path} has no decode_attention_fwd")
     module.kdtree_source = str(path)
+    module.kdtree_compile_env = dict(compile_env or {})
     return module
 
 
@@ -270,7 +287,8 @@ def time_case(module, case, reps: int, sms: int, page_size: int = DEFAULT_PAGE_S
     call = prepare_call(q, kvs, case.prefix, page_size, sms,
                         page_order(case.batch, length, page_size, torch.Generator().manual_seed(31)))
     with torch.inference_mode():
-        launch(module, call, 0, scale)
+        with _entries(os.environ, getattr(module, "kdtree_compile_env", {})):  # the first call compiles
+            launch(module, call, 0, scale)
         want = chain_attention_f32(q, kvs[0], case.prefix, scale)
         err = float((output(call, case.batch) - want).abs().max() / want.abs().max())
         del kvs, want  # the paged copies are what the runs read

@@ -52,7 +52,8 @@ def kernels(
         "timed on the kimi-rank rows as vLLM's TRITON_MLA backend calls it (paged latent cache of 16-row pages, "
         "a decode row a query token, vLLM's split count, its own tiles), checked against our float32 reference; "
         "the PTX and SASS of its kernel are written beside the results with the count of wgmma / mma.sync "
-        "instructions in them. Needs triton (torch's CUDA wheels bring it).")] = None,
+        "instructions in them. On a Hopper GPU it is also timed as built without wgmma (DISABLE_MMA_V3=1: tl.dot "
+        "on mma.sync, as for an sm_120). Needs triton (torch's CUDA wheels bring it).")] = None,
     device_profile: Annotated[Optional[str], typer.Option(
         "--device-profile", metavar="NAME", show_default=False,
         help="Also run the kimi-rank cases under KDTREE_DEVICE_PROFILE=NAME (e.g. rtx-pro-6000: that device's "

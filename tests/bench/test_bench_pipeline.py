@@ -160,32 +160,47 @@ def test_the_vllm_anchor_joins_its_rows(fake_gpu, tmp_path, monkeypatch):
     times here are stand-ins: 2x the fake kernel."""
     from kdtree_cli.bench import vllm_anchor
 
-    module = types.SimpleNamespace(kdtree_source="/src/vllm/v1/attention/ops/triton_decode_attention.py")
-    monkeypatch.setattr(vllm_anchor, "load_decode_module", lambda root: module)
+    source = "/src/vllm/v1/attention/ops/triton_decode_attention.py"
+    loaded = []
+
+    def fake_load(root, compile_env=None):
+        loaded.append(compile_env)
+        return types.SimpleNamespace(kdtree_source=source, kdtree_compile_env=compile_env or {})
+
+    monkeypatch.setattr(vllm_anchor, "load_decode_module", fake_load)
+    monkeypatch.setattr(kernels, "device_facts", lambda root: {
+        "device": "Fake H200", "device_slug": "fake", "sms": 132, "commit": "abc", "date": "now",
+        "compute_capability": "9.0", "clocks_start": {}})
 
     def fake_time(mod, case, reps, sms):
         if (case.batch, case.n, case.prefix) == (8, 64, 131072):
             raise MemoryError("simulated")
-        return {"vllm_ms": 2.0 * _work(case), "vllm_splits": 4, "vllm_page_size": 16, "vllm_rel_err": 3e-3}
+        slower = 3.0 if mod.kdtree_compile_env else 2.0  # the no-wgmma build 3x the fake kernel
+        return {"vllm_ms": slower * _work(case), "vllm_splits": 4, "vllm_page_size": 16, "vllm_rel_err": 3e-3}
 
     monkeypatch.setattr(vllm_anchor, "time_case", fake_time)
     monkeypatch.setattr(vllm_anchor, "instructions", lambda mod, dump: {"kernel": "k", "variants": [
-        {"variant": 0, "ptx_wgmma": 0, "ptx_mma_sync": 36, "sass_hgmma": 0, "sass_hmma": 72, "num_warps": 4,
-         "num_stages": 2}]})
+        {"variant": 0, "ptx_wgmma": 0 if mod.kdtree_compile_env else 40, "ptx_mma_sync": 36, "sass_hgmma": 0,
+         "sass_hmma": 72, "num_warps": 4, "num_stages": 2}]})
     res, _ = kernels.run_kernel_bench(("kimi-rank",), True, tmp_path, None, Console(file=open("/dev/null", "w")),
                                       anchor_vllm=tmp_path, device_profile="rtx-pro-6000")
     rows = res.rows["kimi"]
     failed = [r for r in rows if r["vllm_ms"] is None]
     assert [(r["batch"], r["n"], r["prefix"]) for r in failed] == [(8, 64, 131072)]
-    assert [e["case"] for e in res.errors] == ["verify_attn heads=8 n=64 prefix=131072 batch=8 dtype=bf16"]
-    assert all(r["vs_vllm"] == pytest.approx(2.0) for r in rows if r["vllm_ms"] is not None)
+    assert [e["case"] for e in res.errors] == ["verify_attn heads=8 n=64 prefix=131072 batch=8 dtype=bf16"] * 2
+    assert loaded == [None, vllm_anchor.NO_WGMMA_ENV]  # on a Hopper GPU: also built without wgmma
+    assert all(r["vs_vllm"] == pytest.approx(2.0) and r["vs_vllm_no_wgmma"] == pytest.approx(3.0)
+               for r in rows if r["vllm_ms"] is not None)
     # the second native run under the profile: its times and plans beside the plain ones
     for r in rows:
         assert r["profile"] == "rtx-pro-6000" and r["profile_plan"] == "3 splits x 512 keys, config 1"
         assert r["profile_over_plain"] == pytest.approx(1.25)
         assert r["profile_vs_vllm"] == (None if r["vllm_ms"] is None else pytest.approx(2.0 / 1.25))
+        assert r["profile_vs_vllm_no_wgmma"] == (None if r["vllm_ms"] is None else pytest.approx(3.0 / 1.25))
     assert rows[0]["plan"] == "2 splits x 512 keys, config 0"
     saved = json.loads((tmp_path / "bench.json").read_text())
-    assert saved["anchor"]["source"] == module.kdtree_source and saved["anchor"]["variants"][0]["sass_hmma"] == 72
+    assert saved["anchor"]["source"] == source and saved["anchor"]["variants"][0]["ptx_wgmma"] == 40
+    assert saved["anchor"]["no_wgmma"]["variants"][0]["ptx_wgmma"] == 0
     md = (tmp_path / "bench.md").read_text()
-    assert "SASS HGMMA 0, HMMA 72" in md and "| rtx-pro-6000 vs vLLM |" in md
+    assert "PTX wgmma 40" in md and "compiled with DISABLE_MMA_V3=1" in md
+    assert "| rtx-pro-6000 vs vLLM | rtx-pro-6000 vs vLLM no wgmma |" in md
