@@ -201,6 +201,14 @@ def test_the_vllm_anchor_joins_its_rows(fake_gpu, tmp_path, monkeypatch):
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["anchor"]["source"] == source and saved["anchor"]["variants"][0]["ptx_wgmma"] == 40
     assert saved["anchor"]["no_wgmma"]["variants"][0]["ptx_wgmma"] == 0
+    # the goals over every row: 2 / 1.25 = 1.6x vLLM (met), 3 / 1.25 = 2.4x its no-wgmma build, 1.25x the plain run
+    goals = {g["column"]: g for g in saved["kimi_goals"]}
+    assert goals["profile_vs_vllm"]["worst"] == pytest.approx(1.6) and goals["profile_vs_vllm"]["met"] is True
+    assert goals["profile_vs_vllm"]["rows"] == len(rows) - 1
+    assert goals["profile_vs_vllm_no_wgmma"]["worst"] == pytest.approx(2.4)
+    assert goals["profile_over_plain"]["rows"] == 2 * 2 * 2  # T = 1, 2 of the quick sweep, 2 prefixes, 2 batches
+    assert goals["profile_over_plain"]["worst"] == pytest.approx(1.25) and goals["profile_over_plain"]["met"] is True
     md = (tmp_path / "bench.md").read_text()
+    assert "| rtx-pro-6000 >= 1.5x vLLM's Triton MLA decode at every kimi-rank row | 15 | 1.6 | yes |" in md
     assert "PTX wgmma 40" in md and "compiled with DISABLE_MMA_V3=1" in md
     assert "| rtx-pro-6000 vs vLLM | rtx-pro-6000 vs vLLM no wgmma |" in md
