@@ -34,14 +34,15 @@ def _baseline_reps(case: Case, quick: bool) -> int:
     return 5 if quick else 20
 
 
-def _anchor_case(anchor, case: KimiAttnCase, reps: int, facts: dict, res: report.BenchResult) -> dict:
-    """vLLM's kernel on the case; a failure is the row's error, not the run's."""
+def _anchor_case(anchor, case: KimiAttnCase, reps: int, facts: dict, res: report.BenchResult,
+                 label: str = "vLLM anchor") -> dict:
+    """vLLM's kernel on the case; a failure is the row's error (under `label`), not the run's."""
     from . import vllm_anchor
 
     try:
         return vllm_anchor.time_case(anchor, case, reps, facts["sms"])
     except Exception as exc:  # a Triton compile error or out of memory at one shape: recorded, the rest go on
-        res.errors.append({"case": case.native_line(), "error": f"vLLM anchor: {type(exc).__name__}: {exc}"})
+        res.errors.append({"case": case.native_line(), "error": f"{label}: {type(exc).__name__}: {exc}"})
         return {}
 
 
@@ -144,7 +145,7 @@ def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None,
                 if anchor is not None:
                     base.update(_anchor_case(anchor, case, reps, facts, res))
                 if anchor_no_wgmma is not None:
-                    timed = _anchor_case(anchor_no_wgmma, case, reps, facts, res)
+                    timed = _anchor_case(anchor_no_wgmma, case, reps, facts, res, "vLLM anchor without wgmma")
                     base.update({f"vllm_no_wgmma_{k[len('vllm_'):]}": v for k, v in timed.items()})
                 row = report.kimi_row(case, rec, base, res.ceilings, profiled.get(case.key()), device_profile)
                 res.rows.setdefault("kimi", []).append(row)

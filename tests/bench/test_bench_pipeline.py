@@ -188,6 +188,8 @@ def test_the_vllm_anchor_joins_its_rows(fake_gpu, tmp_path, monkeypatch):
     failed = [r for r in rows if r["vllm_ms"] is None]
     assert [(r["batch"], r["n"], r["prefix"]) for r in failed] == [(8, 64, 131072)]
     assert [e["case"] for e in res.errors] == ["verify_attn heads=8 n=64 prefix=131072 batch=8 dtype=bf16"] * 2
+    assert [e["error"] for e in res.errors] == ["vLLM anchor: MemoryError: simulated",
+                                                "vLLM anchor without wgmma: MemoryError: simulated"]
     assert loaded == [None, vllm_anchor.NO_WGMMA_ENV]  # on a Hopper GPU: also built without wgmma
     assert all(r["vs_vllm"] == pytest.approx(2.0) and r["vs_vllm_no_wgmma"] == pytest.approx(3.0)
                for r in rows if r["vllm_ms"] is not None)
