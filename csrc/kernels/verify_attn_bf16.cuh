@@ -77,24 +77,18 @@ struct Bf16AttnConfig {
 };
 
 // 64 x 64 tiles, 8 warps, ~225 KB: H100/H200. S on 4 warps of 32 rows x 32 keys (2 x 2), P V
-// 2 x 4 warps of 32 rows x 128 columns. Measured on the H200 against the earlier layout below
-// (S 4 x 2 warps of 16 x 32, P V 4 x 2 of 16 x 256): -5.5% at H=64 n=64 32k, -6.8% at n=256;
-// the other layouts tried (P V 2 x 4 or 1 x 8 with S 4 x 2; S on 4 warps of 16 x 64, which
-// saves the max barrier) were 1-3% behind this one.
+// 2 x 4 warps of 32 rows x 128 columns. Measured on the H200 against the earlier layout
+// (S 4 x 2 warps of 16 x 32, P V 4 x 2 of 16 x 256: Bf16AttnConfig<64, 64, 2, 4, 2, 4>): -5.5% at
+// H=64 n=64 32k, -6.8% at n=256; the other layouts tried (P V 2 x 4 or 1 x 8 with S 4 x 2; S on
+// 4 warps of 16 x 64, which saves the max barrier) were 1-3% behind this one.
 using Bf16AttnSm90 = Bf16AttnConfig<64, 64, 2, 2, 2, 2>;
-// The earlier layout, selectable (force_config, bench `config=5`) to time one against the other.
-using Bf16AttnSm90Classic = Bf16AttnConfig<64, 64, 2, 4, 2, 4>;
 // 32 x 32 tiles, 8 warps, ~75 KB: sm_120, sm_89. S 2 x 4 (16 rows x 8 keys), P V 1 x 8
 // (32 rows x 64 columns).
 using Bf16AttnSmall = Bf16AttnConfig<32, 32, 1, 2, 4, 1>;
-template <class Cfg>
-constexpr bool describes(VerifyAttnConfig c) {
-  return Cfg::kSmemBytes == kVerifyConfigShapes[c].smem_bytes && Cfg::kTileRows == kVerifyConfigShapes[c].tile_rows &&
-         Cfg::kTileKeys == kVerifyConfigShapes[c].tile_keys;
-}
-static_assert(describes<Bf16AttnSm90>(kVerifyBf16Sm90), "verify_attn_plan.h must describe Bf16AttnSm90");
-static_assert(describes<Bf16AttnSm90Classic>(kVerifyBf16Sm90Classic), "verify_attn_plan.h must describe Bf16AttnSm90Classic");
-static_assert(describes<Bf16AttnSmall>(kVerifyBf16Small), "verify_attn_plan.h must describe Bf16AttnSmall");
+static_assert(verify_config_describes<Bf16AttnSm90>(kVerifyBf16Sm90),
+              "verify_attn_configs.h must describe Bf16AttnSm90");
+static_assert(verify_config_describes<Bf16AttnSmall>(kVerifyBf16Small),
+              "verify_attn_configs.h must describe Bf16AttnSmall");
 
 // Byte offset of 16-byte chunk `c` of row `r` in a swizzled [rows][72 chunks] tile.
 KD_DEVICE uint32_t qk_offset(int r, int c) {

@@ -105,26 +105,18 @@ KD_DEVICE void issue_key_tile(uint8_t* dst, const __nv_bfloat16* kv, int64_t row
   cp_async_commit();
 }
 
-using Bf16DecodeSm90 = Bf16DecodeConfig<64, 2, 2, kVerifyDecodeBulkKeys>;    // ~188 KB: H100/H200
-using Bf16DecodeSmall = Bf16DecodeConfig<32, 1>;                               // ~75 KB: sm_120, sm_89
-using Bf16DecodeNarrow = Bf16DecodeConfig<64, 2, 1, kVerifyDecodeBulkKeys>;  // ~167 KB, <= 16 rows: H100/H200
+using Bf16DecodeSm90 = Bf16DecodeConfig<64, 2, 2, true>;           // ~188 KB: H100/H200
+using Bf16DecodeSmall = Bf16DecodeConfig<32, 1>;                   // ~75 KB: sm_120, sm_89
+using Bf16DecodeNarrow = Bf16DecodeConfig<64, 2, 1, true>;         // ~167 KB, <= 16 rows: H100/H200
 using Bf16DecodeNarrowPair = Bf16DecodeConfig<32, 2, 1, true, 2>;  // ~93 KB, two blocks a SM: long splits
-static_assert(Bf16DecodeSm90::kSmemBytes == kVerifyConfigShapes[kVerifyBf16Decode].smem_bytes &&
-                  Bf16DecodeSm90::kTileRows == kVerifyConfigShapes[kVerifyBf16Decode].tile_rows &&
-                  Bf16DecodeSm90::kTileKeys == kVerifyConfigShapes[kVerifyBf16Decode].tile_keys,
-              "verify_attn_plan.h must describe Bf16DecodeSm90");
-static_assert(Bf16DecodeSmall::kSmemBytes == kVerifyConfigShapes[kVerifyBf16DecodeSmall].smem_bytes &&
-                  Bf16DecodeSmall::kTileRows == kVerifyConfigShapes[kVerifyBf16DecodeSmall].tile_rows &&
-                  Bf16DecodeSmall::kTileKeys == kVerifyConfigShapes[kVerifyBf16DecodeSmall].tile_keys,
-              "verify_attn_plan.h must describe Bf16DecodeSmall");
-static_assert(Bf16DecodeNarrow::kSmemBytes == kVerifyConfigShapes[kVerifyBf16DecodeNarrow].smem_bytes &&
-                  Bf16DecodeNarrow::kTileRows == kVerifyConfigShapes[kVerifyBf16DecodeNarrow].tile_rows &&
-                  Bf16DecodeNarrow::kTileKeys == kVerifyConfigShapes[kVerifyBf16DecodeNarrow].tile_keys,
-              "verify_attn_plan.h must describe Bf16DecodeNarrow");
-static_assert(Bf16DecodeNarrowPair::kSmemBytes == kVerifyConfigShapes[kVerifyBf16DecodeNarrowPair].smem_bytes &&
-                  Bf16DecodeNarrowPair::kTileRows == kVerifyConfigShapes[kVerifyBf16DecodeNarrowPair].tile_rows &&
-                  Bf16DecodeNarrowPair::kTileKeys == kVerifyConfigShapes[kVerifyBf16DecodeNarrowPair].tile_keys,
-              "verify_attn_plan.h must describe Bf16DecodeNarrowPair");
+static_assert(verify_config_describes<Bf16DecodeSm90>(kVerifyBf16Decode),
+              "verify_attn_configs.h must describe Bf16DecodeSm90");
+static_assert(verify_config_describes<Bf16DecodeSmall>(kVerifyBf16DecodeSmall),
+              "verify_attn_configs.h must describe Bf16DecodeSmall");
+static_assert(verify_config_describes<Bf16DecodeNarrow>(kVerifyBf16DecodeNarrow),
+              "verify_attn_configs.h must describe Bf16DecodeNarrow");
+static_assert(verify_config_describes<Bf16DecodeNarrowPair>(kVerifyBf16DecodeNarrowPair),
+              "verify_attn_configs.h must describe Bf16DecodeNarrowPair");
 
 template <class Cfg, class OutT>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) verify_attn_decode_kernel(const VerifyKernelParams k) {

@@ -37,14 +37,9 @@ struct F32AttnTile {
 };
 using F32Attn = F32AttnTile<16>;       // config 2
 using F32AttnNarrow = F32AttnTile<8>;  // config 13
-static_assert(F32Attn::kSmemBytes == kVerifyConfigShapes[kVerifyF32].smem_bytes &&
-                  F32Attn::kTileRows == kVerifyConfigShapes[kVerifyF32].tile_rows &&
-                  F32Attn::kTileKeys == kVerifyConfigShapes[kVerifyF32].tile_keys,
-              "verify_attn_plan.h must describe F32Attn");
-static_assert(F32AttnNarrow::kSmemBytes == kVerifyConfigShapes[kVerifyF32Narrow].smem_bytes &&
-                  F32AttnNarrow::kTileRows == kVerifyConfigShapes[kVerifyF32Narrow].tile_rows &&
-                  F32AttnNarrow::kTileKeys == kVerifyConfigShapes[kVerifyF32Narrow].tile_keys,
-              "verify_attn_plan.h must describe F32AttnNarrow");
+static_assert(verify_config_describes<F32Attn>(kVerifyF32), "verify_attn_configs.h must describe F32Attn");
+static_assert(verify_config_describes<F32AttnNarrow>(kVerifyF32Narrow),
+              "verify_attn_configs.h must describe F32AttnNarrow");
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads) verify_attn_f32_kernel(const VerifyKernelParams k) {

@@ -10,65 +10,54 @@
 #include <string>
 
 #include "verify_attn.cuh"
+#include "verify_attn_configs.h"
 
 namespace kdtree {
 
-// Compiled tile configurations (verify_attn_bf16.cuh / verify_attn_f32.cuh), by plan.config.
+// The tile configurations the library compiles (verify_attn_configs.h lists them, with what
+// each one is), by plan.config. Numbers no configuration holds any more stay unused.
 enum VerifyAttnConfig : int {
-  kVerifyBf16Sm90 = 0,    // mma tile: 64 rows x 64 keys, two K stages: needs ~226 KB of shared memory
-  kVerifyBf16Small = 1,   // small tile: 32 rows x 32 keys, one K stage: ~76 KB (sm_120, sm_89, ...)
-  kVerifyF32 = 2,         // 16 rows x 32 keys, CUDA cores: ~111 KB
-  kVerifyBf16Decode = 3,  // decode tile: <= 32 rows (decode shapes), 64 keys, two K stages: ~188 KB
-  kVerifyBf16DecodeSmall = 4,  // small decode tile: <= 32 rows, 32 keys, one K stage: ~75 KB
-  kVerifyBf16Sm90Classic = 5,  // classic mma tile: the mma tile in its earlier warp layout (only when forced: timing)
-  kVerifyBf16Wgmma = 6,   // wgmma tile, P via shared memory: config 7 with all of P from shared memory (only when forced)
-  kVerifyBf16WgmmaRs = 7, // wgmma tile, own P in registers: 64 x 64 on wgmma (sm_90a), two K stages: ~226 KB (only when forced)
-  kVerifyBf16WgmmaLean = 8,  // lean wgmma tile: config 7 with fewer instructions a tile (only when forced:
-                             // the seesaw tile is faster, docs/kernels/verify_attn.md)
-  kVerifyBf16WgmmaTma = 9,   // TMA wgmma tile: config 8 with Q and the key tiles loaded by TMA (only when forced)
-  kVerifyBf16WgmmaSeesaw = 10,  // seesaw tile: TMA loads, the warpgroups on alternate tiles: the plan's
-                                // choice on sm_90a (the fastest wgmma tile, docs/kernels/verify_attn.md)
-  kVerifyBf16DecodeNarrow = 11,  // narrow decode tile: config 3 with one m16 row group: <= 16 rows, ~167 KB
-  kVerifyBf16DecodeNarrowPair = 12,  // narrow decode, two a SM: config 11 as 32-key tiles (~93 KB each): the plan's
-                                     // choice over 11 where 11's splits would be long (kVerifyDecodePairMinSplitKeys)
-  kVerifyF32Narrow = 13,  // config 2 with 8 rows: ~92 KB, the float32 tile of ~99 KB devices (sm_120)
-  kVerifyConfigCount = 14,
+#define KD_VERIFY_CONFIG_ENUM(config, number, ...) config = number,
+  KD_VERIFY_ATTN_CONFIGS(KD_VERIFY_CONFIG_ENUM)
+#undef KD_VERIFY_CONFIG_ENUM
+  kVerifyConfigCount = 14,  // one past the largest number
 };
 
-// The sm_90 decode tiles (decode and narrow decode, configs 3 and 11) take their key tiles by bulk copies into rows
-// padded by kBulkRowPad bytes (verify_attn_decode.cuh); -DKD_DECODE_BULK_KEYS=0 builds the
-// cp.async form (A/B timing).
-#ifndef KD_DECODE_BULK_KEYS
-#define KD_DECODE_BULK_KEYS 1
-#endif
-constexpr bool kVerifyDecodeBulkKeys = KD_DECODE_BULK_KEYS != 0;
+// The sm_90 decode tiles (decode and narrow decode, configs 3 and 11) take their key tiles by
+// bulk copies into rows padded by kBulkRowPad bytes (verify_attn_decode.cuh)
 constexpr size_t kBulkRowPad = 16;  // one 16-byte chunk: row r starts r chunks past bank 0 mod 8
 
 struct VerifyConfigShape {
   int tile_rows, tile_keys;
   size_t smem_bytes;
 };
-// Shapes of the configurations; the kernel headers static_assert that they match.
-inline constexpr VerifyConfigShape kVerifyConfigShapes[kVerifyConfigCount] = {
-    {64, 64, 230672},  // Bf16AttnSm90
-    {32, 32, 76944},   // Bf16AttnSmall
-    {16, 32, 113488},  // F32Attn
-    {32, 64, kVerifyDecodeBulkKeys ? 192544u : 190480u},  // Bf16DecodeSm90
-    {32, 32, 76816},   // Bf16DecodeSmall
-    {64, 64, 230416},  // Bf16AttnSm90Classic
-    {64, 64, 231440},  // Bf16AttnWgmma
-    {64, 64, 231440},  // Bf16AttnWgmma, own P from registers
-    {64, 64, 231440},  // Bf16AttnWgmma, own P from registers, lean
-    {64, 64, 231472},  // Bf16AttnWgmma, lean, TMA loads (+ 4 mbarriers)
-    {64, 64, 223288},  // Bf16AttnSeesaw
-    {16, 64, kVerifyDecodeBulkKeys ? 171040u : 168976u},  // Bf16DecodeNarrow
-    {16, 32, 94752},   // Bf16DecodeNarrowPair
-    {8, 32, 93872},    // F32AttnNarrow
-};
-inline bool verify_config_is_wgmma(int config) {
-  return config == kVerifyBf16Wgmma || config == kVerifyBf16WgmmaRs || config == kVerifyBf16WgmmaLean ||
-         config == kVerifyBf16WgmmaTma || config == kVerifyBf16WgmmaSeesaw;
+// The shape of a configuration ({0, 0, 0}: no such configuration); the kernel headers
+// static_assert that their tiles match.
+constexpr VerifyConfigShape verify_attn_config_shape(int config) {
+  switch (config) {
+#define KD_VERIFY_CONFIG_SHAPE(config, number, rows, keys, smem, ...) \
+  case config:                                                        \
+    return {rows, keys, smem};
+    KD_VERIFY_ATTN_CONFIGS(KD_VERIFY_CONFIG_SHAPE)
+#undef KD_VERIFY_CONFIG_SHAPE
+    default:
+      return {0, 0, 0};
+  }
 }
+constexpr bool verify_config_exists(int config) { return verify_attn_config_shape(config).tile_rows > 0; }
+// Whether a kernel's configuration struct has the shape the list gives `config`
+template <class Cfg>
+constexpr bool verify_config_describes(int config) {
+  const VerifyConfigShape s = verify_attn_config_shape(config);
+  return Cfg::kSmemBytes == s.smem_bytes && Cfg::kTileRows == s.tile_rows && Cfg::kTileKeys == s.tile_keys;
+}
+// Every configuration, in the list's order
+inline constexpr int kVerifyConfigs[] = {
+#define KD_VERIFY_CONFIG_NUMBER(config, ...) config,
+    KD_VERIFY_ATTN_CONFIGS(KD_VERIFY_CONFIG_NUMBER)
+#undef KD_VERIFY_CONFIG_NUMBER
+};
+inline bool verify_config_is_wgmma(int config) { return config == kVerifyBf16WgmmaSeesaw; }
 inline bool verify_config_is_f32(int config) { return config == kVerifyF32 || config == kVerifyF32Narrow; }
 inline bool verify_config_is_decode(int config) {
   return config == kVerifyBf16Decode || config == kVerifyBf16DecodeSmall || config == kVerifyBf16DecodeNarrow ||
@@ -87,12 +76,11 @@ inline int verify_config_max_rows(int config) {
          : verify_config_is_decode(config) ? kVerifyDecodeMaxRows
                                            : std::numeric_limits<int>::max();
 }
-inline VerifyConfigShape verify_attn_config_shape(int config) { return kVerifyConfigShapes[config]; }
 
 // Why a device with these limits cannot run `config` ("" when it can): the plan never picks
 // such a configuration, and a forced one is refused; tests skip it saying this.
 inline std::string verify_config_unavailable(int config, int smem_optin, bool wgmma) {
-  if (config < 0 || config >= kVerifyConfigCount) return "no configuration " + std::to_string(config);
+  if (!verify_config_exists(config)) return "no configuration " + std::to_string(config);
   if (verify_config_is_wgmma(config) && !wgmma) return "config " + std::to_string(config) + " needs wgmma (sm_90a)";
   const size_t need = verify_attn_config_shape(config).smem_bytes;
   if (static_cast<size_t>(smem_optin) < need)
@@ -102,12 +90,8 @@ inline std::string verify_config_unavailable(int config, int smem_optin, bool wg
 }
 
 // The merge as a programmatic dependent launch where the device has it (VerifyAttnPlan::
-// merge_overlap); -DKD_VERIFY_MERGE_PDL=0 launches it plainly (A/B timing).
-#ifndef KD_VERIFY_MERGE_PDL
+// merge_overlap): it starts loading while the last splits store (docs/kernels/verify_attn.md)
 constexpr bool kVerifyMergeOverlap = true;
-#else
-constexpr bool kVerifyMergeOverlap = KD_VERIFY_MERGE_PDL != 0;
-#endif
 
 // Shortest split: two 32-key float32 tiles. The cost model below (+3 tiles per split) already
 // weighs a split's fixed costs; a larger floor left short prefixes (the prefill of a chat, a
@@ -124,15 +108,10 @@ constexpr int kVerifyDecodePairMinSplitKeys = 1024;
 
 // The seesaw tile (config 10) can reduce its splits in pairs on chip (a cluster of two CTAs along
 // the keys, the partial O exchanged through distributed shared memory) before it writes
-// partials: half the partial bytes written and merged. Off: on the H200 it saved under a
-// microsecond where the partials cost most (H=64 n=1 32k) and lost a wave elsewhere
-// (docs/kernels/verify_attn.md, appendix). -DKD_SEESAW_PAIRS=1 makes it the
-// plan's choice, VerifyAttnParams::force_split_group = 2 asks for it in one call (tests,
-// `kdtree bench` cases).
-#ifndef KD_SEESAW_PAIRS
-#define KD_SEESAW_PAIRS 0
-#endif
-constexpr bool kVerifySeesawPairs = KD_SEESAW_PAIRS != 0;
+// partials: half the partial bytes written and merged. The plan does not: on the H200 it saved
+// under a microsecond where the partials cost most (H=64 n=1 32k) and lost a wave elsewhere
+// (docs/kernels/verify_attn.md, appendix). VerifyAttnParams::force_split_group = 2 asks for it
+// (tests, `kdtree bench` cases).
 constexpr int kVerifySeesawSplitGroup = 2;
 
 // Waves of CTAs the split search considers at most: its cost model charges every wave a fixed
@@ -149,10 +128,7 @@ constexpr int kVerifyMaxSplitWaves = 2;
 // crossover of those shapes at ~54k keys, between the measured 32k and 64k, and at every shape
 // of a plan sweep (H 8-64, n 8-64, batch 1-4) where it moves the split count the single wave
 // measured faster (docs/kernels/verify_attn.md).
-#ifndef KD_VERIFY_SECOND_WAVE_TILES
-#define KD_VERIFY_SECOND_WAVE_TILES 8
-#endif
-constexpr double kVerifySecondWaveTiles = KD_VERIFY_SECOND_WAVE_TILES;
+constexpr double kVerifySecondWaveTiles = 8;
 
 // Bytes of partials (normalised O rows, then lse at a 256-byte boundary) for `parts` a row.
 inline size_t verify_workspace_for(int batch, int parts, int rows) {
@@ -272,7 +248,7 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
   // then holds the tree alone, the one before it what is left of the prefix, maybe nothing).
   // Unforced, they are taken only if the pairs' waves (clusters of two) are no more than the
   // search's plan's waves of CTAs.
-  const int group_wanted = p.force_split_group > 0 ? p.force_split_group : kVerifySeesawPairs ? kVerifySeesawSplitGroup : 1;
+  const int group_wanted = p.force_split_group > 0 ? p.force_split_group : 1;
   if (group_wanted != 1 && (group_wanted != kVerifySeesawSplitGroup || pl.config != kVerifyBf16WgmmaSeesaw))
     return KernelResult::invalid("verify_attn: force_split_group " + std::to_string(p.force_split_group) +
                                  " needs config 10 (the seesaw tile) and 2; 1 or 0 elsewhere");

@@ -26,11 +26,11 @@
 // part's latency hides behind the first part's MMAs. An odd tile count ends on a dummy tile
 // (valid = 0: every key masked, its V rows zeroed).
 //
-// Pairs (k.split_group 2; off in the plan, KD_SEESAW_PAIRS): splits 2p and 2p + 1 of a row tile
-// run as a cluster of two and add their O through distributed shared memory before anything is
-// stored (seesaw_pair_store), so the partials written and merged are half. Timed on the H200 it
-// gained less than a microsecond where the partials cost most and lost a wave elsewhere
-// (docs/kernels/verify_attn.md, appendix).
+// Pairs (k.split_group 2; not planned, VerifyAttnParams::force_split_group): splits 2p and 2p + 1
+// of a row tile run as a cluster of two and add their O through distributed shared memory before
+// anything is stored (seesaw_pair_store), so the partials written and merged are half. Timed on
+// the H200 it gained less than a microsecond where the partials cost most and lost a wave
+// elsewhere (docs/kernels/verify_attn.md, appendix).
 #pragma once
 
 #include "cluster_support.cuh"
@@ -77,10 +77,8 @@ struct Bf16AttnSeesaw {
   static constexpr uint32_t kEarlyBytes = kEarlyBlocks * W::kBlockBytes;
   static constexpr uint32_t kLateBytes = (W::kBlocks - kEarlyBlocks) * W::kBlockBytes;
 };
-static_assert(Bf16AttnSeesaw::kSmemBytes == kVerifyConfigShapes[kVerifyBf16WgmmaSeesaw].smem_bytes &&
-                  Bf16AttnSeesaw::kTileRows == kVerifyConfigShapes[kVerifyBf16WgmmaSeesaw].tile_rows &&
-                  Bf16AttnSeesaw::kTileKeys == kVerifyConfigShapes[kVerifyBf16WgmmaSeesaw].tile_keys,
-              "verify_attn_plan.h must describe Bf16AttnSeesaw");
+static_assert(verify_config_describes<Bf16AttnSeesaw>(kVerifyBf16WgmmaSeesaw),
+              "verify_attn_configs.h must describe Bf16AttnSeesaw");
 static_assert(Bf16AttnSeesaw::kBarOff % sizeof(uint64_t) == 0, "mbarriers are 8-byte aligned");
 static_assert(Bf16AttnSeesaw::kORegs * Bf16AttnSeesaw::kGroupThreads * sizeof(float) <= Bf16AttnWgmma::kTileBytes,
               "a warpgroup's half of O fits one key buffer (seesaw_pair_store)");

@@ -166,8 +166,7 @@ KD_GPU_TEST(tma_probe_matches_layout) {
 // Every configuration the plan may run here (KDTREE_DEVICE_PROFILE's limits, or the device's):
 // the float32 tiles and the bf16 ones; each one left out is printed with why.
 std::vector<int> device_configs() {
-  std::vector<int> all;
-  for (int c = 0; c < kVerifyConfigCount; ++c) all.push_back(c);
+  const std::vector<int> all(std::begin(kVerifyConfigs), std::end(kVerifyConfigs));
   return runnable_configs(all, plan_limits().smem_optin, plan_limits().wgmma);
 }
 
@@ -180,7 +179,7 @@ KD_GPU_TEST(small_cases_forced_splits) {
   GpuAttnRunner runner;  // quick mode (sanitizers): one configuration of each kernel is enough for the merge
   if (quick_mode()) {
     const std::vector<int> c = runnable_configs({kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall,
-                                                 kVerifyBf16DecodeNarrow, kVerifyBf16WgmmaRs},
+                                                 kVerifyBf16DecodeNarrow, kVerifyBf16WgmmaSeesaw},
                                                 plan_limits().smem_optin, plan_limits().wgmma);
     run_attn_bundle(runner, bundle(), c, 64);
   } else {
@@ -304,7 +303,7 @@ KD_TEST(launcher_rejects_impossible_requests) {
   q.max_prefix = 32768;
   KD_EXPECT(make_verify_attn_plan(q, 132, 232448, 233472, &plan, true).ok());
   KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16WgmmaSeesaw));
-  KD_EXPECT_EQ(plan.split_group, kVerifySeesawPairs ? 2 : 1);  // the build's default
+  KD_EXPECT_EQ(plan.split_group, 1);  // pairs only when asked for
   for (int group : {1, 2}) {
     q.force_split_group = group;
     KD_EXPECT(make_verify_attn_plan(q, 132, 232448, 233472, &plan, true).ok());
@@ -318,7 +317,7 @@ KD_TEST(launcher_rejects_impossible_requests) {
   q.force_split_group = 2;  // pairs are config 10's alone
   KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan, false).status, KernelStatus::kInvalidArgument);
   q = p;
-  q.force_config = kVerifyBf16Wgmma;
+  q.force_config = kVerifyBf16WgmmaSeesaw;
   KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan).status, KernelStatus::kInvalidArgument);
   KD_EXPECT(make_verify_attn_plan(p, 188, 101376, 102400, &plan).ok());
   KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16Small));

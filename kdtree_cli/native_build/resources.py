@@ -40,13 +40,13 @@ MAX_REGISTERS = 255  # a thread's most (every architecture kdtree builds for)
 # tiles' names are their templates' (the aliases of verify_attn_bf16.cuh / _decode.cuh / _f32.cuh
 # do not survive compilation): each reason names the alias.
 NOT_PLANNED: tuple[tuple[str, str, str], ...] = (
-    ("120", r"Bf16AttnConfig<64, 64, 2, (2, 2, 2|4, 2, 4)>",
-     "configs 0 and 5 (Bf16AttnSm90, Bf16AttnSm90Classic): ~226 KB a block, over sm_120's 101,376"),
+    ("120", r"Bf16AttnConfig<64, 64, 2, 2, 2, 2>",
+     "config 0 (Bf16AttnSm90): ~226 KB a block, over sm_120's 101,376"),
     ("120", r"Bf16DecodeConfig<64, 2, [12], \w+, 1>",
      "configs 3 and 11 (Bf16DecodeSm90, Bf16DecodeNarrow): over sm_120's shared memory a block"),
     ("120", r"F32AttnTile<16>",
      "config 2 (F32Attn): 113,488 B, over sm_120's shared memory a block (config 13 is its float32 tile)"),
-    ("120", r"verify_attn_(wgmma|seesaw|wgmma_tma)_kernel", "configs 6-10: wgmma, sm_90a only"),
+    ("120", r"verify_attn_seesaw_kernel", "config 10 (Bf16AttnSeesaw): wgmma, sm_90a only"),
     ("120", r"tree_build_kernel<\w+, \w+, 2>",
      "two blocks a SM: never on sm_120, where two blocks' shared memory exceeds an SM's (TreeBuildPlan::lone)"),
     ("120", r"topk_logprobs_kernel<\w+, \d+, false>",

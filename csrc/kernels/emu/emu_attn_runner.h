@@ -4,6 +4,7 @@
 
 #include "emu_device.h"
 #include "kernels/verify_attn_bf16.cuh"
+#include "kernels/verify_attn_configs.h"
 #include "kernels/verify_attn_decode.cuh"
 #include "kernels/verify_attn_f32.cuh"
 #include "kernels/verify_attn_plan.h"
@@ -32,6 +33,25 @@ struct EmuAttnRunner {
                 kBf16NaN);
     }
     return kv;
+  }
+
+  // One block a (row tile, split, request).
+  template <class Cfg, class Kernel>
+  static KernelResult launch_Plain(const VerifyAttnPlan& plan, const kern::VerifyKernelParams& k, Kernel kernel) {
+    ::kdemu::launch(dim3(plan.m_tiles, plan.splits, k.p.batch), dim3(Cfg::kThreads), Cfg::kSmemBytes, kernel, k);
+    return KernelResult::success();
+  }
+  // With the launch's TMA maps; the seesaw tile's pairs as clusters along the keys, run together.
+  template <class Cfg, class Kernel>
+  static KernelResult launch_Tma(const VerifyAttnPlan& plan, const kern::VerifyKernelParams& k, Kernel kernel) {
+    kern::AttnTmaMaps maps;
+    if (KernelResult r = kern::make_attn_tma_maps(k, &maps); !r.ok()) return r;
+    const dim3 grid(plan.m_tiles, plan.splits, k.p.batch);
+    if (plan.split_group > 1)
+      ::kdemu::launch_cluster(grid, dim3(1, plan.split_group, 1), dim3(Cfg::kThreads), Cfg::kSmemBytes, kernel, k, maps);
+    else
+      ::kdemu::launch(grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, kernel, k, maps);
+    return KernelResult::success();
   }
 
   KernelResult attn(AttnIO& io) {
@@ -77,74 +97,16 @@ struct EmuAttnRunner {
     std::vector<uint8_t> workspace(plan.workspace_bytes + 256);
     uint8_t* ws = workspace.data() + (256 - reinterpret_cast<uintptr_t>(workspace.data()) % 256) % 256;
     const kern::VerifyKernelParams k = kern::make_kernel_params(p, plan, ws);
-    const dim3 grid(plan.m_tiles, plan.splits, p.batch);
     using namespace kern;
-    switch (plan.config) {
-      case kVerifyF32:
-        ::kdemu::launch(grid, dim3(F32Attn::kThreads), F32Attn::kSmemBytes, verify_attn_f32_kernel<F32Attn>, k);
-        break;
-      case kVerifyF32Narrow:
-        ::kdemu::launch(grid, dim3(F32AttnNarrow::kThreads), F32AttnNarrow::kSmemBytes,
-                        verify_attn_f32_kernel<F32AttnNarrow>, k);
-        break;
-      case kVerifyBf16Sm90:
-        ::kdemu::launch(grid, dim3(Bf16AttnSm90::kThreads), Bf16AttnSm90::kSmemBytes,
-                        verify_attn_bf16_kernel<Bf16AttnSm90, __nv_bfloat16>, k);
-        break;
-      case kVerifyBf16Sm90Classic:
-        ::kdemu::launch(grid, dim3(Bf16AttnSm90Classic::kThreads), Bf16AttnSm90Classic::kSmemBytes,
-                        verify_attn_bf16_kernel<Bf16AttnSm90Classic, __nv_bfloat16>, k);
-        break;
-      case kVerifyBf16Wgmma:
-        ::kdemu::launch(grid, dim3(Bf16AttnWgmma::kThreads), Bf16AttnWgmma::kSmemBytes,
-                        verify_attn_wgmma_kernel<__nv_bfloat16, false>, k);
-        break;
-      case kVerifyBf16WgmmaRs:
-        ::kdemu::launch(grid, dim3(Bf16AttnWgmma::kThreads), Bf16AttnWgmma::kSmemBytes,
-                        verify_attn_wgmma_kernel<__nv_bfloat16, true>, k);
-        break;
-      case kVerifyBf16WgmmaLean:
-        ::kdemu::launch(grid, dim3(Bf16AttnWgmma::kThreads), Bf16AttnWgmma::kSmemBytes,
-                        verify_attn_wgmma_kernel<__nv_bfloat16, true, true>, k);
-        break;
-      case kVerifyBf16WgmmaTma: {
-        AttnTmaMaps maps;
-        if (KernelResult r = make_attn_tma_maps(k, &maps); !r.ok()) return r;
-        ::kdemu::launch(grid, dim3(Bf16AttnWgmma::kThreads), Bf16AttnWgmma::kTmaSmemBytes,
-                        verify_attn_wgmma_tma_kernel<__nv_bfloat16>, k, maps);
-        break;
-      }
-      case kVerifyBf16WgmmaSeesaw: {
-        AttnTmaMaps maps;
-        if (KernelResult r = make_attn_tma_maps(k, &maps); !r.ok()) return r;
-        if (plan.split_group > 1)  // config 10's pairs: clusters along the keys, run together
-          ::kdemu::launch_cluster(grid, dim3(1, plan.split_group, 1), dim3(Bf16AttnSeesaw::kThreads),
-                                  Bf16AttnSeesaw::kSmemBytes, verify_attn_seesaw_kernel<__nv_bfloat16>, k, maps);
-        else
-          ::kdemu::launch(grid, dim3(Bf16AttnSeesaw::kThreads), Bf16AttnSeesaw::kSmemBytes,
-                          verify_attn_seesaw_kernel<__nv_bfloat16>, k, maps);
-        break;
-      }
-      case kVerifyBf16Small:
-        ::kdemu::launch(grid, dim3(Bf16AttnSmall::kThreads), Bf16AttnSmall::kSmemBytes,
-                        verify_attn_bf16_kernel<Bf16AttnSmall, __nv_bfloat16>, k);
-        break;
-      case kVerifyBf16Decode:
-        ::kdemu::launch(grid, dim3(Bf16DecodeSm90::kThreads), Bf16DecodeSm90::kSmemBytes,
-                        verify_attn_decode_kernel<Bf16DecodeSm90, __nv_bfloat16>, k);
-        break;
-      case kVerifyBf16DecodeNarrow:
-        ::kdemu::launch(grid, dim3(Bf16DecodeNarrow::kThreads), Bf16DecodeNarrow::kSmemBytes,
-                        verify_attn_decode_kernel<Bf16DecodeNarrow, __nv_bfloat16>, k);
-        break;
-      case kVerifyBf16DecodeNarrowPair:
-        ::kdemu::launch(grid, dim3(Bf16DecodeNarrowPair::kThreads), Bf16DecodeNarrowPair::kSmemBytes,
-                        verify_attn_decode_kernel<Bf16DecodeNarrowPair, __nv_bfloat16>, k);
-        break;
+    switch (plan.config) {  // every configuration (verify_attn_configs.h), as the GPU launchers run it
+#define KD_EMU_VERIFY_LAUNCH_CASE(config, number, rows, keys, smem, Cfg, form, ...) \
+  case config:                                                                      \
+    if (KernelResult r = launch_##form<Cfg>(plan, k, __VA_ARGS__); !r.ok()) return r; \
+    break;
+      KD_VERIFY_ATTN_CONFIGS(KD_EMU_VERIFY_LAUNCH_CASE)
+#undef KD_EMU_VERIFY_LAUNCH_CASE
       default:
-        ::kdemu::launch(grid, dim3(Bf16DecodeSmall::kThreads), Bf16DecodeSmall::kSmemBytes,
-                        verify_attn_decode_kernel<Bf16DecodeSmall, __nv_bfloat16>, k);
-        break;
+        return KernelResult::invalid("verify_attn (emulated): no configuration " + std::to_string(plan.config));
     }
     if (verify_plan_parts(plan) > 1) {
       if (verify_config_is_f32(plan.config)) launch_verify_merge<float>(k, nullptr);
