@@ -11,7 +11,7 @@ from rich.console import Console
 
 from python_engine.project import PROJECT_ROOT
 
-from . import baselines, report
+from . import baselines, report, vllm_anchor
 from .gpu import device_facts, nvml_clocks, require_gpu
 from .provenance import run_record
 from .native import build_bench, record_key, run_native
@@ -37,8 +37,6 @@ def _baseline_reps(case: Case, quick: bool) -> int:
 def _anchor_case(anchor, case: KimiAttnCase, reps: int, facts: dict, res: report.BenchResult,
                  label: str = "vLLM anchor") -> dict:
     """vLLM's kernel on the case; a failure is the row's error (under `label`), not the run's."""
-    from . import vllm_anchor
-
     try:
         return vllm_anchor.time_case(anchor, case, reps, facts["sms"])
     except Exception as exc:  # a Triton compile error or out of memory at one shape: recorded, the rest go on
@@ -80,7 +78,6 @@ def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None,
     console.print(f"[bold]bench[/] on {facts['device']} ({facts['sms']} SMs), commit {facts['commit']}", highlight=False)
     anchor = anchor_no_wgmma = None
     if anchor_vllm is not None:  # loaded before the native sweep: a wrong folder fails at once
-        from . import vllm_anchor
 
         anchor = vllm_anchor.load_decode_module(anchor_vllm)
         console.print(f"[dim]anchor: vLLM's decode_attention_fwd from {anchor.kdtree_source}[/]", highlight=False)
@@ -144,7 +141,8 @@ def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None,
                 base = baselines.torch_attention(case, reps)
                 if anchor is not None:
                     base.update(_anchor_case(anchor, case, reps, facts, res))
-                if anchor_no_wgmma is not None:
+                # Triton's own build on wgmma: also the build an sm_120 gets (on mma.sync alone)
+                if anchor_no_wgmma is not None and vllm_anchor.uses_wgmma(anchor):
                     timed = _anchor_case(anchor_no_wgmma, case, reps, facts, res, "vLLM anchor without wgmma")
                     base.update({f"vllm_no_wgmma_{k[len('vllm_'):]}": v for k, v in timed.items()})
                 row = report.kimi_row(case, rec, base, res.ceilings, profiled.get(case.key()), device_profile)
@@ -183,12 +181,11 @@ def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None,
     res.facts["clocks_end"] = nvml_clocks(0)
     out_dir = out_dir or default_out_dir(facts)
     if anchor is not None:
-        from . import vllm_anchor
-
         res.anchor.update(source=anchor.kdtree_source,
-                          **vllm_anchor.instructions(anchor, out_dir / "vllm-triton-mla"))
-        if anchor_no_wgmma is not None:
+                          **vllm_anchor.instructions(anchor, out_dir / "vllm-triton-mla.asm.txt"))
+        if anchor_no_wgmma is not None and vllm_anchor.compiled_kernels(getattr(anchor_no_wgmma,
+                                                                               vllm_anchor.STAGE1_KERNEL)):
             res.anchor["no_wgmma"] = {"env": vllm_anchor.NO_WGMMA_ENV, **vllm_anchor.instructions(
-                anchor_no_wgmma, out_dir / "vllm-triton-mla-no-wgmma")}
+                anchor_no_wgmma, out_dir / "vllm-triton-mla-no-wgmma.asm.txt")}
     written = report.write(res, out_dir)
     return res, written

@@ -325,6 +325,12 @@ def compiled_kernels(jit_fn) -> list:
     return found
 
 
+def uses_wgmma(module) -> bool:
+    """Whether any compiled variant of the module's stage-1 kernel has wgmma in its PTX."""
+    return any(re.search(MMA_PATTERNS["ptx_wgmma"], getattr(k, "asm", {}).get("ptx", ""))
+               for k in compiled_kernels(getattr(module, STAGE1_KERNEL)))
+
+
 def count_mma(ptx: str, sass: str) -> dict:
     """How many wgmma / mma.sync instructions the PTX holds and HGMMA / HMMA the SASS."""
     texts = {"ptx": ptx or "", "sass": sass or ""}
@@ -358,10 +364,11 @@ def sass_of(cubin: bytes) -> str:
     return proc.stdout
 
 
-def instructions(module, dump_dir: Path | None = None) -> dict:
+def instructions(module, dump: Path | None = None) -> dict:
     """The MMA instructions of every compiled variant of vLLM's stage-1 kernel (after a run):
-    counts in its PTX and SASS, its launch shape; PTX and SASS written to dump_dir."""
-    out = []
+    counts in its PTX and SASS, its launch shape; each variant's PTX and SASS written, one
+    after another, to the file `dump`."""
+    out, text = [], []
     for k, kernel in enumerate(compiled_kernels(getattr(module, STAGE1_KERNEL))):
         asm = getattr(kernel, "asm", {})
         ptx, sass = asm.get("ptx", ""), sass_of(asm.get("cubin", b""))
@@ -370,10 +377,10 @@ def instructions(module, dump_dir: Path | None = None) -> dict:
                  "num_warps": getattr(meta, "num_warps", None), "num_stages": getattr(meta, "num_stages", None),
                  "shared_bytes": getattr(meta, "shared", None),
                  "target": str(getattr(meta, "target", ""))}
-        if dump_dir is not None:
-            dump_dir.mkdir(parents=True, exist_ok=True)
-            (dump_dir / f"vllm_stage1_{k}.ptx").write_text(ptx)
-            if sass:
-                (dump_dir / f"vllm_stage1_{k}.sass").write_text(sass)
+        text += [f"// ==== variant {k}: {entry}", "// ---- PTX", ptx, "// ---- SASS (cuobjdump -sass)",
+                 sass or "// (no cuobjdump)"]
         out.append(entry)
-    return {"kernel": STAGE1_KERNEL, "variants": out}
+    if dump is not None and text:
+        dump.parent.mkdir(parents=True, exist_ok=True)
+        dump.write_text("\n".join(text))
+    return {"kernel": STAGE1_KERNEL, "variants": out, "dump": None if dump is None or not text else dump.name}

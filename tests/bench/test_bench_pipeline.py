@@ -152,22 +152,22 @@ def test_no_gpu_is_a_clear_error(monkeypatch):
         assert "needs a CUDA GPU" in str(result.exception)
 
 
-def test_the_vllm_anchor_joins_its_rows(fake_gpu, tmp_path, monkeypatch):
-    """--anchor-vllm and --device-profile: the module is loaded before the sweep, each kimi-rank
-    row gets vLLM's time and the ratio, a row whose anchor failed is an error naming the case,
-    the instructions go into the JSON and the table's header; the cases run again under the
-    profile (the fake program reads KDTREE_DEVICE_PROFILE), joined beside the plain run. vLLM's
-    times here are stand-ins: 2x the fake kernel."""
+def _fake_anchor(monkeypatch, wgmma: bool):
+    """vllm_anchor's GPU side stood in for: loads give modules that say their compile env, the
+    no-wgmma build times 3x the fake kernel and the own build 2x; `wgmma`: whether the own
+    build used it. Returns the list of compile envs loaded."""
     from kdtree_cli.bench import vllm_anchor
 
-    source = "/src/vllm/v1/attention/ops/triton_decode_attention.py"
     loaded = []
 
     def fake_load(root, compile_env=None):
         loaded.append(compile_env)
-        return types.SimpleNamespace(kdtree_source=source, kdtree_compile_env=compile_env or {})
+        return types.SimpleNamespace(kdtree_source=SOURCE, kdtree_compile_env=compile_env or {},
+                                     _fwd_grouped_kernel_stage1=[])  # its compiled variants
 
     monkeypatch.setattr(vllm_anchor, "load_decode_module", fake_load)
+    monkeypatch.setattr(vllm_anchor, "uses_wgmma", lambda mod: wgmma)
+    monkeypatch.setattr(vllm_anchor, "compiled_kernels", lambda variants: variants)
     monkeypatch.setattr(kernels, "device_facts", lambda root: {
         "device": "Fake H200", "device_slug": "fake", "sms": 132, "commit": "abc", "date": "now",
         "compute_capability": "9.0", "clocks_start": {}})
@@ -176,12 +176,38 @@ def test_the_vllm_anchor_joins_its_rows(fake_gpu, tmp_path, monkeypatch):
         if (case.batch, case.n, case.prefix) == (8, 64, 131072):
             raise MemoryError("simulated")
         slower = 3.0 if mod.kdtree_compile_env else 2.0  # the no-wgmma build 3x the fake kernel
+        mod._fwd_grouped_kernel_stage1.append(case)
         return {"vllm_ms": slower * _work(case), "vllm_splits": 4, "vllm_page_size": 16, "vllm_rel_err": 3e-3}
 
     monkeypatch.setattr(vllm_anchor, "time_case", fake_time)
     monkeypatch.setattr(vllm_anchor, "instructions", lambda mod, dump: {"kernel": "k", "variants": [
-        {"variant": 0, "ptx_wgmma": 0 if mod.kdtree_compile_env else 40, "ptx_mma_sync": 36, "sass_hgmma": 0,
-         "sass_hmma": 72, "num_warps": 4, "num_stages": 2}]})
+        {"variant": 0, "ptx_wgmma": 0 if mod.kdtree_compile_env or not wgmma else 40, "ptx_mma_sync": 36,
+         "sass_hgmma": 0, "sass_hmma": 72, "num_warps": 4, "num_stages": 2}]})
+    return loaded
+
+
+SOURCE = "/src/vllm/v1/attention/ops/triton_decode_attention.py"
+
+
+def test_without_wgmma_in_vllms_own_build_its_no_wgmma_build_is_not_timed(fake_gpu, tmp_path, monkeypatch):
+    _fake_anchor(monkeypatch, wgmma=False)
+    res, _ = kernels.run_kernel_bench(("kimi-rank",), True, tmp_path, None, Console(file=open("/dev/null", "w")),
+                                      anchor_vllm=tmp_path)
+    assert all(r["vllm_no_wgmma_ms"] is None for r in res.rows["kimi"])
+    assert all(r["vs_vllm"] == pytest.approx(2.0) for r in res.rows["kimi"] if r["vllm_ms"] is not None)
+    assert res.anchor["variants"][0]["ptx_wgmma"] == 0
+    assert "vLLM no wgmma" not in (tmp_path / "bench.md").read_text()
+
+
+def test_the_vllm_anchor_joins_its_rows(fake_gpu, tmp_path, monkeypatch):
+    """--anchor-vllm and --device-profile: the module is loaded before the sweep, each kimi-rank
+    row gets vLLM's time and the ratio, a row whose anchor failed is an error naming the case,
+    the instructions go into the JSON and the table's header; the cases run again under the
+    profile (the fake program reads KDTREE_DEVICE_PROFILE), joined beside the plain run. vLLM's
+    times here are stand-ins: 2x the fake kernel."""
+    from kdtree_cli.bench import vllm_anchor
+
+    loaded = _fake_anchor(monkeypatch, wgmma=True)
     res, _ = kernels.run_kernel_bench(("kimi-rank",), True, tmp_path, None, Console(file=open("/dev/null", "w")),
                                       anchor_vllm=tmp_path, device_profile="rtx-pro-6000")
     rows = res.rows["kimi"]
@@ -201,7 +227,7 @@ def test_the_vllm_anchor_joins_its_rows(fake_gpu, tmp_path, monkeypatch):
         assert r["profile_vs_vllm_no_wgmma"] == (None if r["vllm_ms"] is None else pytest.approx(3.0 / 1.25))
     assert rows[0]["plan"] == "2 splits x 512 keys, config 0"
     saved = json.loads((tmp_path / "bench.json").read_text())
-    assert saved["anchor"]["source"] == source and saved["anchor"]["variants"][0]["ptx_wgmma"] == 40
+    assert saved["anchor"]["source"] == SOURCE and saved["anchor"]["variants"][0]["ptx_wgmma"] == 40
     assert saved["anchor"]["no_wgmma"]["variants"][0]["ptx_wgmma"] == 0
     # the goals over every row: 2 / 1.25 = 1.6x vLLM (met), 3 / 1.25 = 2.4x its no-wgmma build, 1.25x the plain run
     goals = {g["column"]: g for g in saved["kimi_goals"]}

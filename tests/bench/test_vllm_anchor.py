@@ -146,3 +146,20 @@ def test_vllms_kernel_in_the_triton_interpreter_matches_the_chain_reference(seed
             want = chain_attention_f32(q, kv, prefix, 0.07)
             err = (vllm_anchor.output(call, batch) - want).abs().max() / want.abs().max()
             assert err < tol, (dtype, float(err))
+
+
+def test_compiled_variants_are_read_from_triton_caches():
+    """Triton 3.x keeps a JITFunction's compiled kernels in device_caches[device][0] (older
+    releases in cache[device]); uses_wgmma reads their PTX."""
+    import types
+
+    def kernel(ptx):
+        return types.SimpleNamespace(asm={"ptx": ptx, "cubin": b""})
+
+    mma, wg = kernel("mma.sync.aligned.m16n8k16"), kernel("wgmma.mma_async.sync.aligned.m64n64k16")
+    new = types.SimpleNamespace(device_caches={0: ({"k1": mma, "k2": wg}, {}, "target", "backend", None)})
+    old = types.SimpleNamespace(cache={0: {"k1": mma}})
+    assert vllm_anchor.compiled_kernels(new) == [mma, wg] and vllm_anchor.compiled_kernels(old) == [mma]
+    stage1 = vllm_anchor.STAGE1_KERNEL
+    assert vllm_anchor.uses_wgmma(types.SimpleNamespace(**{stage1: new}))
+    assert not vllm_anchor.uses_wgmma(types.SimpleNamespace(**{stage1: old}))
