@@ -73,7 +73,12 @@ def kernels(
     from kdtree_cli.bench.suites import parse_suites
 
     err = Console(stderr=True, soft_wrap=True)
-    res, written = run_kernel_bench(parse_suites(suite), quick, out, arch, err, anchor_vllm=anchor_vllm,
+    suites = parse_suites(suite)
+    for given, option in ((anchor_vllm, "--anchor-vllm"), (device_profile, "--device-profile")):
+        if given is not None and "kimi-rank" not in suites:
+            raise typer.BadParameter(f"{option} works on the kimi-rank rows: add kimi-rank to --suite "
+                                     "(e.g. --suite ceilings,kimi-rank)", param_hint=option)
+    res, written = run_kernel_bench(suites, quick, out, arch, err, anchor_vllm=anchor_vllm,
                                     device_profile=device_profile)
     out_console = Console(soft_wrap=True)
     for g in res.goals():

@@ -240,3 +240,9 @@ def test_the_vllm_anchor_joins_its_rows(fake_gpu, tmp_path, monkeypatch):
     assert "| rtx-pro-6000 >= 1.5x vLLM's Triton MLA decode at every kimi-rank row | 15 | 1.6 | yes |" in md
     assert "PTX wgmma 40" in md and "compiled with DISABLE_MMA_V3=1" in md
     assert "| rtx-pro-6000 vs vLLM | rtx-pro-6000 vs vLLM no wgmma |" in md
+
+
+def test_the_kimi_rank_options_need_the_kimi_rank_suite(tmp_path):
+    for option, value in (("--anchor-vllm", str(tmp_path)), ("--device-profile", "rtx-pro-6000")):
+        result = CliRunner().invoke(app, ["bench", "kernels", "--suite", "attn", option, value])
+        assert result.exit_code == 2 and "add kimi-rank to --suite" in result.output
