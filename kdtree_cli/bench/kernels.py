@@ -181,6 +181,10 @@ def run_kernel_bench(suites: tuple[str, ...], quick: bool, out_dir: Path | None,
     res.facts["clocks_end"] = nvml_clocks(0)
     out_dir = out_dir or default_out_dir(facts)
     if anchor is not None:
+        try:  # what Triton builds for an sm_120 (and an sm_90), read without one
+            res.anchor["offline"] = [vllm_anchor.compile_offline(anchor, cc) for cc in (120, 90)]
+        except Exception as exc:  # an argument this vLLM's kernel does not have: said, the run stands
+            res.anchor["offline"] = f"{type(exc).__name__}: {exc}"
         res.anchor.update(source=anchor.kdtree_source,
                           **vllm_anchor.instructions(anchor, out_dir / "vllm-triton-mla.asm.txt"))
         if anchor_no_wgmma is not None and vllm_anchor.compiled_kernels(getattr(anchor_no_wgmma,

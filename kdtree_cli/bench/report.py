@@ -189,6 +189,14 @@ def kimi_lines(res: BenchResult) -> list[str]:
         lines += [f"vLLM: Triton MLA decode (`decode_attention_fwd`, {a.get('source')}), each verify token a "
                   "decode row reading the prefix and the chain up to itself, its own tiles, vLLM's split rule; "
                   f"{a.get('kernel')}: {_variants(a)}. err = max |vLLM - float32 reference| / max |reference|.", ""]
+        offline = a.get("offline")
+        if isinstance(offline, list):
+            lines += ["Compiled by Triton without running (its MLA tiles, 64 splits): " + "; ".join(
+                f"sm_{o['cc']}: PTX wgmma {o['ptx_wgmma']}, mma.sync {o['ptx_mma_sync']}, SASS HGMMA {o['sass_hgmma']}, "
+                f"HMMA {o['sass_hmma']}, {o['shared_bytes']} B shared" for o in offline)
+                + f" (triton {offline[0].get('triton')}).", ""]
+        elif offline:
+            lines += [f"Compiled by Triton without running: failed ({offline}).", ""]
         if a.get("no_wgmma"):
             env = " ".join(f"{k}={v}" for k, v in a["no_wgmma"].get("env", {}).items())
             lines += [f"vLLM no wgmma: the same kernel compiled with {env} (tl.dot on mma.sync, as for an sm_120): "

@@ -364,6 +364,36 @@ def sass_of(cubin: bytes) -> str:
     return proc.stdout
 
 
+# The stage-1 kernel's pointer arguments and their element types for a bf16 cache (the rest of
+# its non-constexpr arguments are int32 strides); its constexprs as the MLA path sets them
+STAGE1_POINTERS = {"Q": "*bf16", "K_Buffer": "*bf16", "V_Buffer": "*bf16", "Req_to_tokens": "*i32",
+                   "B_Seqlen": "*i32", "Att_Out": "*fp32", "k_scale": "*fp32", "v_scale": "*fp32",
+                   "sm_scale": "fp32"}
+
+
+def compile_offline(module, cc: int, heads: int = 8, splits: int = 64, page_size: int = DEFAULT_PAGE_SIZE,
+                    env: dict | None = None) -> dict:
+    """vLLM's stage-1 kernel compiled by Triton for compute capability `cc` without a GPU (its
+    MLA tiles: BLOCK_DMODEL 512 + BLOCK_DPE 64, BLOCK_N 32, BLOCK_H 16, 4 warps, 2 stages, as
+    _decode_grouped_att_m_fwd picks them on NVIDIA): its MMA instruction counts and shared memory.
+    What an sm_120 would run, read on any machine."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(module, STAGE1_KERNEL)
+    constexprs = dict(kv_group_num=heads, q_head_num=heads, BLOCK_DMODEL=KV_LORA_RANK, BLOCK_DPE=ROPE_DIM,
+                      BLOCK_DV=KV_LORA_RANK, BLOCK_N=32, BLOCK_H=16, NUM_KV_SPLITS=splits, PAGE_SIZE=page_size,
+                      logit_cap=0.0, Lk=LATENT_DIM, Lv=KV_LORA_RANK, IS_MLA=True)
+    constexprs = {k: v for k, v in constexprs.items() if k in fn.arg_names}
+    signature = {a: "constexpr" if a in constexprs else STAGE1_POINTERS.get(a, "i32") for a in fn.arg_names}
+    with _entries(os.environ, env or {}):
+        kernel = triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", cc, 32),
+                                options={"num_warps": 4, "num_stages": 2})
+    return {"cc": cc, **count_mma(kernel.asm["ptx"], sass_of(kernel.asm["cubin"])),
+            "shared_bytes": kernel.metadata.shared, "triton": triton.__version__}
+
+
 def instructions(module, dump: Path | None = None) -> dict:
     """The MMA instructions of every compiled variant of vLLM's stage-1 kernel (after a run):
     counts in its PTX and SASS, its launch shape; each variant's PTX and SASS written, one

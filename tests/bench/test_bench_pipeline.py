@@ -180,6 +180,9 @@ def _fake_anchor(monkeypatch, wgmma: bool):
         return {"vllm_ms": slower * _work(case), "vllm_splits": 4, "vllm_page_size": 16, "vllm_rel_err": 3e-3}
 
     monkeypatch.setattr(vllm_anchor, "time_case", fake_time)
+    monkeypatch.setattr(vllm_anchor, "compile_offline", lambda mod, cc: {
+        "cc": cc, "ptx_wgmma": 0, "ptx_mma_sync": 68, "sass_hgmma": 0, "sass_hmma": 68, "shared_bytes": 53248,
+        "triton": "3.9.0"})
     monkeypatch.setattr(vllm_anchor, "instructions", lambda mod, dump: {"kernel": "k", "variants": [
         {"variant": 0, "ptx_wgmma": 0 if mod.kdtree_compile_env or not wgmma else 40, "ptx_mma_sync": 36,
          "sass_hgmma": 0, "sass_hmma": 72, "num_warps": 4, "num_stages": 2}]})
@@ -239,6 +242,8 @@ def test_the_vllm_anchor_joins_its_rows(fake_gpu, tmp_path, monkeypatch):
     md = (tmp_path / "bench.md").read_text()
     assert "| rtx-pro-6000 >= 1.5x vLLM's Triton MLA decode at every kimi-rank row | 15 | 1.6 | yes |" in md
     assert "PTX wgmma 40" in md and "compiled with DISABLE_MMA_V3=1" in md
+    assert "sm_120: PTX wgmma 0, mma.sync 68, SASS HGMMA 0, HMMA 68, 53248 B shared" in md
+    assert [o["cc"] for o in saved["anchor"]["offline"]] == [120, 90]
     assert "| rtx-pro-6000 vs vLLM | rtx-pro-6000 vs vLLM no wgmma |" in md
 
 

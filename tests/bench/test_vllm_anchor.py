@@ -163,3 +163,24 @@ def test_compiled_variants_are_read_from_triton_caches():
     stage1 = vllm_anchor.STAGE1_KERNEL
     assert vllm_anchor.uses_wgmma(types.SimpleNamespace(**{stage1: new}))
     assert not vllm_anchor.uses_wgmma(types.SimpleNamespace(**{stage1: old}))
+
+
+def test_vllms_kernel_compiled_for_an_sm_120_has_no_wgmma(monkeypatch):
+    """Triton compiles vLLM's stage-1 kernel without a GPU for sm_120 (no wgmma there) and sm_90:
+    mma.sync in both PTX and SASS for sm_120, and its shared memory within an sm_120 block's
+    101,376 bytes. Needs triton and $KDTREE_ANCHOR_VLLM, as the interpreter test."""
+    import os
+
+    root = os.environ.get("KDTREE_ANCHOR_VLLM")
+    if not root:
+        pytest.skip("set KDTREE_ANCHOR_VLLM to a vLLM tree to compile vLLM's kernel")
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("TRITON_INTERPRET=1: no compiled kernels in this process")
+    module = load_decode_module(root)
+    sm120 = vllm_anchor.compile_offline(module, 120)
+    assert sm120["ptx_wgmma"] == 0 and sm120["ptx_mma_sync"] > 0 and sm120["sass_hgmma"] == 0
+    assert sm120["sass_hmma"] in (0, sm120["ptx_mma_sync"])  # 0: no cuobjdump to read the SASS with
+    assert 0 < sm120["shared_bytes"] <= 101376
+    sm90 = vllm_anchor.compile_offline(module, 90)
+    assert sm90["ptx_wgmma"] + sm90["ptx_mma_sync"] > 0
