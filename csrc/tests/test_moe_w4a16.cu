@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "device_buffer.h"
-#include "kernel_test_util.h"
+#include "common/kernel_checks/kernel_test_util.h"
 #include "kernels/moe_gemm_w4a16.cuh"
 #include "kernels/moe_route.cuh"
 

@@ -5,8 +5,8 @@
 #include "device_buffer.h"
 #include "kernels/tree_accept.cuh"
 #include "kernels/tree_build.cuh"
-#include "stand_in_verify.cuh"
-#include "tree_accept_cases.h"
+#include "common/kernel_checks/stand_in_verify.cuh"
+#include "common/kernel_checks/tree_accept_cases.h"
 
 using namespace kdtree;
 using namespace kdtree::test;

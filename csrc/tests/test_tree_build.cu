@@ -5,7 +5,7 @@
 
 #include "device_buffer.h"
 #include "kernels/tree_build.cuh"
-#include "tree_build_cases.h"
+#include "common/kernel_checks/tree_build_cases.h"
 
 using namespace kdtree;
 using namespace kdtree::test;

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "bench/tree_heap.h"
-#include "kernel_test_util.h"
+#include "common/kernel_checks/kernel_test_util.h"
 
 using namespace kdtree;
 using namespace kdtree::test;

@@ -13,9 +13,9 @@
 #include "kernels/verify_attn.cuh"
 #include "kernels/verify_attn_plan.h"
 #include "verify_attn_cases.h"
-#include "cluster_probe.cuh"
-#include "tma_probe.cuh"
-#include "wgmma_probe.cuh"
+#include "common/kernel_checks/cluster_probe.cuh"
+#include "common/kernel_checks/tma_probe.cuh"
+#include "common/kernel_checks/wgmma_probe.cuh"
 
 using namespace kdtree;
 using namespace kdtree::test;

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernel_test_util.h"
+#include "common/kernel_checks/kernel_test_util.h"
 #include "kernels/verify_attn.cuh"
 #include "kernels/verify_attn_plan.h"
 

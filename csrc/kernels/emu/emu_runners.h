@@ -1,15 +1,15 @@
 // Runners that execute the kernels of csrc/kernels on the SIMT emulator, with the same
 // interface as the GPU runners of csrc/tests/test_*.cu, so the shared case files
-// (csrc/tests/*_cases.h) drive both.
+// (csrc/common/kernel_checks/*_cases.h) drive both.
 #pragma once
 
 #include "emu_device.h"
 #include "kernels/topk_logprobs_plan.h"
 #include "kernels/tree_accept_plan.h"
 #include "kernels/tree_build_plan.h"
-#include "tests/stand_in_verify.cuh"
-#include "tests/tree_accept_cases.h"
-#include "tests/tree_build_cases.h"
+#include "common/kernel_checks/stand_in_verify.cuh"
+#include "common/kernel_checks/tree_accept_cases.h"
+#include "common/kernel_checks/tree_build_cases.h"
 
 namespace kdtree::test {
 

@@ -1,6 +1,6 @@
 // The SIMT emulator's own scheduling: warp collectives, block and named barriers, threads that
 // exit early, carriers reused across launches of different block sizes, thread block clusters
-// (tests/cluster_probe.cuh); and its reports (a collective missing an exited lane, a barrier
+// (common/kernel_checks/cluster_probe.cuh); and its reports (a collective missing an exited lane, a barrier
 // nobody completes, a cluster barrier a block never reaches), each run as its own process
 // because the report aborts it: `emu_simt_test --abort exited|deadlock|cluster`.
 #include <cstring>
@@ -10,7 +10,7 @@
 
 #include "common/test_harness.h"
 #include "kernels/emu/simt_emulator.h"
-#include "tests/cluster_probe.cuh"
+#include "common/kernel_checks/cluster_probe.cuh"
 
 namespace {
 

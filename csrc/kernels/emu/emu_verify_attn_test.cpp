@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "emu_attn_runner.h"
-#include "tests/tma_probe.cuh"
-#include "tests/wgmma_probe.cuh"
+#include "common/kernel_checks/tma_probe.cuh"
+#include "common/kernel_checks/wgmma_probe.cuh"
 
 using namespace kdtree;
 using namespace kdtree::test;
@@ -37,7 +37,7 @@ KD_TEST(wgmma_probe_matches_matmul) {
 }
 
 // The TMA tile layout (tensor map, box coordinates, zeros past the tensor, mbarrier phases)
-// against sw128_offset (tests/tma_probe.cuh).
+// against sw128_offset (common/kernel_checks/tma_probe.cuh).
 KD_TEST(tma_probe_matches_layout) {
   const std::vector<uint16_t> src = tma_probe_input(7);
   TmaMap map;
