@@ -1,8 +1,8 @@
 // Float pairs: a value carried as the unevaluated sum hi + lo of two float32s (~48 bits), and
 // e^x / log in that form with float32 operations only. topk_logprobs sums e^x over every logit
 // with these: python_engine/ddtree/topk.py forms logp = float32(x - lse) from a float64 lse, and
-// only an lse about that accurate rounds x - lse to the same float32 (an error of 1e-12 would
-// change ~1 in 10^5 log-probabilities by an ulp). float64 would do it, but the RTX PRO 6000
+// only an lse about that accurate rounds x - lse to the same float32 (an lse off by 1e-12 rounds
+// ~1 in 10^6 log-probabilities the other way). float64 would do it, but the RTX PRO 6000
 // (GB202) runs float64 at 1/64 of the float32 rate: one float64 exp per logit, not the
 // memory, set topk's time there. A pair exp is ~50 float32 operations, a pair add 11.
 //
@@ -13,7 +13,8 @@
 //   as a pair.
 //
 // Each result is within ~2^-47 of its value relative; rounding errors of many terms average
-// out in a sum (a row's lse from 163840 random logits lands within ~1e-15 of float64's).
+// out in a sum (topk_logprobs' lse of 163840 random logits lands within ~2^-50 of its value:
+// emu_topk_test).
 #pragma once
 
 #include "device_compat.cuh"
@@ -168,8 +169,8 @@ struct PairTableGlobal {
   KD_DEVICE FloatPair operator()(uint32_t j) const { return kExp2PairTable[j]; }
 };
 
-// A table in shared memory as `Copies` interleaved copies (entry j's at byte j << Shift, copy c
-// at + 8c: the lanes of a half-warp read distinct banks), read at the caller's copy. `lane`:
+// A table in shared memory as interleaved copies (entry j's copies from byte j << Shift, copy c
+// 8c bytes on: the lanes of a half-warp read distinct banks), read at the caller's copy. `lane`:
 // the table's shared-memory address plus the caller's copy's bytes (on the emulator, a plain
 // pointer); the address formed in PTX (one shift-and-add: nvcc keeps base and lane apart).
 template <int Shift>
@@ -217,7 +218,7 @@ KD_DEVICE FloatPair exp_pair_reduced(float rh, float rl, FloatPair t) {
   return {h.hi, __fadd_rn(h.lo, low)};
 }
 
-// e^(x + xl) 2^-mk for |x| < kExpPairMaxAbs, |xl| <= ulp(x), and e^(x + xl) 2^-mk within
+// e^(x + xl) 2^-mk for |x| < kExpPairMaxAbs, |xl| < 2^-12 (it joins r exactly), e^(x + xl) 2^-mk within
 // [e^-kExpPairRange, 2^127): `round` = exp_pair_round(mk). WithLow false: xl is 0 (one add fewer).
 template <bool WithLow = true, class Table>
 KD_DEVICE FloatPair exp_pair_scaled(float x, float xl, float round, const Table& table) {
