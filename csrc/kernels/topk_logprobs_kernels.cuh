@@ -39,6 +39,15 @@
 #include "ordered_float.cuh"
 #include "tree_build.cuh"
 
+#if defined(KD_TOPK_PHASE_CLOCKS) && defined(__CUDACC__) && !defined(KD_SIMT_EMULATION)
+#include "dev/topk_logprobs_clocks.cuh"  // a measuring build: cycles per phase of block 0
+#else
+#define TOPK_CLK_BEGIN(var) ((void)0)
+#define TOPK_CLK_END(var, slot) ((void)0)
+#define TOPK_CLK_COUNT(slot) ((void)0)
+#define TOPK_CLK_REPORT() ((void)0)
+#endif
+
 namespace kdtree::kern {
 
 constexpr int kTopkThreadsPerSM = 512;     // threads x resident blocks per SM: caps registers at 128
@@ -146,42 +155,6 @@ struct TopkShared {
   TopkWarpSummary warp_summary[Threads / kWarpSize];  // the lean scan's summary, per warp
   alignas(16) uint32_t buf[Lean ? 2 * kTopkStaticStride : 1];  // keys, then rids at kTopkStaticStride
 };
-
-// Per-phase cycle counts on the GPU (a measuring build only: -DKD_TOPK_PHASE_CLOCKS through
-// NVCC_APPEND_FLAGS): thread 0 of block 0 sums clock64() deltas per phase over launches and
-// prints the averages every kTopkClkEvery launches. Off: no code at all.
-#if defined(KD_TOPK_PHASE_CLOCKS) && defined(__CUDACC__) && !defined(KD_SIMT_EMULATION)
-constexpr int kTopkClkSlots = 16;
-constexpr unsigned kTopkClkEvery = 20;
-__device__ unsigned long long g_topk_clk[kTopkClkSlots];
-__device__ unsigned g_topk_clk_launches;
-KD_DEVICE bool topk_clk_on() { return threadIdx.x == 0 && blockIdx.x == 0; }
-#define TOPK_CLK_BEGIN(var) long long var = topk_clk_on() ? clock64() : 0
-#define TOPK_CLK_END(var, slot)                                                                 \
-  do {                                                                                          \
-    if (topk_clk_on()) g_topk_clk[slot] += static_cast<unsigned long long>(clock64() - var); \
-  } while (0)
-#define TOPK_CLK_COUNT(slot)                  \
-  do {                                        \
-    if (topk_clk_on()) g_topk_clk[slot] += 1; \
-  } while (0)
-KD_DEVICE void topk_clk_report() {
-  if (!topk_clk_on()) return;
-  g_topk_clk[15] += 1;
-  if (++g_topk_clk_launches % kTopkClkEvery != 0) return;
-  const double c = static_cast<double>(g_topk_clk[15]);
-  printf("topk_clk blocks=%d threads=%d launches=%.0f | table %.0f scan %.0f (compactions %.0f x%.1f) summary %.0f "
-         "| logp+select %.0f keep/reread %.0f sort+out %.0f | total %.0f cycles\n",
-         gridDim.x, blockDim.x, c, g_topk_clk[0] / c, g_topk_clk[1] / c, g_topk_clk[2] / c, g_topk_clk[3] / c, g_topk_clk[4] / c,
-         g_topk_clk[5] / c, g_topk_clk[6] / c, g_topk_clk[7] / c, g_topk_clk[8] / c);
-  for (int i = 0; i < kTopkClkSlots; ++i) g_topk_clk[i] = 0;
-}
-#else
-#define TOPK_CLK_BEGIN(var) ((void)0)
-#define TOPK_CLK_END(var, slot) ((void)0)
-#define TOPK_CLK_COUNT(slot) ((void)0)
-KD_DEVICE void topk_clk_report() {}
-#endif
 
 KD_DEVICE float logp_of(float x, FloatPair lse) { return logp_of_pair(x, lse); }
 
@@ -926,7 +899,7 @@ __global__ void __launch_bounds__(Threads, kTopkThreadsPerSM / Threads) topk_log
   const FloatPair lse = topk_lse(pc, TopkExpTable(s.exp_table, (lane % kTopkTableCopies) * static_cast<int>(sizeof(FloatPair))));
   topk_finish<Threads, Lean>(p, s, buf, rid_stride, x, row, pc.n, lse, pc.drop_max, pc.dropped, opt.compact_slop);
   TOPK_CLK_END(clk_total, 8);
-  topk_clk_report();
+  TOPK_CLK_REPORT();
 }
 
 }  // namespace kdtree::kern
