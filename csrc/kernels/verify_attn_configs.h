@@ -32,7 +32,7 @@
   /* narrow decode tile: the decode tile with one m16 row group, <= 16 rows */                                 \
   X(kVerifyBf16DecodeNarrow, 11, 16, 64, 171040, Bf16DecodeNarrow, Plain,                                     \
     verify_attn_decode_kernel<Bf16DecodeNarrow, __nv_bfloat16>)                                                \
-  /* narrow decode, two a SM: 32-key tiles, ~93 KB; over 11 where its splits would be long */                  \
+  /* narrow decode, two a SM: 32-key tiles, ~93 KB; over 11 where its splits would be long; sm_120's tile */   \
   X(kVerifyBf16DecodeNarrowPair, 12, 16, 32, 94752, Bf16DecodeNarrowPair, Plain,                              \
     verify_attn_decode_kernel<Bf16DecodeNarrowPair, __nv_bfloat16>)
 

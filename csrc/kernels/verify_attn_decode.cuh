@@ -1,7 +1,8 @@
 // The bf16 verify_attn kernel for decode-like shapes: at most 32 query rows (T * H, e.g. a
 // tree of 1-3 nodes over 8 heads; up to 16 rows one m16 row group, Bf16DecodeNarrow, or for
 // long splits Bf16DecodeNarrowPair, two blocks a SM), where the cache bytes, not the MMAs, set
-// the time. The plan splits the prefix over every SM (verify_attn_plan.h) so each byte of the cache is
+// the time. On ~100 KB devices (sm_120) Bf16DecodeNarrowPair is the tile of every shape, in
+// row tiles of 16: the largest with two key tiles in flight (docs/kernels/verify_attn.md). The plan splits the prefix over every SM (verify_attn_plan.h) so each byte of the cache is
 // read once, by one CTA; partial results are merged by launch_verify_merge
 // (verify_attn_common.cuh).
 //
@@ -108,7 +109,8 @@ KD_DEVICE void issue_key_tile(uint8_t* dst, const __nv_bfloat16* kv, int64_t row
 using Bf16DecodeSm90 = Bf16DecodeConfig<64, 2, 2, true>;           // ~188 KB: H100/H200
 using Bf16DecodeSmall = Bf16DecodeConfig<32, 1>;                   // ~75 KB: sm_120, sm_89
 using Bf16DecodeNarrow = Bf16DecodeConfig<64, 2, 1, true>;         // ~167 KB, <= 16 rows: H100/H200
-using Bf16DecodeNarrowPair = Bf16DecodeConfig<32, 2, 1, true, 2>;  // ~93 KB, two blocks a SM: long splits
+// ~93 KB: two blocks a SM on the H200 (long splits); on sm_120 one, at every shape (row tiles of 16)
+using Bf16DecodeNarrowPair = Bf16DecodeConfig<32, 2, 1, true, 2>;
 static_assert(verify_config_describes<Bf16DecodeSm90>(kVerifyBf16Decode),
               "verify_attn_configs.h must describe Bf16DecodeSm90");
 static_assert(verify_config_describes<Bf16DecodeSmall>(kVerifyBf16DecodeSmall),

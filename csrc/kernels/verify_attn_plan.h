@@ -70,11 +70,14 @@ constexpr int kVerifyDecodeMaxRows = 32;
 // half its S and P V work and its query reads on empty rows (H200, H=8 n=1 32k, phase clocks:
 // S 4.2 K cycles of a 64-key tile's 8.8 K, its shared-memory reads of Q the bound)
 constexpr int kVerifyDecodeNarrowRows = 16;
-// The most query rows a configuration takes (the others tile any number of rows).
+// The most query rows a configuration takes (the others tile any number of rows). The narrow
+// decode tile's two-stage form (config 12) tiles any rows in row tiles of 16: it is the bf16 tile
+// of ~100 KB devices (sm_120) at every shape.
 inline int verify_config_max_rows(int config) {
-  return config == kVerifyBf16DecodeNarrow || config == kVerifyBf16DecodeNarrowPair ? kVerifyDecodeNarrowRows
-         : verify_config_is_decode(config) ? kVerifyDecodeMaxRows
-                                           : std::numeric_limits<int>::max();
+  return config == kVerifyBf16DecodeNarrowPair ? std::numeric_limits<int>::max()
+         : config == kVerifyBf16DecodeNarrow   ? kVerifyDecodeNarrowRows
+         : verify_config_is_decode(config)     ? kVerifyDecodeMaxRows
+                                               : std::numeric_limits<int>::max();
 }
 
 // Why a device with these limits cannot run `config` ("" when it can): the plan never picks
@@ -152,7 +155,11 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
                     : rows <= kVerifyDecodeNarrowRows && fits(kVerifyBf16DecodeNarrow) ? kVerifyBf16DecodeNarrow
                                                                                         : kVerifyBf16Decode;
     const int small = decode ? kVerifyBf16DecodeSmall : kVerifyBf16Small;
+    // Where the sm_90 tiles do not fit (~100 KB a block: sm_120), config 12 at every shape: the
+    // largest tile with two stages of key tiles in flight (bulk copies on mbarriers, 16 rows x
+    // 32 keys, 94,752 B, one block a SM there); the one-stage small tiles only below its size.
     if (fits(big)) pl.config = big;
+    else if (fits(kVerifyBf16DecodeNarrowPair)) pl.config = kVerifyBf16DecodeNarrowPair;
     else if (fits(small)) pl.config = small;
     else
       return KernelResult::over_limit("verify_attn: the device allows " + std::to_string(smem_optin) +

@@ -287,8 +287,8 @@ KD_TEST(launcher_rejects_impossible_requests) {
   q = p;
   q.max_prefix = -1;
   KD_EXPECT_EQ(check_verify_attn_params(q).status, KernelStatus::kOverLimit);
-  // plans: the H200's shared memory takes the big bf16 tile; an sm_120-class limit the small
-  // one; too little shared memory is an error, not a fault
+  // plans: the H200's shared memory takes the big bf16 tile; an sm_120-class limit the
+  // two-stage 16-row tile (config 12) at every shape; too little shared memory is an error, not a fault
   VerifyAttnPlan plan;
   KD_EXPECT(make_verify_attn_plan(p, 132, 232448, 233472, &plan).ok());
   KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16Sm90));
@@ -320,6 +320,8 @@ KD_TEST(launcher_rejects_impossible_requests) {
   q.force_config = kVerifyBf16WgmmaSeesaw;
   KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan).status, KernelStatus::kInvalidArgument);
   KD_EXPECT(make_verify_attn_plan(p, 188, 101376, 102400, &plan).ok());
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16DecodeNarrowPair));
+  KD_EXPECT(make_verify_attn_plan(p, 188, 80 * 1024, 100 * 1024, &plan).ok());  // below its 94,752 B: the one-stage tile
   KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16Small));
   KD_EXPECT_EQ(make_verify_attn_plan(p, 10, 48 * 1024, 64 * 1024, &plan).status, KernelStatus::kOverLimit);
   // decode shapes (T * H <= 32 query rows) take the decode kernel, split over every SM
@@ -332,7 +334,8 @@ KD_TEST(launcher_rejects_impossible_requests) {
   KD_EXPECT_EQ(plan.m_tiles, 1);
   KD_EXPECT(plan.splits >= 100);
   KD_EXPECT(make_verify_attn_plan(q, 188, 101376, 102400, &plan).ok());
-  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16DecodeSmall));
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16DecodeNarrowPair));
+  KD_EXPECT_EQ(plan.m_tiles, 2);  // 32 rows in row tiles of 16
   q.force_config = kVerifyBf16Decode;
   q.tree_len = 3;  // 48 rows: past the decode tile
   KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan).status, KernelStatus::kInvalidArgument);
@@ -344,7 +347,7 @@ KD_TEST(launcher_rejects_impossible_requests) {
   KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16DecodeNarrow));
   KD_EXPECT_EQ(plan.tile_rows, 16);
   KD_EXPECT(make_verify_attn_plan(q, 188, 101376, 102400, &plan).ok());
-  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16DecodeSmall));
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16DecodeNarrowPair));
   q.force_config = kVerifyBf16DecodeNarrow;
   q.tree_len = 3;  // 24 rows: past the narrow tile
   KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan).status, KernelStatus::kInvalidArgument);

@@ -167,8 +167,9 @@ void run_attn_bundle(Runner& runner, const KdtrFile& f, const std::vector<int>& 
 }
 
 // A batch of two requests of fresh random bf16 inputs (N(0, 1), truncated: any bf16 will do):
-// `heads` x `tree` query rows, prefixes {prefix0, prefix1}, tree token t seeing vis[t] (tree
-// positions, bit i: token i), MLA's softmax scale. Its float32 kernel output, which the bundle
+// `heads` x `tree` query rows, prefixes {prefix0, prefix1}, tree token t seeing the tree
+// positions of its vis_words = vis.size() / tree words vis[t * vis_words ...] (bit i of word j:
+// token 32 j + i), MLA's softmax scale. Its float32 kernel output, which the bundle
 // checks to 1e-5, is the reference the bf16 tiles are held to (ref).
 template <class Runner>
 AttnIO random_attn_case(std::mt19937_64& rng, int heads, int tree, int prefix0, int prefix1,
@@ -188,7 +189,8 @@ AttnIO random_attn_case(std::mt19937_64& rng, int heads, int tree, int prefix0, 
   io.max_prefix = std::max(prefix0, prefix1);
   io.kv_rows = io.max_prefix + tree;
   io.scale = 1.0f / std::sqrt(192.0f);  // MLA's softmax scale (qk_nope + rope head dims)
-  io.vis_words = 1;
+  io.vis_words = static_cast<int>(vis.size()) / tree;
+  KD_CHECK(io.vis_words >= 1 && vis.size() == static_cast<size_t>(tree) * io.vis_words);
   for (int b = 0; b < io.batch; ++b) io.vis.insert(io.vis.end(), vis.begin(), vis.end());
   const size_t rows = static_cast<size_t>(io.batch) * tree * heads;
   for (size_t i = 0; i < rows * kVerifyLatentDim; ++i) io.q_lat.push_back(bf16());

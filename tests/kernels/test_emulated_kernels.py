@@ -276,8 +276,8 @@ PRO_UNAVAILABLE = (0, 2, 3, 10, 11)
 
 
 def test_verify_attn_under_the_rtx_pro_6000_profile(emulated):
-    """Every configuration the plan may run on sm_120 (float32's 8-row tile 13, bf16's 1, 4, 12)
-    against the bundle, one split and several; the decode tiles over long prefixes; the TMA
+    """Every configuration that fits sm_120 (float32's 8-row tile 13; bf16's 12, the one its plan
+    takes, and the one-stage 1 and 4) against the bundle, one split and several; the decode tiles over long prefixes; the TMA
     probe (sm_120 has bulk tensor copies); the workspace bound. The others are skipped, each
     with its reason printed, and none of them runs."""
     out = _run(emulated["emu_verify_attn_test"], "verify_attn_one_split", "verify_attn_forced_splits",
@@ -297,13 +297,25 @@ def test_verify_attn_under_the_rtx_pro_6000_profile(emulated):
 def test_verify_attn_plans_the_sm120_tiles_under_the_profile(emulated, tmp_path, seed):
     """The launcher's own plan under the profile, on fresh cases against the float64
     reference: float32 takes the 8-row tile (config 13, which fits 99 KB where config 2's
-    113,488 bytes do not), bf16 the 32-row tile (config 1) for verify shapes, the small decode
-    tiles (4, or 12 over long splits) for decode shapes."""
+    113,488 bytes do not), bf16 the two-stage 16-row tile (config 12) at every shape, verify
+    and decode."""
     shapes = [(16, 8, [2048 + 37, 64, 0]), (8, 1, [3000, 1500, 0]), (4, 5, [1234, 64])]
     out = _run_attn_cases(emulated["emu_verify_attn_test"], tmp_path, seed, shapes, env=PRO)
     configs = [int(c) for c in re.findall(r"config (\d+)", out)]
     assert configs[0::2] == [13] * len(shapes), out[-3000:]
-    assert configs[1] == 1 and all(c in (4, 12) for c in configs[3::2]), out[-3000:]
+    assert configs[1::2] == [12] * len(shapes), out[-3000:]
+
+
+def test_verify_attn_kimi_rank_shapes_under_the_rtx_pro_6000_profile(emulated, seed):
+    """Kimi K2.6's attention on one rank of eight (8 heads) at n = 1, 2, 9, 17, 33, 65 drafted
+    tokens (random trees), prefixes of up to 3000 keys: the sm_120 plan's tile (config 12) with
+    the profile's 188 SMs, with 4, and forced with 256-key splits, against the float32 kernel;
+    and the sm_120 plan for those shapes at 32k and 128k fills the profile's SMs."""
+    names = ("verify_attn_kimi_rank_shapes", "verify_attn_sm120_plan_fills_its_sms")
+    out = _run(emulated["emu_verify_attn_test"], *names, env={"KDTREE_TEST_SEED": str(seed), **PRO})
+    assert all(f"[       OK ] {n}" in out for n in names), out[-3000:]
+    assert out.count("      config 12: ") == 6 * 3, out[-3000:]
+    assert out.count(" on 188 SMs") == 6 * 2, out[-3000:]
 
 
 def test_tree_build_and_topk_under_the_rtx_pro_6000_profile(emulated, seed):

@@ -1,7 +1,7 @@
 """The emulated engine as on ct200's GPU: KDTREE_DEVICE_PROFILE=rtx-pro-6000 gives the
 emulator sm_120's limits (188 SMs, 101,376 bytes of shared memory a block, no wgmma, 96 GiB),
-so the engine's kernels plan as they will there: verify attention on configs 1 and 4 and the
-8-row float32 tile instead of the wgmma ones (before that tile, every float32 forward was
+so the engine's kernels plan as they will there: verify attention on config 12 (16-row tiles,
+two key tiles in flight) and the 8-row float32 tile instead of the wgmma ones (before that tile, every float32 forward was
 refused under these limits). The forward parity, DDTree == AR and split suites run in a
 child process, since the profile is read once a process (the emulated device, the launch
 limits' cache)."""

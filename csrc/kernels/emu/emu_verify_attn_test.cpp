@@ -120,6 +120,107 @@ KD_TEST(verify_attn_decode_tiles_long_prefixes) {
     }
 }
 
+// Parameters for planning alone (the pointers lead nowhere): `batch` requests of `heads` x
+// `tree_len` query rows over caches of `capacity` rows, the longest prefix that leaves room for
+// the tree.
+VerifyAttnParams params_to_plan(AttnDType dtype, int batch, int heads, int tree_len, int capacity) {
+  alignas(256) static const int16_t dummy[8] = {};
+  VerifyAttnParams p;
+  p.dtype = dtype;
+  p.batch = batch;
+  p.heads = heads;
+  p.tree_len = tree_len;
+  p.kv_row_stride = kVerifyQKDim;
+  p.kv_batch_stride = static_cast<int64_t>(capacity) * kVerifyQKDim;
+  p.vis_words = (tree_len + 31) / 32;
+  p.scale = 0.1f;
+  p.q_lat = p.q_pe = p.kv = dummy;
+  p.out = const_cast<int16_t*>(dummy);
+  p.vis = reinterpret_cast<const uint32_t*>(dummy);
+  p.max_prefix = capacity - tree_len;
+  return p;
+}
+
+// A random tree of `tree` tokens (token 0 the root, each later one a child of a random earlier
+// one): each token's ancestor mask, itself included, in words of 32 tree positions.
+std::vector<uint32_t> random_tree_mask(std::mt19937_64& rng, int tree) {
+  const int words = (tree + 31) / 32;
+  std::vector<uint32_t> vis(static_cast<size_t>(tree) * words, 0u);
+  for (int t = 0; t < tree; ++t) {
+    if (t > 0) {
+      const int parent = static_cast<int>(rng() % static_cast<uint64_t>(t));
+      std::copy_n(vis.begin() + static_cast<size_t>(parent) * words, words, vis.begin() + static_cast<size_t>(t) * words);
+    }
+    vis[static_cast<size_t>(t) * words + t / 32] |= 1u << (t % 32);
+  }
+  return vis;
+}
+
+// Kimi K2.6's attention on one rank of eight (8 heads) at the tree sizes DDTree verifies (n
+// drafted tokens: 1 + n query positions, a random tree of them) over prefixes of a few thousand
+// keys, a shorter second request: the plan's bf16 tile (on the RTX PRO 6000's profile config 12,
+// the two-stage 16-row tile, in row tiles of 16 past 16 rows) with the emulated device's SM
+// count, with 4 SMs (few splits), and config 12 forced with 256-key splits, against the float32
+// kernel on the same inputs.
+KD_TEST(verify_attn_kimi_rank_shapes) {
+  std::mt19937_64 rng(test_seed());
+  constexpr int kRankHeads = 8;
+  for (int n : {1, 2, 9, 17, 33, 65}) {
+    EmuAttnRunner runner;
+    // a few thousand keys; fewer for the largest trees (the emulator's time grows with rows x keys)
+    const int longest = n <= 9 ? 3000 : n <= 33 ? 1500 : 800;
+    const int prefix0 = longest - static_cast<int>(rng() % 200), prefix1 = static_cast<int>(rng() % (longest / 2));
+    AttnIO ref;
+    const AttnIO io = random_attn_case(rng, kRankHeads, 1 + n, prefix0, prefix1, random_tree_mask(rng, 1 + n), runner, &ref);
+    struct Run {
+      int sms, config, split_keys;
+    };
+    const Run runs[] = {{emulated_device_limits().sms, -1, 0}, {4, -1, 0}, {4, kVerifyBf16DecodeNarrowPair, 256}};
+    for (const Run& run : runs) {
+      if (run.config >= 0)
+        if (const std::string why = verify_config_unavailable(run.config, runner.smem_optin, runner.wgmma); !why.empty()) {
+          std::printf("    skipped on this device: %s\n", why.c_str());
+          continue;
+        }
+      AttnIO c = io;
+      c.force_config = run.config;
+      c.force_split_keys = run.split_keys;
+      runner.sms = run.sms;
+      check_attn(runner, c, ref.out.data(), ref.lse.data(),
+                 "H8 n" + std::to_string(n) + " " + std::to_string(run.sms) + " SMs cfg" + std::to_string(run.config) +
+                     " split_keys " + std::to_string(run.split_keys));
+      std::printf("      config %d: %d row tiles x %d splits of %d keys\n", runner.last_plan.config, runner.last_plan.m_tiles,
+                  runner.last_plan.splits, runner.last_plan.split_len);
+    }
+  }
+}
+
+// The RTX PRO 6000's plan (its profile's limits, whatever the emulated device): every bf16 shape
+// of Kimi's per-rank attention takes config 12 (two stages of key tiles, 16-row tiles), and its
+// split search fills the profile's 188 SMs where the prefix has the keys for it (32k, 128k): at
+// most two waves of CTAs (plus a split's rounding), and a first wave at least kWaveFill full
+// (splits are whole key tiles, and the search takes more splits only for a 2% gain: H8 n1 32k
+// is 171 splits of 6 tiles, where 188 would need 5.5). With the H200's 132 SMs that shape
+// plans 129 CTAs: a plan that ignored the profile's SM count fails here.
+KD_TEST(verify_attn_sm120_plan_fills_its_sms) {
+  constexpr double kWaveFill = 0.9;
+  const DeviceProfile& pro = *find_device_profile("rtx-pro-6000");
+  for (int n : {1, 2, 9, 17, 33, 65})
+    for (int prefix : {32768, 131072}) {
+      const VerifyAttnParams p = params_to_plan(AttnDType::kBF16, 1, 8, 1 + n, prefix + 1 + n);
+      VerifyAttnPlan plan;
+      KD_CHECK(make_verify_attn_plan(p, pro.sms, pro.smem_optin, pro.smem_per_sm, &plan, pro.wgmma).ok());
+      const int64_t ctas = static_cast<int64_t>(plan.m_tiles) * plan.splits * p.batch;
+      std::printf("    H8 n%-2d prefix %6d: config %d, %d row tiles x %d splits of %d keys = %lld CTAs on %d SMs\n", n, prefix,
+                  plan.config, plan.m_tiles, plan.splits, plan.split_len, static_cast<long long>(ctas), pro.sms);
+      KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16DecodeNarrowPair));
+      KD_EXPECT_EQ(plan.m_tiles, (8 * (1 + n) + 15) / 16);
+      KD_EXPECT(ctas >= kWaveFill * pro.sms);
+      KD_EXPECT(ctas <= static_cast<int64_t>(kVerifyMaxSplitWaves) * pro.sms + plan.m_tiles);
+      KD_EXPECT(plan.split_bound >= plan.splits);
+    }
+}
+
 // Config 10's pairs on the emulator (verify_attn_cases.h, check_seesaw_pairs): 80 query rows
 // (a full row tile and a partial one), a chain with a branch; 64-key splits over 600..699 + 5
 // keys make an odd count, so the evened form (an empty split before the tree's) runs too.
@@ -313,23 +414,10 @@ KD_TEST(verify_attn_workspace_bound_covers_every_prefix) {
                           {AttnDType::kBF16, 1, 64, 256, 40000}, {AttnDType::kF32, 2, 16, 33, 40000},
                           {AttnDType::kBF16, 3, 128, 9, 140000}, {AttnDType::kBF16, 1, 8, 2, 140000},
                           {AttnDType::kBF16, 4, 8, 2, 40000}};  // the last two: config 11 gives way to 12
-  alignas(256) static const int16_t dummy[8] = {};
   int checked = 0;
   for (const Device& d : devices)
     for (const Shape& s : shapes) {
-      VerifyAttnParams p;
-      p.dtype = s.dtype;
-      p.batch = s.batch;
-      p.heads = s.heads;
-      p.tree_len = s.tree_len;
-      p.kv_row_stride = kVerifyQKDim;
-      p.kv_batch_stride = static_cast<int64_t>(s.capacity) * kVerifyQKDim;
-      p.vis_words = (s.tree_len + 31) / 32;
-      p.scale = 0.1f;
-      p.q_lat = p.q_pe = p.kv = dummy;
-      p.out = const_cast<int16_t*>(dummy);
-      p.vis = reinterpret_cast<const uint32_t*>(dummy);
-      p.max_prefix = s.capacity - s.tree_len;
+      VerifyAttnParams p = params_to_plan(s.dtype, s.batch, s.heads, s.tree_len, s.capacity);
       VerifyAttnPlan bound;
       const KernelResult r = make_verify_attn_plan(p, d.sms, d.smem_optin, d.smem_per_sm, &bound);
       if (r.status == KernelStatus::kOverLimit && s.dtype == AttnDType::kF32) continue;  // no f32 tile on ~99 KB devices
