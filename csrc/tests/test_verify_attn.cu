@@ -12,7 +12,7 @@
 #include "kernels/launch_support.h"
 #include "kernels/verify_attn.cuh"
 #include "kernels/verify_attn_plan.h"
-#include "verify_attn_cases.h"
+#include "common/kernel_checks/verify_attn_cases.h"
 #include "common/kernel_checks/cluster_probe.cuh"
 #include "common/kernel_checks/tma_probe.cuh"
 #include "common/kernel_checks/wgmma_probe.cuh"

@@ -10,7 +10,7 @@
 #include "kernels/verify_attn_plan.h"
 #include "kernels/verify_attn_seesaw.cuh"
 #include "kernels/verify_attn_wgmma.cuh"
-#include "tests/verify_attn_cases.h"
+#include "common/kernel_checks/verify_attn_cases.h"
 
 namespace kdtree::test {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/kernel_checks/kernel_test_util.h"
+#include "kernel_test_util.h"
 #include "kernels/verify_attn.cuh"
 #include "kernels/verify_attn_plan.h"
 
