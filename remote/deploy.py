@@ -139,9 +139,12 @@ def plan_steps(host: HostConfig, opts: DeployOptions) -> list[PlannedStep]:
     elif host.check is not None and not host.check:
         check = PlannedStep("check", False, "check = [] for this host")
     elif check_template(host, opts.project_root) is not None:
-        check = PlannedStep("check", True, "the host's check command" if host.check else "kdtree engine-check")
+        check = PlannedStep("check", True, "the host's check command" if host.check else
+                            f"kdtree engine-check --emulated, as gpus = 0 with profile {host.profile}: the emulated "
+                            "engine under that device's plans" if no_gpu else "kdtree engine-check")
     elif no_gpu:
-        check = PlannedStep("check", False, "no GPU, as gpus = 0: the engine check runs the native engine on one")
+        check = PlannedStep("check", False, "no GPU, as gpus = 0: the engine check runs the native engine on one "
+                            "(a profile = \"rtx-pro-6000\" host rehearses it on the emulated engine)")
     else:
         check = PlannedStep("check", False, f"this tree has no {ENGINE_CHECK_MODULE}, `kdtree engine-check`")
     return [build, test, check]

@@ -62,15 +62,20 @@ def default_build(host: HostConfig) -> list[str]:
 
 ENGINE_CHECK_MODULE = "kdtree_cli/commands/engine_check.py"
 ENGINE_CHECK = ["{python}", "-m", "kdtree_cli", "engine-check"]
+# A host without a GPU that declares a device profile rehearses that device: the emulated
+# engine's check under its plans (the deploy sets KDTREE_DEVICE_PROFILE for every step).
+EMULATED_ENGINE_CHECK = [*ENGINE_CHECK, "--emulated"]
 
 
 def check_template(host: HostConfig, project_root: Path) -> list[str] | None:
     """The check step's argv template, or None when there is none to run."""
     if host.check is not None:
         return list(host.check) or None
-    if host.gpus > 0 and (Path(project_root) / ENGINE_CHECK_MODULE).is_file():
+    if not (Path(project_root) / ENGINE_CHECK_MODULE).is_file():
+        return None
+    if host.gpus > 0:
         return list(ENGINE_CHECK)
-    return None
+    return list(EMULATED_ENGINE_CHECK) if host.profile else None
 
 
 def default_test(host: HostConfig) -> list[str]:

@@ -18,6 +18,10 @@ def engine_check(
     tokens: Annotated[int, typer.Option(help="Tokens per request.", min=1)] = 32,
     budget: Annotated[int, typer.Option(help="DDTree node budget.", min=0)] = 32,
     dtype: Annotated[str, typer.Option(help="float32 (exact: DDTree must equal AR) or bfloat16.")] = "float32",
+    emulated: Annotated[bool, typer.Option(
+        "--emulated", help="Check the emulated engine (lib/libkdtree_engine_emu.so, the same sources on the CPU) "
+        "instead of the GPU's: a rehearsal on a host without a GPU, with KDTREE_DEVICE_PROFILE giving the plans "
+        "the device's limits.")] = False,
 ) -> None:
     """Check the native engine on this GPU: DDTree == AR on the demo pair.
 
@@ -26,16 +30,21 @@ def engine_check(
     from python_engine.demo.engine_check import smoke
     from python_engine.native.multi_gpu import check_split_ready
 
-    check_split_ready(int(os.environ.get("KDTREE_GPUS") or 1))  # a deploy's host of several GPUs needs NCCL
+    if not emulated:
+        check_split_ready(int(os.environ.get("KDTREE_GPUS") or 1))  # a deploy's host of several GPUs needs NCCL
     t0 = time.time()
-    passed, failed = smoke(requests, tokens, "gpu", dtype, budget)
-    typer.echo(f"engine-check: {passed} passed, {failed} failed")
+    variant = "emu" if emulated else "gpu"
+    passed, failed = smoke(requests, tokens, variant, dtype, budget)
+    profile = os.environ.get("KDTREE_DEVICE_PROFILE")
+    what = "the emulated engine" + (f" under the {profile} profile" if profile else "") if emulated else "the GPU"
+    typer.echo(f"engine-check ({what}): {passed} passed, {failed} failed")
     out = os.environ.get("KDTREE_RESULTS_DIR")
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "engine-check.json").write_text(json.dumps(
             {"passed": passed, "failed": failed, "requests": requests, "tokens": tokens, "budget": budget,
-             "dtype": dtype, "seconds": round(time.time() - t0, 3)}, indent=2) + "\n")
+             "dtype": dtype, "variant": variant, "profile": profile, "seconds": round(time.time() - t0, 3)},
+            indent=2) + "\n")
     if failed:
         raise typer.Exit(1)
 

@@ -71,7 +71,7 @@ elif args[:1] == ["fail"]:
     print("err line", file=sys.stderr, flush=True)
     sys.exit(int(args[1]))
 else:
-    env = {k: os.environ.get(k) for k in ("KDTREE_HOST", "KDTREE_RESULTS_DIR", "PYTHONPATH")}
+    env = {k: os.environ.get(k) for k in ("KDTREE_HOST", "KDTREE_RESULTS_DIR", "PYTHONPATH", "KDTREE_DEVICE_PROFILE")}
     print(json.dumps({"argv": args, "cwd": os.getcwd(), "env": env}))
 '''
 

@@ -122,3 +122,20 @@ def test_the_env_step_says_what_it_installs_first_and_is_timed(sshd, host_factor
 
     again = check_host(host, project_root=project)
     assert again.env == "up to date" and "nothing to install" in again.env_plan
+
+
+def test_a_gpu_less_host_with_a_profile_rehearses_the_engine_check_emulated(sshd, host_factory, project, tmp_path):
+    """gpus = 0 and profile = "rtx-pro-6000": the check runs `kdtree engine-check --emulated`, every
+    step under KDTREE_DEVICE_PROFILE, and the plan says why."""
+    project.joinpath(*ENGINE_CHECK[:-1]).mkdir(exist_ok=True)
+    project.joinpath(*ENGINE_CHECK).write_text('"""kdtree engine-check"""\n')
+    host = host_factory(gpus=0, build=None, test=None, profile="rtx-pro-6000")
+    r = run_deploy(host, project, tmp_path / "results")
+    assert r.ok, r.error
+    assert step_argv(r, "check") == ["engine-check", "--emulated"] and r.skipped == {}
+    for step in ("build", "test", "check"):
+        (line,) = [t for (_h, s, t, _e) in r.reporter.lines if s == step]
+        assert json.loads(line)["env"]["KDTREE_DEVICE_PROFILE"] == "rtx-pro-6000", step
+    plan = next(n for n in notes(r) if n.startswith("steps: "))
+    assert "engine-check --emulated, as gpus = 0 with profile rtx-pro-6000" in plan
+

@@ -5,6 +5,7 @@ come back into results/<host>/ (a tmp dir here)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import sys
 import uuid
@@ -77,3 +78,28 @@ def test_deploy_this_repository(sshd, tmp_path):
     assert int(suite.get("tests")) > 0 and suite.get("failures") == "0" and suite.get("errors") == "0"
     assert f"LINK bin/{BUILD_TARGET}" in (out / "logs" / "build.log").read_text()
     assert " passed" in (out / "logs" / "test.log").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
+def test_deploy_rehearses_an_rtx_pro_6000_host_on_the_emulated_engine(sshd, tmp_path):
+    """ct200's deploy, rehearsed on a host with no GPU: profile = "rtx-pro-6000" makes the build,
+    test and check steps take that device's limits; the engine check runs the emulated engine
+    (DDTree == AR on the demo pair under the sm_120 plans) and passes."""
+    host = HostConfig(
+        name="rehearsal", ssh=ALIAS, ssh_config=str(sshd.ssh_config), dir=f"~/kd-rehearsal-{uuid.uuid4().hex[:8]}",
+        python=sys.executable, venv=False, arch=("120",), gpus=0, profile="rtx-pro-6000", nvcc=shutil.which("nvcc"),
+        connect_timeout=5, source="tests/remote",
+        build=("{python}", "-m", "kdtree_cli", "build", "engine_emu", "--build-dir", "{release}/build"),
+        test=("{python}", "-m", "kdtree_cli", "test", "--", "tests/foundation/test_device_profiles.py", "-q",
+              "-p", "no:cacheprovider", "--junitxml={results}/junit.xml"),
+    )
+    results = tmp_path / "results"
+    r = run_deploy(host, REPO, results)
+    assert r.ok, r.error + "\n" + "\n".join(t for *_x, t, _e in r.reporter.lines[-30:])
+    assert [s.name for s in r.steps if s.ok][-3:] == ["build", "test", "check"] and r.skipped == {}
+    check = json.loads((results / "rehearsal" / "engine-check.json").read_text())
+    assert check["failed"] == 0 and check["passed"] > 0
+    assert (check["variant"], check["profile"]) == ("emu", "rtx-pro-6000")
+    assert "engine-check (the emulated engine under the rtx-pro-6000 profile)" in \
+        (results / "rehearsal" / "logs" / "check.log").read_text()
