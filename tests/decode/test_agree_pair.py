@@ -21,7 +21,14 @@ from python_engine.refgen.sync import PROJECT_ROOT
 MODELS = PROJECT_ROOT / "refs" / "models"
 TARGET, DRAFTER = MODELS / "agree-target", MODELS / "agree-drafter"
 PROMPTS, TOKENS, BUDGETS = 8, 64, (16, 32, 64, "auto")  # auto: chosen per round, up to 64
-MAX_LOOPING = 2  # of PROMPTS
+# A random target falls into a short greedy loop on the odd prompt (about 1 in 60 seen): AR, the
+# oracle, decides, and such a prompt is replaced by the next draw, since its long accepted paths
+# would be trivial. More draws than this would mean the target loops on most prompts.
+MAX_DRAWS = 4 * PROMPTS
+
+
+def is_short_loop(tokens: list[int]) -> bool:
+    return len(set(tokens)) <= TOKENS // 4
 
 
 def test_shipped_agree_pair_ddtree_equals_ar_with_tau_over_2(seed):
@@ -29,24 +36,26 @@ def test_shipped_agree_pair_ddtree_equals_ar_with_tau_over_2(seed):
     drafter = load_drafter(DRAFTER, target)
     g = torch.Generator().manual_seed(seed)
     auto = AutoBudget(measure_verify_costs(target, 64, (4, 32 + TOKENS), repeats=1), 64)
-    accept, moved_rows, looping = [], 0, 0
-    for i in range(PROMPTS):
+    accept, moved_rows, tested, draws = [], 0, 0, 0
+    while tested < PROMPTS:
+        draws += 1
+        assert draws <= MAX_DRAWS, f"{draws - 1 - tested} of {draws - 1} greedy continuations are short loops"
         length = int(torch.randint(4, 33, (1,), generator=g))
         prompt = torch.randint(0, target.cfg.vocab_size, (length,), generator=g).tolist()
         expected = ar_generate(target, prompt, TOKENS).tokens
-        budget = BUDGETS[i % len(BUDGETS)]
+        if is_short_loop(expected):
+            continue
+        budget = BUDGETS[tested % len(BUDGETS)]
+        tested += 1
         gen = ddtree_generate(target, drafter, prompt, TOKENS, budget=auto if budget == "auto" else budget,
                               trace=True)
         assert same_or_near_tie(target, prompt, gen.tokens, expected, rel_gap=1e-4), f"prompt {prompt}"
-        # a random target falls into a short greedy loop on the odd prompt (1 of 168 seen);
-        # most continuations must be varied, or the long accepted paths would be trivial
-        looping += len(set(expected)) <= TOKENS // 4
         accept += [r.accept_len for r in gen.rounds]
         moved_rows += sum(int((t["src"] != t["dst"]).sum()) for t in gen.trace)
     tau = sum(accept) / len(accept)
-    print(f"agree pair: tau {tau:.2f} over {len(accept)} rounds, budgets {BUDGETS}")
+    print(f"agree pair: tau {tau:.2f} over {len(accept)} rounds ({draws - tested} looping prompts redrawn), "
+          f"budgets {BUDGETS}")
     assert tau > 2, f"mean acceptance length {tau:.2f}"
-    assert looping <= MAX_LOOPING, f"{looping} of {PROMPTS} greedy continuations are short loops"
     assert max(accept) >= 5
     assert moved_rows > 0, "compaction never moved a row: the non-contiguous accept path went untested"
 
