@@ -1,4 +1,5 @@
-"""`kdtree test`: run the Python test suite (pytest), or with --native the native test programs."""
+"""`kdtree test`: run the Python test suite (pytest), or with --native the native test programs,
+or with --gpu-suites the native engine's pytest suites against the GPU engine."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from kdtree_cli.host_forwarding import forward_to_host
+from kdtree_cli.native_build.gpu_suites import ALL as ALL_GPU_SUITES, suites_help
 from python_engine.errors import KdtreeError
 from python_engine.project import PROJECT_ROOT
 
@@ -78,9 +80,21 @@ def test(
         Optional[int], typer.Option("--seed", help="With --large: the seed (default: fresh, printed).",
                                     show_default=False),
     ] = None,
+    gpu_suites: Annotated[
+        Optional[str], typer.Option(
+            "--gpu-suites", metavar="SUITES", show_default=False,
+            help="Run the native engine's pytest suites against the real GPU engine (KDTREE_NATIVE_VARIANT=gpu: "
+            "lib/libkdtree_engine.so, built first, on the CUDA device, the torch reference on CUDA, at full "
+            f"sizes), comma-separated, or {ALL_GPU_SUITES} (every one but int4, which decode holds). "
+            f"{suites_help()} Needs a CUDA device: without one it stops before running anything. Each suite's "
+            "output goes to --log-dir as gpu-suite-NAME.log, with gpu-suites.json and gpu-suites.md (command, "
+            "commit, device, date; per suite passed, failed, errors, skipped, seconds) and native-results.jsonl "
+            "(what the cases recorded). With --native the native test programs run first.")
+    ] = None,
     log_dir: Annotated[
-        Optional[Path], typer.Option("--log-dir", help="With --native: write each program's output here "
-                                     "\\[default: build/<profile>/test-logs].", file_okay=False, show_default=False),
+        Optional[Path], typer.Option("--log-dir", help="With --native or --gpu-suites: write each program's or "
+                                     "suite's output here \\[default: build/<profile>/test-logs].",
+                                     file_okay=False, show_default=False),
     ] = None,
     host: Annotated[
         Optional[str], typer.Option("--host", help="Run them on this host from kdtree.toml (its "
@@ -99,13 +113,30 @@ def test(
                                          "e.g. --seed-sweep 200 -- tests/model tests/decode.")
     ] = None,
 ) -> None:
-    """Run the tests (pytest; extra arguments go to pytest), or the native ones (--native)."""
-    if (sanitize or large or log_dir) and not native:
-        raise KdtreeError("--sanitize, --large and --log-dir go with --native")
+    """Run the tests (pytest; extra arguments go to pytest), the native ones (--native), or the
+    engine's suites on the GPU (--gpu-suites)."""
+    if (sanitize or large) and not native:
+        raise KdtreeError("--sanitize and --large go with --native")
+    if log_dir and not (native or gpu_suites):
+        raise KdtreeError("--log-dir goes with --native or --gpu-suites")
     if seed_sweep and native and not everything:
         raise KdtreeError("--seed-sweep runs pytest's tests: drop --native (or use --all)")
+    if gpu_suites is not None:
+        from kdtree_cli.native_build.gpu_suites import parse_gpu_suites
+
+        suites = parse_gpu_suites(gpu_suites)
+        if everything or seed_sweep:
+            raise KdtreeError("--gpu-suites runs its own pytest suites: drop --all and --seed-sweep "
+                              "(--native runs the native test programs first)")
+        if pytest_args:
+            raise typer.BadParameter(
+                f"{' '.join(pytest_args)!r} would go to pytest, but --gpu-suites runs the named suites as they are "
+                f"defined: drop them, or run pytest yourself with KDTREE_NATIVE_VARIANT=gpu", param_hint="PYTEST_ARGS")
     if host:
         forward_to_host(ctx, host, drop=("log_dir",), rest=["--", *pytest_args] if pytest_args else [])
+        return
+    if gpu_suites is not None:
+        run_gpu_suites_after_native(suites, native, arch, profile, cuda_home, sanitize, large, seed, log_dir)
         return
     if native and not everything:
         if pytest_args:
@@ -121,6 +152,31 @@ def test(
         raise typer.Exit(status)
     if everything:
         run_native(arch, profile, cuda_home, sanitize, large, seed, log_dir)
+
+
+def run_gpu_suites_after_native(suites, native: bool, arch: Optional[str], profile: str, cuda_home: Optional[str],
+                                sanitize: Optional[str], large: bool, seed: Optional[int],
+                                log_dir: Optional[Path]) -> None:
+    """--gpu-suites: check for a GPU before anything runs, the native programs first with --native
+    (their failure does not stop the suites), then build the GPU engine and run the suites."""
+    from rich.console import Console
+
+    from kdtree_cli.native_build.driver import BuildRequest, build
+    from kdtree_cli.native_build.gpu_suites import require_gpu_suites_ready, run_gpu_suites
+
+    require_gpu_suites_ready()
+    status = 0
+    if native:
+        try:
+            run_native(arch, profile, cuda_home, sanitize, large, seed, log_dir)
+        except typer.Exit as exc:
+            status = exc.exit_code
+    err = Console(stderr=True, soft_wrap=True)
+    # the suites load build/release's library (python_engine/native/library.py), whatever --profile says
+    outcome = build(BuildRequest(arch=arch, cuda_home=cuda_home, targets=("engine",)), console=err)
+    results = run_gpu_suites(suites, log_dir or outcome.configured.build_dir / "test-logs", err)
+    if status or not all(r.ok for r in results):
+        raise typer.Exit(status or 1)
 
 
 def run_native(arch: Optional[str], profile: str, cuda_home: Optional[str], sanitize: Optional[str] = None,
