@@ -59,6 +59,12 @@ def kernels(
         help="Also run the kimi-rank cases under KDTREE_DEVICE_PROFILE=NAME (e.g. rtx-pro-6000: that device's "
         "plans and limits, mma.sync and <= 99 KB of shared memory a block, on this GPU's silicon) in the same bench "
         "process, their times and plans beside the plain run's and vLLM's.")] = None,
+    phase_clocks: Annotated[bool, typer.Option(
+        "--phase-clocks", help="Instead of the timings: where the cycles of verify_attn, topk_logprobs and tree_build "
+        "go, phase by phase. Builds bench_kernels with the phase clocks of csrc/dev/ (-DKD_ATTN_PHASE_CLOCKS, "
+        "-DKD_TOPK_PHASE_CLOCKS, -DKD_TREE_PHASE_CLOCKS) in build-phase-clocks/, runs a few Kimi-sized cases one at a "
+        "time and writes the clock lines each printed to phase-clocks.json and phase-clocks.md (each case's output: "
+        "phase-clocks/*.log).")] = False,
     out: KernelsOut = None,
     arch: Arch = None,
     host: Host = None,
@@ -73,6 +79,9 @@ def kernels(
     from kdtree_cli.bench.suites import parse_suites
 
     err = Console(stderr=True, soft_wrap=True)
+    if phase_clocks:
+        _phase_clocks(ctx, out, arch, err)
+        return
     suites = parse_suites(suite)
     for given, option in ((anchor_vllm, "--anchor-vllm"), (device_profile, "--device-profile")):
         if given is not None and "kimi-rank" not in suites:
@@ -92,6 +101,25 @@ def kernels(
     if res.errors:
         err.print(f"[red]{len(res.errors)} case(s) failed[/]; see bench.md", highlight=False)
         raise typer.Exit(1)
+
+
+def _phase_clocks(ctx: typer.Context, out: Optional[Path], arch: Optional[str], err) -> None:
+    """kdtree bench kernels --phase-clocks (alone: it runs cases of its own)."""
+    from kdtree_cli.bench.gpu import device_facts, require_gpu
+    from kdtree_cli.bench.kernels import default_out_dir
+    from kdtree_cli.bench.phase_clocks import run_phase_clocks
+    from python_engine.project import PROJECT_ROOT
+
+    given = [f"--{name.replace('_', '-')}" for name in ("suite", "quick", "anchor_vllm", "device_profile")
+             if ctx.get_parameter_source(name).name not in ("DEFAULT", "DEFAULT_MAP")]
+    if given:
+        raise typer.BadParameter(f"--phase-clocks runs cases of its own: drop {', '.join(given)}",
+                                 param_hint="--phase-clocks")
+    require_gpu("kdtree bench kernels --phase-clocks")
+    out = out or default_out_dir(device_facts(PROJECT_ROOT))
+    json_path, md_path = run_phase_clocks(out, arch, err)
+    typer.echo(md_path.read_text())
+    typer.echo(f"wrote {json_path} and {md_path}")
 
 
 @bench_app.command("all", help="Everything a GPU run of the kernels checks, with one summary: build, native "

@@ -31,7 +31,7 @@ _CASES_RE = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?\s*$", r
 # 13.0: 31-60 on test_verify_attn). With every such arrive a bar.sync (the same accesses in the
 # same order, more waiting) it reports none, so that build is the one racecheck checks.
 RACECHECK_NVCC_FLAGS = ("-DKD_SEESAW_SYNC_ONLY",)
-RACECHECK_BUILD_SUFFIX = "-racecheck"
+RACECHECK_BUILD_SUFFIX = "racecheck"  # build -> build-racecheck
 
 # Test programs whose cases fail CUDA API calls on purpose (they test the error checks); the
 # sanitizer would count each as an error, while memory and race checking still apply.
@@ -120,23 +120,13 @@ def sanitize_one(sanitizer: Path, tool: str, program: Path, repo_root: Path, log
 
 
 def _racecheck_build(request, console) -> Path:
-    """The test programs built with RACECHECK_NVCC_FLAGS, in a build root of their own (ninja
-    does not see flags passed through the environment, so the two builds never share objects)."""
+    """The test programs built with RACECHECK_NVCC_FLAGS in a build root of their own."""
     from dataclasses import replace
 
-    from .driver import build
+    from .flagged_build import build_with_nvcc_flags
 
-    root = request.build_root.with_name(request.build_root.name + RACECHECK_BUILD_SUFFIX)
-    before = os.environ.get("NVCC_APPEND_FLAGS")
-    os.environ["NVCC_APPEND_FLAGS"] = " ".join(filter(None, [before, *RACECHECK_NVCC_FLAGS]))
-    try:
-        console.print(f"[dim]racecheck build ({' '.join(RACECHECK_NVCC_FLAGS)}): {root}[/]", highlight=False)
-        return build(replace(request, build_root=root, targets=("tests",)), console=console).configured.build_dir
-    finally:
-        if before is None:
-            del os.environ["NVCC_APPEND_FLAGS"]
-        else:
-            os.environ["NVCC_APPEND_FLAGS"] = before
+    return build_with_nvcc_flags(replace(request, targets=("tests",)), RACECHECK_NVCC_FLAGS, RACECHECK_BUILD_SUFFIX,
+                                 console)
 
 
 def run_sanitizers(request, tools: tuple[str, ...], console, out=None, log_dir: Path | None = None) -> list[SanitizerRun]:
