@@ -11,7 +11,7 @@
 // timed run uses the next routing set (sets rotate) so the active experts' weights come from
 // DRAM, not from L2. Weights are random: INT4 words and scales in the repacked layout, bf16
 // values ~U(-0.02, 0.02). Output: one JSON object a line on stdout, progress on stderr. Built
-// with -DKD_W4_TIMELINE (scripts/gpu_engine_run.sh moetl) it also lays out a few layers at
+// with -DKD_W4_TIMELINE (kdtree bench moe --timeline) it also lays out a few layers at
 // n <= 8 per CTA in time ("kind": "timeline", dev/moe_w4a16_timeline.h).
 #include <cuda_bf16.h>
 
