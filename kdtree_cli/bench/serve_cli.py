@@ -69,12 +69,12 @@ def serve_bench(
     same_prompts = [prompt_list[i % len(prompt_list)] for i in range(requests)]
     results, runs = [], []
     if compare_run:
-        runs.append(_kdtree_run(same_prompts, model, drafter, budget, ar, max_tokens, err))
+        runs.append(_kdtree_run(same_prompts, model, drafter, budget, ar, max_tokens, server, err))
     for c in levels:
         r = asyncio.run(run_level(url, served_model, prompt_list, c, requests, max_tokens, api_key))
         ratio = ""
         if compare_run:  # a run before and after each level: on a shared machine both see its load
-            runs.append(_kdtree_run(same_prompts, model, drafter, budget, ar, max_tokens, err))
+            runs.append(_kdtree_run(same_prompts, model, drafter, budget, ar, max_tokens, server, err))
             around = (runs[-2]["tokens_per_s"] + runs[-1]["tokens_per_s"]) / 2
             r["kdtree_run_tokens_per_s"] = around
             r["over_kdtree_run"] = r["output_throughput"] / around if around else None
@@ -144,10 +144,11 @@ def _prompts(path: Optional[Path], seed: int, count: int) -> list:
 
 
 def _kdtree_run(prompt_list: list, model: Path, drafter: Optional[Path], budget: Optional[int], ar: bool,
-                max_tokens: int, err) -> dict:
-    """`kdtree run --prompts` on the same prompts; tokens/s over its decoding time (prefill
-    and decode of every request: the torch engine runs them one after the other, the
-    native engine batches them and reports its wall time)."""
+                max_tokens: int, server: dict, err) -> dict:
+    """`kdtree run --prompts` on the same prompts, with the server's engine and dtype (from its
+    run_start event; `kdtree run` alone defaults to the torch engine); tokens/s over its
+    decoding time (prefill and decode of every request: the torch engine runs them one after
+    the other, the native engine batches them and reports its wall time)."""
     with tempfile.TemporaryDirectory(prefix="kdtree-bench-serve-") as tmp:
         file = Path(tmp) / "prompts.jsonl"
         file.write_text("".join(json.dumps({"prompt": p} if isinstance(p, str) else {"ids": p}) + "\n"
@@ -157,6 +158,7 @@ def _kdtree_run(prompt_list: list, model: Path, drafter: Optional[Path], budget:
                "--max-tokens", str(max_tokens), "--metrics", str(metrics)]
         cmd += ["--ar"] if ar else (["--drafter", str(drafter)] if drafter else [])
         cmd += ["--budget", str(budget)] if budget is not None and not ar else []
+        cmd += [x for key in ("engine", "dtype") if server.get(key) for x in (f"--{key}", str(server[key]))]
         err.print("running: kdtree " + " ".join(cmd[3:]))
         done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
