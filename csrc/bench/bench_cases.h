@@ -40,7 +40,7 @@ inline const std::map<std::string, std::set<std::string>>& suite_keys() {
       {"copy", {"mb"}},
       {"launch", {"smem_kb", "blocks"}},
       {"mma", {"blocks_per_sm", "iters"}},
-      {"verify_attn", {"dtype", "batch", "heads", "n", "prefix", "config", "split_keys", "split_group"}},
+      {"verify_attn", {"dtype", "batch", "heads", "n", "prefix", "config", "split_keys"}},
       {"topk", {"rows", "vocab", "k", "exact", "variant"}},
       {"tree_build", {"batch", "budget", "depth", "input", "vocab"}},
       {"accept", {"batch", "budget"}},

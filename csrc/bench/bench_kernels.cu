@@ -14,10 +14,10 @@
 //                operands in registers, on every SM: the compute ceiling of mma.sync kernels (the
 //                sm_120 plan; on sm_90 cuBLAS's GEMM rate is wgmma's)
 //   verify_attn  dtype [bf16] batch [1] heads n prefix config [plan's] split_keys [plan's]
-//                split_group [plan's]
-//                config / split_keys / split_group force a tile configuration (VerifyAttnConfig),
-//                the prefix keys per split or the splits reduced on chip together (2: config
-//                10's pairs), to time variants against the plan's choice
+//                config / split_keys force a tile configuration (VerifyAttnConfig) or the prefix
+//                keys per split, to time variants against the plan's choice; the baselines of
+//                csrc/dev/verify_attn_baselines.h (configs 0, 1, 4 and 14, the seesaw pairs)
+//                only in a build that holds them (NVCC_APPEND_FLAGS=-DKD_VERIFY_ATTN_BASELINES)
 //   topk         rows vocab k exact [0] variant [-1]   exact 1: the scan's compactions keep exactly K
 //                (force_exact_compaction: the earlier way, to time against); variant: the scan
 //                (TopkScanVariant: 0 topk2's, 1 the lean one; -1 the default)
@@ -390,7 +390,6 @@ void bench_verify(const Case& c, Env& env, Record& r) {
   p.out = out.get();
   p.force_config = static_cast<int>(c.num("config", -1));
   p.force_split_keys = static_cast<int>(c.num("split_keys", 0));
-  p.force_split_group = static_cast<int>(c.num("split_group", 0));  // 2: the seesaw tile's pairs (0: the plan's choice)
   VerifyAttnPlan plan;
   check(verify_attn_plan(p, &plan));
   DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
@@ -406,7 +405,7 @@ void bench_verify(const Case& c, Env& env, Record& r) {
   r.num("tflops", flops / t.median / 1e9);
   r.num("cache_gbps", static_cast<double>(batch) * prefix * kVerifyQKDim * esz / t.median / 1e6);
   r.integer("splits", plan.splits);
-  r.integer("split_group", plan.split_group);  // splits reduced on chip together (the seesaw tile's pairs: 2)
+  r.integer("split_group", plan.split_group);  // splits reduced on chip together (the seesaw pairs: 2)
   r.integer("split_keys", plan.split_len);
   r.integer("config", plan.config);
   r.integer("row_tiles", plan.m_tiles);

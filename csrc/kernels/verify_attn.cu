@@ -5,16 +5,37 @@
 #include "launch_support.h"
 #include "verify_attn.cuh"
 #include "verify_attn_common.cuh"
+#include "verify_attn_configs.h"
 #include "verify_attn_launch.h"
 #include "verify_attn_plan.h"
 
 namespace kdtree {
 
+std::string verify_attn_config_unbuilt(int config) {
+  switch (config) {  // what the launchers' switches hold in this build (verify_attn_configs.h)
+#define KD_VERIFY_CONFIG_BUILT(config, ...) case config:
+    KD_VERIFY_ATTN_CONFIGS(KD_VERIFY_CONFIG_BUILT)
+    KD_VERIFY_ATTN_BUILT_BASELINES(KD_VERIFY_CONFIG_BUILT)
+#undef KD_VERIFY_CONFIG_BUILT
+    return "";
+    default:
+      break;
+  }
+  if (!verify_config_exists(config)) return "no configuration " + std::to_string(config);
+  return "config " + std::to_string(config) +
+         " is a baseline (csrc/dev/verify_attn_baselines.h), compiled only into a build with -DKD_VERIFY_ATTN_BASELINES";
+}
+
 KernelResult verify_attn_plan(const VerifyAttnParams& p, VerifyAttnPlan* plan) {
+  if (p.force_config >= 0)
+    if (const std::string why = verify_attn_config_unbuilt(p.force_config); !why.empty())
+      return KernelResult::invalid("verify_attn: force_config " + std::to_string(p.force_config) + ": " + why);
   DeviceLimits dev;
   if (KernelResult r = current_device_limits(&dev); !r.ok()) return r;
   KernelResult r = make_verify_attn_plan(p, dev.sms, dev.smem_optin, dev.smem_per_sm, plan, dev.wgmma);
-  plan->merge_overlap = r.ok() && dev.pdl && kVerifyMergeOverlap;
+  // the merge as a programmatic dependent launch where the device has it: it starts loading
+  // while the last splits store
+  plan->merge_overlap = r.ok() && dev.pdl;
   plan->merge_wide = r.ok() && kern::verify_merge_wide(p.batch, p.tree_len * p.heads, verify_plan_parts(*plan), dev.sms);
   return r;
 }

@@ -58,11 +58,10 @@ struct VerifyAttnParams {
   void* workspace = nullptr;      // split-KV partials; verify_attn_workspace_bytes() says how much
   size_t workspace_bytes = 0;
   // test hooks (leave at their defaults): force a tile configuration (VerifyAttnConfig in
-  // verify_attn_plan.h) instead of the device's best, force prefix keys per split, or force
-  // how many splits are reduced on chip together (1: none; 2: the seesaw tile's pairs, config 10)
+  // verify_attn_plan.h; a baseline only where this build holds it: verify_attn_config_unbuilt)
+  // instead of the device's best, or force prefix keys per split
   int force_config = -1;
   int force_split_keys = 0;
-  int force_split_group = 0;
 };
 
 // How verify_attn divides one launch (a pure function of the sizes and the device).
@@ -73,7 +72,7 @@ struct VerifyAttnPlan {
   int splits = 0;       // CTAs along the key axis per (request, row tile); the last takes the tree
   int split_len = 0;    // prefix keys per split (multiple of tile_keys)
   // Splits reduced on chip in clusters of this many along the key axis before any partial is
-  // written (the seesaw tile's pairs); the merge sees splits / split_group partials a row.
+  // written (the seesaw pairs, a baseline); the merge sees splits / split_group partials a row.
   int split_group = 1;
   size_t smem_bytes = 0;
   size_t workspace_bytes = 0;  // partials: 0 when splits / split_group == 1
@@ -94,6 +93,9 @@ inline int verify_plan_parts(const VerifyAttnPlan& pl) { return pl.splits / pl.s
 
 // The plan for these sizes on the current device (errors if impossible there).
 KernelResult verify_attn_plan(const VerifyAttnParams& p, VerifyAttnPlan* plan);
+// Why this build of the library cannot launch `config` ("" when it can): a baseline
+// (csrc/dev/verify_attn_baselines.h) outside a baselines build, or no such configuration.
+std::string verify_attn_config_unbuilt(int config);
 // Bytes of workspace verify_attn needs for these sizes on the current device (0 on error).
 size_t verify_attn_workspace_bytes(const VerifyAttnParams& p);
 // Bytes of workspace that serve every prefix from 0 to p.max_prefix (0 on error): what an

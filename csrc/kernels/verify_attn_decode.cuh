@@ -7,8 +7,8 @@
 // (verify_attn_common.cuh).
 //
 // A CTA: 32 (16) query rows (two m16 row groups, or one) x one key split, 8 warps. Per key tile
-// (double-buffered where shared memory allows; on sm_90 by bulk copies, a key row each, every
-// warp issuing its eighth, into rows padded by 16 bytes; else cp.async into XOR-swizzled rows):
+// (two stages, by bulk copies, a key row each, every warp issuing its eighth, into rows padded
+// by 16 bytes):
 //   S = Q K^T      warp w < kSWarps: all 32 rows x 8 keys (one n8 tile), 36 k-steps of 16 in
 //                  two accumulators (one ldmatrix of K a pair of steps; two chains of 18 MMAs)
 //   mask, scale, row maxima across the S warps through shared memory
@@ -28,7 +28,8 @@ namespace kdtree::kern {
 
 // BulkKeys: key tiles by bulk copies (sm_90+: a row of 1152 bytes a copy, every warp issuing
 // its share, landing on an mbarrier) into rows padded by 16 bytes, which keeps ldmatrix conflict-free
-// without a swizzle. Else cp.async, 16 bytes a thread a copy, into the swizzled rows.
+// without a swizzle: every planned decode tile. Else cp.async, 16 bytes a thread a copy, into the
+// swizzled rows (the one-stage baseline, config 4: csrc/dev/verify_attn_baseline_kernels.cuh).
 template <int TileKeys, int Stages, int RowGroups = 2, bool BulkKeys = false, int MinBlocks = 1>
 struct Bf16DecodeConfig {
   static constexpr int kMinBlocks = MinBlocks;  // blocks a SM the registers must allow (__launch_bounds__)
@@ -98,23 +99,20 @@ KD_DEVICE void load_key_tile_bulk(uint8_t* dst, const __nv_bfloat16* kv, int64_t
 template <class Cfg>
 KD_DEVICE void issue_key_tile(uint8_t* dst, const __nv_bfloat16* kv, int64_t row_stride, const KeyTile& kt, uint64_t* bar,
                               int warp, int lane) {
-  if (Cfg::kBulkKeys) {
+  if constexpr (Cfg::kBulkKeys) {
     load_key_tile_bulk<Cfg>(dst, kv, row_stride, kt.key0, kt.valid, bar, warp, lane);
-    return;
+  } else {
+    load_key_tile<Cfg>(dst, kv, row_stride, kt.key0, kt.valid);
+    cp_async_commit();
   }
-  load_key_tile<Cfg>(dst, kv, row_stride, kt.key0, kt.valid);
-  cp_async_commit();
 }
 
 using Bf16DecodeSm90 = Bf16DecodeConfig<64, 2, 2, true>;           // ~188 KB: H100/H200
-using Bf16DecodeSmall = Bf16DecodeConfig<32, 1>;                   // ~75 KB: sm_120, sm_89
 using Bf16DecodeNarrow = Bf16DecodeConfig<64, 2, 1, true>;         // ~167 KB, <= 16 rows: H100/H200
 // ~93 KB: two blocks a SM on the H200 (long splits); on sm_120 one, at every shape (row tiles of 16)
 using Bf16DecodeNarrowPair = Bf16DecodeConfig<32, 2, 1, true, 2>;
 static_assert(verify_config_describes<Bf16DecodeSm90>(kVerifyBf16Decode),
               "verify_attn_configs.h must describe Bf16DecodeSm90");
-static_assert(verify_config_describes<Bf16DecodeSmall>(kVerifyBf16DecodeSmall),
-              "verify_attn_configs.h must describe Bf16DecodeSmall");
 static_assert(verify_config_describes<Bf16DecodeNarrow>(kVerifyBf16DecodeNarrow),
               "verify_attn_configs.h must describe Bf16DecodeNarrow");
 static_assert(verify_config_describes<Bf16DecodeNarrowPair>(kVerifyBf16DecodeNarrowPair),

@@ -14,13 +14,14 @@
 
 namespace kdtree {
 
-// The tile configurations the library compiles (verify_attn_configs.h lists them, with what
-// each one is), by plan.config. Numbers no configuration holds any more stay unused.
+// The tile configurations, by plan.config: those a plan picks (verify_attn_configs.h lists them,
+// with what each one is) and the baselines (csrc/dev/verify_attn_baselines.h), which only a
+// force_config reaches. Numbers no configuration holds any more stay unused.
 enum VerifyAttnConfig : int {
 #define KD_VERIFY_CONFIG_ENUM(config, number, ...) config = number,
-  KD_VERIFY_ATTN_CONFIGS(KD_VERIFY_CONFIG_ENUM)
+  KD_VERIFY_ATTN_ALL_CONFIGS(KD_VERIFY_CONFIG_ENUM)
 #undef KD_VERIFY_CONFIG_ENUM
-  kVerifyConfigCount = 14,  // one past the largest number
+  kVerifyConfigCount = 15,  // one past the largest number
 };
 
 // The sm_90 decode tiles (decode and narrow decode, configs 3 and 11) take their key tiles by
@@ -38,7 +39,7 @@ constexpr VerifyConfigShape verify_attn_config_shape(int config) {
 #define KD_VERIFY_CONFIG_SHAPE(config, number, rows, keys, smem, ...) \
   case config:                                                        \
     return {rows, keys, smem};
-    KD_VERIFY_ATTN_CONFIGS(KD_VERIFY_CONFIG_SHAPE)
+    KD_VERIFY_ATTN_ALL_CONFIGS(KD_VERIFY_CONFIG_SHAPE)
 #undef KD_VERIFY_CONFIG_SHAPE
     default:
       return {0, 0, 0};
@@ -51,13 +52,15 @@ constexpr bool verify_config_describes(int config) {
   const VerifyConfigShape s = verify_attn_config_shape(config);
   return Cfg::kSmemBytes == s.smem_bytes && Cfg::kTileRows == s.tile_rows && Cfg::kTileKeys == s.tile_keys;
 }
-// Every configuration, in the list's order
+// Every configuration, the baselines last, in the lists' order
 inline constexpr int kVerifyConfigs[] = {
 #define KD_VERIFY_CONFIG_NUMBER(config, ...) config,
-    KD_VERIFY_ATTN_CONFIGS(KD_VERIFY_CONFIG_NUMBER)
+    KD_VERIFY_ATTN_ALL_CONFIGS(KD_VERIFY_CONFIG_NUMBER)
 #undef KD_VERIFY_CONFIG_NUMBER
 };
-inline bool verify_config_is_wgmma(int config) { return config == kVerifyBf16WgmmaSeesaw; }
+inline bool verify_config_is_wgmma(int config) {
+  return config == kVerifyBf16WgmmaSeesaw || config == kVerifyBf16WgmmaSeesawPairs;
+}
 inline bool verify_config_is_f32(int config) { return config == kVerifyF32 || config == kVerifyF32Narrow; }
 inline bool verify_config_is_decode(int config) {
   return config == kVerifyBf16Decode || config == kVerifyBf16DecodeSmall || config == kVerifyBf16DecodeNarrow ||
@@ -92,10 +95,6 @@ inline std::string verify_config_unavailable(int config, int smem_optin, bool wg
   return "";
 }
 
-// The merge as a programmatic dependent launch where the device has it (VerifyAttnPlan::
-// merge_overlap): it starts loading while the last splits store (docs/kernels/verify_attn.md)
-constexpr bool kVerifyMergeOverlap = true;
-
 // Shortest split: two 32-key float32 tiles. The cost model below (+3 tiles per split) already
 // weighs a split's fixed costs; a larger floor left short prefixes (the prefill of a chat, a
 // small model's verify: 5 CTAs on 132 SMs at 256 keys, measured 59 us) on one split.
@@ -109,12 +108,11 @@ constexpr int kVerifyMaxSplits = 65535;      // grid.y
 // partials and merge cost more (docs/kernels/verify_attn.md); 512 was not measured.
 constexpr int kVerifyDecodePairMinSplitKeys = 1024;
 
-// The seesaw tile (config 10) can reduce its splits in pairs on chip (a cluster of two CTAs along
-// the keys, the partial O exchanged through distributed shared memory) before it writes
-// partials: half the partial bytes written and merged. The plan does not: on the H200 it saved
-// under a microsecond where the partials cost most (H=64 n=1 32k) and lost a wave elsewhere
-// (docs/kernels/verify_attn.md, appendix). VerifyAttnParams::force_split_group = 2 asks for it
-// (tests, `kdtree bench` cases).
+// The seesaw pairs (config 14, a baseline) reduce the seesaw tile's splits in pairs on chip (a
+// cluster of two CTAs along the keys, the partial O exchanged through distributed shared memory)
+// before they write partials: half the partial bytes written and merged. No plan picks them: on
+// the H200 they saved under a microsecond where the partials cost most (H=64 n=1 32k) and lost
+// a wave elsewhere (docs/kernels/verify_attn.md, appendix).
 constexpr int kVerifySeesawSplitGroup = 2;
 
 // Waves of CTAs the split search considers at most: its cost model charges every wave a fixed
@@ -150,21 +148,21 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
   const int rows = p.tree_len * p.heads;
   auto fits = [&](int config) { return static_cast<size_t>(smem_optin) >= verify_attn_config_shape(config).smem_bytes; };
   if (p.dtype == AttnDType::kBF16) {
+    // > 32 rows: the seesaw tile where there is wgmma (sm_90a); <= 32 the decode tiles, the
+    // narrow one up to 16 rows
     const bool decode = rows <= kVerifyDecodeMaxRows;
-    const int big = !decode ? (wgmma ? kVerifyBf16WgmmaSeesaw : kVerifyBf16Sm90)
+    const int big = !decode ? (wgmma ? kVerifyBf16WgmmaSeesaw : -1)
                     : rows <= kVerifyDecodeNarrowRows && fits(kVerifyBf16DecodeNarrow) ? kVerifyBf16DecodeNarrow
                                                                                         : kVerifyBf16Decode;
-    const int small = decode ? kVerifyBf16DecodeSmall : kVerifyBf16Small;
-    // Where the sm_90 tiles do not fit (~100 KB a block: sm_120), config 12 at every shape: the
-    // largest tile with two stages of key tiles in flight (bulk copies on mbarriers, 16 rows x
-    // 32 keys, 94,752 B, one block a SM there); the one-stage small tiles only below its size.
-    if (fits(big)) pl.config = big;
+    // Else (~100 KB a block: sm_120; no wgmma) config 12 at every shape: the largest tile with
+    // two stages of key tiles in flight (bulk copies on mbarriers, 16 rows x 32 keys, 94,752 B,
+    // one block a SM there). Below its size no tile is planned (no device the library builds for).
+    if (big >= 0 && fits(big)) pl.config = big;
     else if (fits(kVerifyBf16DecodeNarrowPair)) pl.config = kVerifyBf16DecodeNarrowPair;
-    else if (fits(small)) pl.config = small;
     else
       return KernelResult::over_limit("verify_attn: the device allows " + std::to_string(smem_optin) +
                                       " bytes of shared memory per block; the smallest bf16 tile needs " +
-                                      std::to_string(verify_attn_config_shape(small).smem_bytes));
+                                      std::to_string(verify_attn_config_shape(kVerifyBf16DecodeNarrowPair).smem_bytes));
   } else {
     // 16 rows where they fit, else 8 (the same arithmetic a row: the same outputs)
     pl.config = fits(kVerifyF32) ? kVerifyF32 : kVerifyF32Narrow;
@@ -223,9 +221,9 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
         splits = s;
       }
     }
-    // config 10: two waves only if they beat the fullest single wave (kVerifySecondWaveTiles)
+    // the seesaw tile: two waves only if they beat the fullest single wave (kVerifySecondWaveTiles)
     const int one_wave = static_cast<int>(std::min<int64_t>(max_splits, slots / base));
-    if (pl.config == kVerifyBf16WgmmaSeesaw && split_waves(splits) > 1 && one_wave >= min_splits && one_wave < splits &&
+    if (verify_config_is_wgmma(pl.config) && split_waves(splits) > 1 && one_wave >= min_splits && one_wave < splits &&
         wave_cost(one_wave, kVerifySecondWaveTiles) <= split_waves(splits) * wave_cost(splits, kVerifySecondWaveTiles))
       splits = one_wave;
     // The tree's key tiles all fall on the last split: cut the prefix so that the last
@@ -251,23 +249,12 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
     splits = (p.max_prefix + pl.split_len - 1) / pl.split_len;
   }
   if (p.max_prefix == 0) pl.split_len = pl.tile_keys;
-  // Config 10's pairs need an even split count: one split more where it is odd (the tree's split
+  // The seesaw pairs need an even split count: one split more where it is odd (the tree's split
   // then holds the tree alone, the one before it what is left of the prefix, maybe nothing).
-  // Unforced, they are taken only if the pairs' waves (clusters of two) are no more than the
-  // search's plan's waves of CTAs.
-  const int group_wanted = p.force_split_group > 0 ? p.force_split_group : 1;
-  if (group_wanted != 1 && (group_wanted != kVerifySeesawSplitGroup || pl.config != kVerifyBf16WgmmaSeesaw))
-    return KernelResult::invalid("verify_attn: force_split_group " + std::to_string(p.force_split_group) +
-                                 " needs config 10 (the seesaw tile) and 2; 1 or 0 elsewhere");
-  const bool pairs_may = group_wanted == kVerifySeesawSplitGroup;
-  if (pairs_may && splits >= 2 && splits < kVerifyMaxSplits) {
-    const int64_t pair_slots = std::max<int64_t>(kVerifySeesawSplitGroup, slots / kVerifySeesawSplitGroup * kVerifySeesawSplitGroup);
-    const int even = splits + splits % 2;
-    const auto waves = [&](int s, int64_t per_wave) { return (base * s + per_wave - 1) / per_wave; };
-    if (p.force_split_group > 0 || p.force_split_keys > 0 || waves(even, pair_slots) <= waves(splits, slots)) {
-      splits = even;
-      pl.split_group = kVerifySeesawSplitGroup;
-    }
+  const bool pairs = pl.config == kVerifyBf16WgmmaSeesawPairs;
+  if (pairs && splits >= 2 && splits < kVerifyMaxSplits) {
+    splits += splits % 2;
+    pl.split_group = kVerifySeesawSplitGroup;
   }
   pl.splits = splits;
   if (splits > kVerifyMaxSplits) return KernelResult::over_limit("verify_attn: more than 65535 key splits");
@@ -282,7 +269,7 @@ inline KernelResult make_verify_attn_plan(const VerifyAttnParams& p, int num_sms
     const int64_t keys = static_cast<int64_t>(p.max_prefix) + p.tree_len;
     const int64_t f32_splits = p.dtype == AttnDType::kF32 ? (keys + kVerifyF32MaxSplitKeys - 1) / kVerifyF32MaxSplitKeys + 1 : 0;
     const int cap = pair_may_replace ? std::max(split_cap, cap_of(kVerifyBf16DecodeNarrowPair)) : split_cap;
-    const int pair_extra = pairs_may ? 1 : 0;  // the pairs' even count
+    const int pair_extra = pairs ? 1 : 0;  // the pairs' even count
     pl.split_bound = static_cast<int>(std::min<int64_t>(kVerifyMaxSplits, std::max<int64_t>(cap + 1 + pair_extra, f32_splits)));
     pl.split_bound = std::max(pl.split_bound, pl.splits);
   }

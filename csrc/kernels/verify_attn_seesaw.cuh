@@ -26,11 +26,12 @@
 // part's latency hides behind the first part's MMAs. An odd tile count ends on a dummy tile
 // (valid = 0: every key masked, its V rows zeroed).
 //
-// Pairs (k.split_group 2; not planned, VerifyAttnParams::force_split_group): splits 2p and 2p + 1
-// of a row tile run as a cluster of two and add their O through distributed shared memory before
-// anything is stored (seesaw_pair_store), so the partials written and merged are half. Timed on
-// the H200 it gained less than a microsecond where the partials cost most and lost a wave
-// elsewhere (docs/kernels/verify_attn.md, appendix).
+// Pairs (the instance with Pairs = true: config 14, a baseline no plan picks,
+// csrc/dev/verify_attn_baselines.h): splits 2p and 2p + 1 of a row tile run as a cluster of two
+// (k.split_group 2) and add their O through distributed shared memory before anything is stored
+// (seesaw_pair_store), so the partials written and merged are half. Timed on the H200 it gained
+// less than a microsecond where the partials cost most and lost a wave elsewhere
+// (docs/kernels/verify_attn.md, appendix). The planned instance (config 10) compiles without it.
 #pragma once
 
 #include "cluster_support.cuh"
@@ -256,7 +257,7 @@ KD_DEVICE void seesaw_pair_store(const VerifyKernelParams& k, const SplitWork& w
   wgmma_store_scaled<Cfg, OutT>(k, w, w.split / k.split_group, o, kOne, lse_pair, tig == 0, row_lo, tig, col_base);
 }
 
-template <class OutT>
+template <class OutT, bool Pairs>
 KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps) {
   using Cfg = Bf16AttnSeesaw;
   using W = Bf16AttnWgmma;
@@ -291,7 +292,7 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
   const SplitSchedule sc = split_schedule(k, Cfg::kTileRows, Cfg::kTileKeys, mask_s);
   const SplitWork& w = sc.w;
   const int H = k.p.heads, T = k.p.tree_len;
-  const bool paired = k.split_group > 1;  // a cluster of two: both meet in seesaw_pair_store
+  const bool paired = Pairs && k.split_group > 1;  // a cluster of two: both meet in seesaw_pair_store
   if (sc.n_tiles == 0 && !paired) {  // an empty prefix split (a shorter request): nothing visible
     write_empty_split(k, w, Cfg::kTileRows);
     return;
@@ -450,16 +451,22 @@ KD_DEVICE void seesaw_split(const VerifyKernelParams& k, const AttnTmaMaps* maps
   ATTN_CLK_FLUSH(2 * n_pairs);
   __syncthreads();
   const int col_base = group * W::kColsPerGroup;
-  if (paired) seesaw_pair_store<OutT>(k, w, o, m_run, red_sum, m_s, ktile[0], group, gt, row_lo, tig, col_base);
-  else wgmma_store_rows<Cfg, OutT>(k, w, o, m_run, red_sum, group, row_lo, tig, col_base);
+  if constexpr (Pairs) {
+    if (paired) {
+      seesaw_pair_store<OutT>(k, w, o, m_run, red_sum, m_s, ktile[0], group, gt, row_lo, tig, col_base);
+      return;
+    }
+  }
+  wgmma_store_rows<Cfg, OutT>(k, w, o, m_run, red_sum, group, row_lo, tig, col_base);
 }
 
-template <class OutT>
+// Pairs: the splits reduced in pairs on chip (config 14, a baseline); false: config 10
+template <class OutT, bool Pairs>
 __global__ void __launch_bounds__(Bf16AttnSeesaw::kThreads, 1)
     verify_attn_seesaw_kernel(const VerifyKernelParams k, const __grid_constant__ AttnTmaMaps maps) {
 #if defined(KD_WGMMA_DEVICE) || defined(KD_SIMT_EMULATION)
   grid_dependents_launch();  // the merge, a programmatic dependent launch, may be placed from now on
-  seesaw_split<OutT>(k, &maps);
+  seesaw_split<OutT, Pairs>(k, &maps);
 #elif defined(__CUDA_ARCH__)
   __trap();  // a build without sm_90a code: the plan picks this kernel on compute capability 9.0 only
 #endif

@@ -1,6 +1,6 @@
 // verify_attn on the GPU against the float64 reference: the small committed cases
-// (refs/verify_attn.kdtr) in float32 and bf16 (both tile configurations, one split and forced
-// splits), and, when $KDTREE_LARGE_ATTN_DIR names a folder written by
+// (refs/verify_attn.kdtr) in float32 and bf16 (every tile configuration this build holds, one
+// split and forced splits), and, when $KDTREE_LARGE_ATTN_DIR names a folder written by
 // python_engine/refgen/large_attn_cases.py, the long-prefix cases (2048 .. 131072 keys,
 // 8/16/64 heads, n up to 256). Tolerances: relative error <= 1e-5 (f32), <= 1e-2 (bf16).
 #include <algorithm>
@@ -62,7 +62,6 @@ struct GpuAttnRunner {
     p.lse = lse.get();
     p.force_config = io.force_config;
     p.force_split_keys = io.force_split_keys;
-    p.force_split_group = io.force_split_group;
     if (KernelResult r = verify_attn_plan(p, &last_plan); !r.ok()) return r;
     DeviceBuffer<uint8_t> workspace(last_plan.workspace_bytes);
     p.workspace = workspace.get();
@@ -163,11 +162,25 @@ KD_GPU_TEST(tma_probe_matches_layout) {
   for (int f = 0; f < kTmaProbeFills; ++f) KD_EXPECT_EQ(bad[f], 0);
 }
 
-// Every configuration the plan may run here (KDTREE_DEVICE_PROFILE's limits, or the device's):
-// the float32 tiles and the bf16 ones; each one left out is printed with why.
+// The configurations of `wanted` this device runs (KDTREE_DEVICE_PROFILE's limits, or the
+// device's) and this build of the library holds (the baselines only a baselines build); each
+// one left out is printed with why.
+std::vector<int> library_configs(const std::vector<int>& wanted) {
+  std::vector<int> out;
+  for (int c : runnable_configs(wanted, plan_limits().smem_optin, plan_limits().wgmma)) {
+    if (const std::string why = verify_attn_config_unbuilt(c); why.empty()) out.push_back(c);
+    else std::printf("    skipped in this build: %s\n", why.c_str());
+  }
+  return out;
+}
+
+// Every configuration the plan may run here, the float32 tiles and the bf16 ones, and the
+// baselines in a baselines build; the seesaw pairs have their own test (seesaw_pairs).
 std::vector<int> device_configs() {
-  const std::vector<int> all(std::begin(kVerifyConfigs), std::end(kVerifyConfigs));
-  return runnable_configs(all, plan_limits().smem_optin, plan_limits().wgmma);
+  std::vector<int> all;
+  for (int c : kVerifyConfigs)
+    if (c != kVerifyBf16WgmmaSeesawPairs) all.push_back(c);
+  return library_configs(all);
 }
 
 KD_GPU_TEST(small_cases_one_split) {
@@ -178,20 +191,22 @@ KD_GPU_TEST(small_cases_one_split) {
 KD_GPU_TEST(small_cases_forced_splits) {
   GpuAttnRunner runner;  // quick mode (sanitizers): one configuration of each kernel is enough for the merge
   if (quick_mode()) {
-    const std::vector<int> c = runnable_configs({kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall,
-                                                 kVerifyBf16DecodeNarrow, kVerifyBf16WgmmaSeesaw},
-                                                plan_limits().smem_optin, plan_limits().wgmma);
+    const std::vector<int> c = library_configs({kVerifyBf16Sm90, kVerifyBf16Small, kVerifyBf16Decode, kVerifyBf16DecodeSmall,
+                                                kVerifyBf16DecodeNarrow, kVerifyBf16DecodeNarrowPair, kVerifyBf16WgmmaSeesaw});
     run_attn_bundle(runner, bundle(), c, 64);
   } else {
     run_attn_bundle(runner, bundle(), device_configs(), 64);
   }
 }
 
-// Config 10's pairs (clusters of two along the keys, O added through distributed shared
-// memory; verify_attn_cases.h, check_seesaw_pairs) at 64 heads, n=1 (128 query rows: two row
-// tiles) over prefixes of ~8-10k and 1.5k keys (quick mode, under the sanitizers: ~2k and 300).
+// The seesaw pairs (config 14, a baseline: clusters of two along the keys, O added through
+// distributed shared memory; verify_attn_cases.h, check_seesaw_pairs) at 64 heads, n=1 (128
+// query rows: two row tiles) over prefixes of ~8-10k and 1.5k keys (quick mode, under the
+// sanitizers: ~2k and 300). Only in a baselines build.
 KD_GPU_TEST(seesaw_pairs) {
-  if (const std::string why = verify_config_unavailable(kVerifyBf16WgmmaSeesaw, plan_limits().smem_optin, plan_limits().wgmma);
+  if (const std::string why = verify_attn_config_unbuilt(kVerifyBf16WgmmaSeesawPairs); !why.empty()) KD_SKIP(why);
+  if (const std::string why =
+          verify_config_unavailable(kVerifyBf16WgmmaSeesawPairs, plan_limits().smem_optin, plan_limits().wgmma);
       !why.empty())
     KD_SKIP(why);
   GpuAttnRunner runner;
@@ -202,9 +217,8 @@ KD_GPU_TEST(seesaw_pairs) {
     check_seesaw_pairs(runner, rng, 64, 2, 8000 + static_cast<int>(rng() % 2000), 1500, {0, 2048, 576, 320});
 }
 
-// One file per case (schema v0.*), generated on this machine from a logged seed; bf16 with the
-// plan's configuration, then with each one in $KDTREE_ATTN_ALSO_CONFIGS (comma-separated
-// VerifyAttnConfig numbers: a variant not yet planned, through the same long prefixes).
+// One file per case (schema v0.*), generated on this machine from a logged seed; float32 and
+// bf16 with the plan's configuration.
 KD_GPU_TEST(large_cases_from_env) {
   const char* dir = std::getenv("KDTREE_LARGE_ATTN_DIR");
   if (!dir || !*dir) KD_SKIP("set KDTREE_LARGE_ATTN_DIR to the output of python_engine/refgen/large_attn_cases.py");
@@ -213,14 +227,6 @@ KD_GPU_TEST(large_cases_from_env) {
     if (e.path().extension() == ".kdtr") files.push_back(e.path());
   std::sort(files.begin(), files.end());
   KD_CHECK(!files.empty());
-  std::vector<int> also;
-  if (const char* list = std::getenv("KDTREE_ATTN_ALSO_CONFIGS"))
-    for (const char* c = list; *c;) {
-      char* end = nullptr;
-      also.push_back(static_cast<int>(std::strtol(c, &end, 10)));
-      KD_CHECK(end != c);  // KDTREE_ATTN_ALSO_CONFIGS: comma-separated config numbers
-      c = *end == ',' ? end + 1 : end;
-    }
   GpuAttnRunner runner;
   for (const auto& path : files) {
     const KdtrFile f(path.string());
@@ -238,14 +244,6 @@ KD_GPU_TEST(large_cases_from_env) {
     check_attn(runner, io, ref_out, ref_lse, label + " bf16");
     std::printf("      plan: %d splits of %d keys, %d row tiles, config %d\n", runner.last_plan.splits,
                 runner.last_plan.split_len, runner.last_plan.m_tiles, runner.last_plan.config);
-    for (int config : also) {
-      io = base;
-      io.dtype = AttnDType::kBF16;
-      io.force_config = config;
-      check_attn(runner, io, ref_out, ref_lse, label + " bf16 cfg" + std::to_string(config));
-      std::printf("      plan: %d splits of %d keys, %d row tiles, config %d\n", runner.last_plan.splits,
-                  runner.last_plan.split_len, runner.last_plan.m_tiles, runner.last_plan.config);
-    }
   }
 }
 
@@ -287,43 +285,51 @@ KD_TEST(launcher_rejects_impossible_requests) {
   q = p;
   q.max_prefix = -1;
   KD_EXPECT_EQ(check_verify_attn_params(q).status, KernelStatus::kOverLimit);
-  // plans: the H200's shared memory takes the big bf16 tile; an sm_120-class limit the
-  // two-stage 16-row tile (config 12) at every shape; too little shared memory is an error, not a fault
+  // plans: the wgmma tile where the device runs sm_90a code; without wgmma (an sm_120-class
+  // limit, or the H200's shared memory) the two-stage 16-row tile (config 12) at every shape;
+  // below its 94,752 B an error, not a fault (no baseline is planned)
   VerifyAttnPlan plan;
-  KD_EXPECT(make_verify_attn_plan(p, 132, 232448, 233472, &plan).ok());
-  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16Sm90));
-  // ... the wgmma tile where the device runs sm_90a code; forcing it elsewhere is an error
   KD_EXPECT(make_verify_attn_plan(p, 132, 232448, 233472, &plan, true).ok());
   KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16WgmmaSeesaw));
-  // config 10 reduces its splits in pairs (a cluster of two along the keys): an even count and
-  // half the partials (64 heads, n=1, 32k: 65 splits of 512 keys, the tree alone on the last, become 66)
+  KD_EXPECT(make_verify_attn_plan(p, 132, 232448, 233472, &plan).ok());
+  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16DecodeNarrowPair));
+  // the seesaw pairs (config 14, a baseline) reduce the splits in pairs (a cluster of two along
+  // the keys): an even count and half the partials (64 heads, n=1, 32k: 65 splits of 512 keys,
+  // the tree alone on the last, become 66)
   q = p;
   q.heads = 64;
   q.tree_len = 2;
   q.max_prefix = 32768;
-  KD_EXPECT(make_verify_attn_plan(q, 132, 232448, 233472, &plan, true).ok());
-  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16WgmmaSeesaw));
-  KD_EXPECT_EQ(plan.split_group, 1);  // pairs only when asked for
-  for (int group : {1, 2}) {
-    q.force_split_group = group;
+  for (int config : {static_cast<int>(kVerifyBf16WgmmaSeesaw), static_cast<int>(kVerifyBf16WgmmaSeesawPairs)}) {
+    const int group = config == kVerifyBf16WgmmaSeesawPairs ? 2 : 1;
+    q.force_config = config;
     KD_EXPECT(make_verify_attn_plan(q, 132, 232448, 233472, &plan, true).ok());
     KD_EXPECT_EQ(plan.split_group, group);
     KD_EXPECT_EQ(plan.splits, group == 2 ? 66 : 65);
     KD_EXPECT_EQ(plan.workspace_bytes, verify_workspace_for(1, plan.splits / group, 128));
     KD_EXPECT(plan.split_bound >= plan.splits);
   }
-  q.force_split_group = 3;  // no such reduction
-  KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan, true).status, KernelStatus::kInvalidArgument);
-  q.force_split_group = 2;  // pairs are config 10's alone
-  KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan, false).status, KernelStatus::kInvalidArgument);
+  q.force_config = -1;
+  KD_EXPECT(make_verify_attn_plan(q, 132, 232448, 233472, &plan, true).ok());
+  KD_EXPECT_EQ(plan.split_group, 1);  // pairs only when forced
   q = p;
-  q.force_config = kVerifyBf16WgmmaSeesaw;
-  KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan).status, KernelStatus::kInvalidArgument);
+  for (int config : {static_cast<int>(kVerifyBf16WgmmaSeesaw), static_cast<int>(kVerifyBf16WgmmaSeesawPairs)}) {
+    q.force_config = config;  // wgmma tiles without wgmma
+    KD_EXPECT_EQ(make_verify_attn_plan(q, 132, 232448, 233472, &plan).status, KernelStatus::kInvalidArgument);
+  }
   KD_EXPECT(make_verify_attn_plan(p, 188, 101376, 102400, &plan).ok());
   KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16DecodeNarrowPair));
-  KD_EXPECT(make_verify_attn_plan(p, 188, 80 * 1024, 100 * 1024, &plan).ok());  // below its 94,752 B: the one-stage tile
-  KD_EXPECT_EQ(plan.config, static_cast<int>(kVerifyBf16Small));
+  KD_EXPECT_EQ(make_verify_attn_plan(p, 188, 80 * 1024, 100 * 1024, &plan).status, KernelStatus::kOverLimit);
   KD_EXPECT_EQ(make_verify_attn_plan(p, 10, 48 * 1024, 64 * 1024, &plan).status, KernelStatus::kOverLimit);
+  // a baseline is launched only by a build that holds it
+  KD_EXPECT_EQ(verify_attn_config_unbuilt(kVerifyBf16WgmmaSeesaw), std::string());
+  KD_EXPECT_EQ(verify_attn_config_unbuilt(kVerifyF32Narrow), std::string());
+#if defined(KD_VERIFY_ATTN_BASELINES)
+  KD_EXPECT_EQ(verify_attn_config_unbuilt(kVerifyBf16Small), std::string());
+#else
+  KD_EXPECT(verify_attn_config_unbuilt(kVerifyBf16Small).find("-DKD_VERIFY_ATTN_BASELINES") != std::string::npos);
+#endif
+  KD_EXPECT(verify_attn_config_unbuilt(5).find("no configuration") == 0);
   // decode shapes (T * H <= 32 query rows) take the decode kernel, split over every SM
   q = p;
   q.heads = 16;

@@ -21,9 +21,9 @@ The native engine, when csrc/engine/ exists, is also linked as two shared librar
   EMU_TWINS (tests/, bench/)    -> bin/emu/<name>: native programs also built on the emulator,
                                 so the program run on the GPU is itself checked in CI
   (both link lib/emu/libkd_emu.a: the engine's emulated objects, taken as needed)
-  csrc/dev/                     no rule: measuring builds' instrumentation (headers a kernel
-                                includes only under its -D flag, csrc/dev/README.md), never
-                                part of the libraries
+  csrc/dev/                     no rule: measuring builds' instrumentation and baselines
+                                (headers a kernel includes only under its -D flag,
+                                csrc/dev/README.md), never part of the libraries
 Headers (.h, .cuh) are not listed: nvcc/g++ depfiles tell ninja who includes what.
 """
 

@@ -45,10 +45,10 @@ def _kernel(name: str, stores: int = 0, smem: int = 0) -> KernelResources:
     ("void kdtree::kern::verify_merge_kernel<float, 8>(kdtree::kern::VerifyKernelParams)", 0, 4160, True, False),
     ("void kdtree::kern::verify_attn_f32_kernel<kdtree::kern::F32AttnTile<16> >(kdtree::kern::VerifyKernelParams)",
      64, 0, False, False),  # config 2: over sm_120's shared memory, never planned there
-    ("void kdtree::kern::verify_attn_bf16_kernel<kdtree::kern::Bf16AttnConfig<64, 64, 2, 2, 2, 2>, __nv_bfloat16>"
-     "(kdtree::kern::VerifyKernelParams)", 16, 0, False, False),  # config 0
-    ("void kdtree::kern::verify_attn_bf16_kernel<kdtree::kern::Bf16AttnConfig<32, 32, 1, 2, 4, 1>, __nv_bfloat16>"
-     "(kdtree::kern::VerifyKernelParams)", 16, 0, True, True),  # config 1: compiled for sm_120, held to no spill
+    ("void kdtree::kern::verify_attn_seesaw_kernel<__nv_bfloat16, false>(kdtree::kern::VerifyKernelParams, "
+     "kdtree::kern::AttnTmaMaps)", 16, 0, False, False),  # config 10: wgmma, never planned on sm_120
+    ("void kdtree::kern::verify_attn_decode_kernel<kdtree::kern::Bf16DecodeConfig<32, 2, 1, true, 2>, __nv_bfloat16>"
+     "(kdtree::kern::VerifyKernelParams)", 16, 0, True, True),  # config 12: sm_120's tile, held to no spill
     ("void kdtree::kern::tree_build_kernel<true, false, 2>(kdtree::TreeBuildParams, bool)", 24, 0, False, False),
     ("void kdtree::kern::topk_logprobs_kernel<false, 512, true>(kdtree::TopkLogprobsParams, kdtree::kern::TopkOptions)",
      16, 0, True, True),  # the lean top-K with 4-byte loads: planned, no spill accepted
@@ -70,8 +70,8 @@ def test_an_accepted_spill_passes_until_it_grows(monkeypatch):
 def test_sm120_planned_kernels_do_not_spill():
     """The sources of the planned kernels compiled for sm_120 alone (about a minute on two
     cores): no planned kernel spills or asks for more than sm_120 has, and the ones the plans
-    pick there (the 8-row float32 tile, bf16 config 12 and the one-stage 1 and 4 compiled
-    beside it, the merges, tree_build's one-block instances) are among those checked."""
+    pick there (the 8-row float32 tile, bf16 config 12, the merges, tree_build's one-block
+    instances) are among those checked, and no verify_attn baseline (csrc/dev/) is compiled."""
     try:
         from kdtree_cli.native_build.toolchain import find_cuda
 
@@ -85,9 +85,12 @@ def test_sm120_planned_kernels_do_not_spill():
     assert not bad, "\n".join(bad)
     planned = {v.kernel.name for v in verdicts if v.planned}
     for wanted in ("F32AttnTile<8>",  # config 13
-                   "Bf16AttnConfig<32, 32, 1, 2, 4, 1>",  # config 1 (Bf16AttnSmall)
-                   "Bf16DecodeConfig<32, 1, 2, false, 1>",  # config 4 (Bf16DecodeSmall)
                    "Bf16DecodeConfig<32, 2, 1, true, 2>",  # config 12 (Bf16DecodeNarrowPair): sm_120's tile
                    "verify_merge_kernel<float, 8>", "verify_merge_rows_kernel", "tree_build_kernel<true, false, 1>",
                    "topk_logprobs_kernel<true, 512, true>", "tree_accept_kernel"):
         assert any(wanted in n for n in planned), f"{wanted} not among the planned kernels checked"
+    names = {v.kernel.name for v in verdicts}
+    for baseline in ("verify_attn_bf16_kernel", "Bf16DecodeConfig<32, 1, 2, false, 1>"):  # configs 0 and 1, 4
+        assert not any(baseline in n for n in names), f"{baseline}: a baseline (csrc/dev/) compiled into the library's sources"
+    seesaw = [n for n in names if "verify_attn_seesaw_kernel" in n]
+    assert len(seesaw) == 1, seesaw  # config 10 alone, not the pairs' instance (config 14)

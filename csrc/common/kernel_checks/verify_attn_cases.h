@@ -29,7 +29,7 @@ struct AttnIO {
   AttnDType dtype = AttnDType::kBF16;
   int batch = 0, heads = 0, tree_len = 0, max_prefix = 0, vis_words = 0, kv_rows = 0;
   float scale = 0.0f;
-  int force_config = -1, force_split_keys = 0, force_split_group = 0;
+  int force_config = -1, force_split_keys = 0;
   bool with_prefix_array = true;
   std::vector<uint16_t> q_lat, q_pe, kv;  // bf16 bits as stored in the bundle
   std::vector<int32_t> prefix;
@@ -204,7 +204,7 @@ AttnIO random_attn_case(std::mt19937_64& rng, int heads, int tree, int prefix0, 
   return io;
 }
 
-// Config 10's pairs (force_split_group 2: two splits of a row tile reduced through distributed
+// The seesaw pairs (config 14, a baseline: two splits of a row tile reduced through distributed
 // shared memory, a cluster of two) against the float32 kernel on a random_attn_case of `heads`
 // x `tree` rows (a chain with a branch at 3 when tree > 3), prefixes {prefix0, prefix1}: per
 // forced split length (0: the plan's), one pair (the output written directly) or many, odd
@@ -220,9 +220,8 @@ int check_seesaw_pairs(Runner& runner, std::mt19937_64& rng, int heads, int tree
   int odd = 0;
   for (int split_keys : split_keys_list) {
     AttnIO c = io;
-    c.force_config = kVerifyBf16WgmmaSeesaw;
+    c.force_config = kVerifyBf16WgmmaSeesawPairs;
     c.force_split_keys = split_keys;
-    c.force_split_group = kVerifySeesawSplitGroup;
     check_attn(runner, c, ref.out.data(), ref.lse.data(), "seesaw pairs split_keys " + std::to_string(split_keys));
     const VerifyAttnPlan& pl = runner.last_plan;
     const int raw = split_keys > 0 ? (io.max_prefix + pl.split_len - 1) / pl.split_len : pl.splits;

@@ -1,9 +1,11 @@
 // The verify_attn runner on the SIMT emulator: the launcher's plan (on the emulated device
-// with only a few SMs, so splits happen) and the kernels of verify_attn_bf16.cuh / _f32.cuh.
+// with only a few SMs, so splits happen) and the kernels of every configuration, the baselines
+// of csrc/dev/ included (a kernel test, not the library: a baseline is timed on a GPU only if it
+// computes what the planned tiles do).
 #pragma once
 
 #include "emu_device.h"
-#include "kernels/verify_attn_bf16.cuh"
+#include "dev/verify_attn_baseline_kernels.cuh"
 #include "kernels/verify_attn_configs.h"
 #include "kernels/verify_attn_decode.cuh"
 #include "kernels/verify_attn_f32.cuh"
@@ -90,7 +92,6 @@ struct EmuAttnRunner {
     p.lse = io.lse.data();
     p.force_config = io.force_config;
     p.force_split_keys = io.force_split_keys;
-    p.force_split_group = io.force_split_group;
     VerifyAttnPlan plan;
     if (KernelResult r = make_verify_attn_plan(p, sms, smem_optin, smem_per_sm, &plan, wgmma); !r.ok()) return r;
     last_plan = plan;
@@ -103,7 +104,7 @@ struct EmuAttnRunner {
   case config:                                                                      \
     if (KernelResult r = launch_##form<Cfg>(plan, k, __VA_ARGS__); !r.ok()) return r; \
     break;
-      KD_VERIFY_ATTN_CONFIGS(KD_EMU_VERIFY_LAUNCH_CASE)
+      KD_VERIFY_ATTN_ALL_CONFIGS(KD_EMU_VERIFY_LAUNCH_CASE)
 #undef KD_EMU_VERIFY_LAUNCH_CASE
       default:
         return KernelResult::invalid("verify_attn (emulated): no configuration " + std::to_string(plan.config));

@@ -1,5 +1,5 @@
-// verify_attn (float32 and both bf16 tile configurations, one split and several) on the SIMT
-// emulator (CPU), against refs/verify_attn.kdtr.
+// verify_attn (every tile configuration, the baselines of csrc/dev/ included, one split and
+// several) on the SIMT emulator (CPU), against refs/verify_attn.kdtr and the float32 kernel.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -48,10 +48,13 @@ KD_TEST(tma_probe_matches_layout) {
   for (int f = 0; f < kTmaProbeFills; ++f) KD_EXPECT_EQ(mismatches[f], 0);
 }
 
-// Every configuration the emulated device runs (KDTREE_DEVICE_PROFILE's limits: the others
-// are skipped, each saying why).
+// Every configuration the emulated device runs, the baselines included (KDTREE_DEVICE_PROFILE's
+// limits: the others are skipped, each saying why); the seesaw pairs have their own test
+// (verify_attn_seesaw_pairs).
 std::vector<int> device_configs(const EmuAttnRunner& runner) {
-  const std::vector<int> all(std::begin(kVerifyConfigs), std::end(kVerifyConfigs));
+  std::vector<int> all;
+  for (int c : kVerifyConfigs)
+    if (c != kVerifyBf16WgmmaSeesawPairs) all.push_back(c);
   return runnable_configs(all, runner.smem_optin, runner.wgmma);
 }
 
@@ -221,12 +224,14 @@ KD_TEST(verify_attn_sm120_plan_fills_its_sms) {
     }
 }
 
-// Config 10's pairs on the emulator (verify_attn_cases.h, check_seesaw_pairs): 80 query rows
-// (a full row tile and a partial one), a chain with a branch; 64-key splits over 600..699 + 5
-// keys make an odd count, so the evened form (an empty split before the tree's) runs too.
+// The seesaw pairs (config 14, a baseline) on the emulator (verify_attn_cases.h,
+// check_seesaw_pairs): 80 query rows (a full row tile and a partial one), a chain with a branch;
+// 64-key splits over 600..699 + 5 keys make an odd count, so the evened form (an empty split
+// before the tree's) runs too.
 KD_TEST(verify_attn_seesaw_pairs) {
   EmuAttnRunner runner;
-  if (const std::string why = verify_config_unavailable(kVerifyBf16WgmmaSeesaw, runner.smem_optin, runner.wgmma); !why.empty())
+  if (const std::string why = verify_config_unavailable(kVerifyBf16WgmmaSeesawPairs, runner.smem_optin, runner.wgmma);
+      !why.empty())
     KD_SKIP(why);
   std::mt19937_64 rng(test_seed());
   const int odd = check_seesaw_pairs(runner, rng, 16, 5, 600 + static_cast<int>(rng() % 100), 150, {0, 384, 192, 128, 64});
@@ -325,20 +330,10 @@ KD_TEST(verify_merge_matches_double) {
 
 // Files of python_engine/refgen/large_attn_cases.py (folder in $KD_LARGE_ATTN_DIR): the
 // generator's schema and its torch reference, checked on the CPU (keep them small here). Each
-// case runs in float32 and in bf16 with the plan's configuration, then in bf16 with each
-// configuration listed in $KD_ATTN_ALSO_CONFIGS (comma-separated VerifyAttnConfig numbers:
-// variants not yet planned run through the same shapes, splits and batches).
+// case runs in float32 and in bf16 with the plan's configuration.
 KD_TEST(verify_attn_large_from_env) {
   const char* dir = std::getenv("KD_LARGE_ATTN_DIR");
   if (!dir || !*dir) KD_SKIP("set KD_LARGE_ATTN_DIR");
-  std::vector<int> also;
-  if (const char* list = std::getenv("KD_ATTN_ALSO_CONFIGS"))
-    for (const char* c = list; *c;) {
-      char* end = nullptr;
-      also.push_back(static_cast<int>(std::strtol(c, &end, 10)));
-      KD_CHECK(end != c);  // KD_ATTN_ALSO_CONFIGS: comma-separated config numbers
-      c = *end == ',' ? end + 1 : end;
-    }
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir))
     if (e.path().extension() == ".kdtr") files.push_back(e.path());
@@ -348,12 +343,9 @@ KD_TEST(verify_attn_large_from_env) {
   for (const auto& path : files) {
     const KdtrFile f(path.string());
     const AttnIO base = load_attn_case(f, "v0");
-    std::vector<std::pair<AttnDType, int>> runs = {{AttnDType::kF32, -1}, {AttnDType::kBF16, -1}};
-    for (int c : also) runs.push_back({AttnDType::kBF16, c});
-    for (const auto& [d, config] : runs) {
+    for (const AttnDType d : {AttnDType::kF32, AttnDType::kBF16}) {
       AttnIO io = base;
       io.dtype = d;
-      io.force_config = config;
       check_attn(runner, io, f.get("v0.out").as<float>(), f.get("v0.lse").as<float>(),
                  path.stem().string() + (d == AttnDType::kF32 ? " f32" : " bf16"));
       std::printf("      %d splits of %d keys, config %d\n", runner.last_plan.splits, runner.last_plan.split_len,
