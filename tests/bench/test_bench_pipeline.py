@@ -37,9 +37,9 @@ for suite, *kv in cases:
     elif suite == "verify_attn":
         # 0.4 ms at 64 heads, n=64, 32k; scaled by work
         work = int(rec["heads"]) * (int(rec["n"]) + 1) * int(rec["prefix"]) / (64 * 65 * 32768)
-        rec.update(ms=max(0.012, 0.4 * work), tflops=500.0, cache_gbps=3000.0, splits=2, split_keys=512, config=0)
+        rec.update(ms=max(0.012, 0.4 * work), tflops=500.0, cache_gbps=3000.0, splits=2, split_keys=512, config=10)
         if os.environ.get("KDTREE_DEVICE_PROFILE") == "rtx-pro-6000":  # the sm_120 plan: 1.25x the time
-            rec.update(ms=1.25 * rec["ms"], config=1, splits=3)
+            rec.update(ms=1.25 * rec["ms"], config=12, splits=3)
     elif suite == "topk":
         if rec["k"] == "1024":
             rec.update(ok=False, error="topk_logprobs: launch failed (simulated)")
@@ -224,11 +224,11 @@ def test_the_vllm_anchor_joins_its_rows(fake_gpu, tmp_path, monkeypatch):
                for r in rows if r["vllm_ms"] is not None)
     # the second native run under the profile: its times and plans beside the plain ones
     for r in rows:
-        assert r["profile"] == "rtx-pro-6000" and r["profile_plan"] == "3 splits x 512 keys, config 1"
+        assert r["profile"] == "rtx-pro-6000" and r["profile_plan"] == "3 splits x 512 keys, config 12"
         assert r["profile_over_plain"] == pytest.approx(1.25)
         assert r["profile_vs_vllm"] == (None if r["vllm_ms"] is None else pytest.approx(2.0 / 1.25))
         assert r["profile_vs_vllm_no_wgmma"] == (None if r["vllm_ms"] is None else pytest.approx(3.0 / 1.25))
-    assert rows[0]["plan"] == "2 splits x 512 keys, config 0"
+    assert rows[0]["plan"] == "2 splits x 512 keys, config 10"
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["anchor"]["source"] == SOURCE and saved["anchor"]["variants"][0]["ptx_wgmma"] == 40
     assert saved["anchor"]["no_wgmma"]["variants"][0]["ptx_wgmma"] == 0
