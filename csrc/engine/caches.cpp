@@ -23,6 +23,18 @@ void* TargetCache::layer(int l, int first_slot) const {
                         model_dtype_bytes(dtype_));
 }
 
+CacheWords TargetCache::words(int first_slot) const {
+  const int el = model_dtype_bytes(dtype_);
+  CacheWords w;
+  w.cache = static_cast<uint32_t*>(layer(0, first_slot));
+  w.layers = layers_;
+  w.row_words = row_ * el / 4;
+  w.row_stride = w.row_words;
+  w.batch_stride = slot_stride() * el / 4;
+  w.layer_stride = layer_stride() * el / 4;
+  return w;
+}
+
 size_t DrafterCache::bytes_for(const DrafterDims& d, const EngineLimits& l) {
   return size_t{2} * d.layers * l.slots * l.cache_capacity() * d.kv_heads * d.head_dim * model_dtype_bytes(l.dtype);
 }

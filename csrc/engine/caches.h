@@ -12,6 +12,7 @@
 #include "engine/device_memory.h"
 #include "engine/model_config.h"
 #include "kernels/round_ops.cuh"
+#include "kernels/tree_accept.cuh"
 
 namespace kdtree::engine {
 
@@ -20,6 +21,7 @@ class TargetCache {
   TargetCache(const TargetDims& t, const EngineLimits& l, cudaStream_t stream);
   static size_t bytes_for(const TargetDims& t, const EngineLimits& l);  // what the constructor allocates
   void* layer(int l, int first_slot = 0) const;
+  CacheWords words(int first_slot = 0) const;  // every layer from slot first_slot on, as cache_compact takes it
   int64_t slot_stride() const { return static_cast<int64_t>(capacity_) * row_; }  // elements
   int64_t layer_stride() const { return slot_stride() * slots_; }
   int capacity() const { return capacity_; }

@@ -81,6 +81,19 @@ void DecodeRound::body(const RoundShape& s, cudaStream_t stream, bool capturing)
   record(4, stream, capturing);
 }
 
+TreeArrays DecodeRound::tree_arrays(int rows) const {
+  TreeArrays t;
+  t.rows = rows;
+  t.vis_words = vis_words_;
+  t.n = tree_n_;
+  t.tokens = tree_tokens_;
+  t.depth = tree_depth_;
+  t.parent = tree_parent_;
+  t.positions = tree_pos_;
+  t.vis = tree_vis_;
+  return t;
+}
+
 void DecodeRound::tree_body(const RoundShape& s, cudaStream_t stream, bool capturing) {
   const SlotState& state = slots_->device();
   const int B = s.batch, R = s.rows, D = s.block - 1, mp = limits_.max_path();
@@ -89,37 +102,28 @@ void DecodeRound::tree_body(const RoundShape& s, cudaStream_t stream, bool captu
   drafter_->extend(0, B, mp, ctx_feat_, target_->feature_width(), *slots_, *dcache_, stream);
   drafter_->draft(0, B, s.block, *slots_, *dcache_, stream, merged_topk(s));
   record(1, stream, capturing);
+  TopkRows topk;
+  topk.k = s.topk;
+  topk.logp = logp_;
+  topk.tok = tok_;
   if (s.topk > 0 && merged_topk(s)) {
     head_->topk(B * D, s.topk, logp_, tok_, stream);
   } else if (s.topk > 0) {
-    TopkLogprobsParams tk;
-    tk.rows = B * D;
-    tk.vocab = vocab_;
-    tk.k = s.topk;
-    tk.logits = drafter_->logits();
-    tk.logp = logp_;
-    tk.tok = tok_;
-    check_kernel(topk_logprobs(tk, stream));
+    TopkLogits drafted;
+    drafted.rows = B * D;
+    drafted.vocab = vocab_;
+    drafted.logits = drafter_->logits();
+    check_kernel(topk_logprobs(make_topk_logprobs_params(drafted, topk), stream));
   }
-  TreeBuildParams tb;
-  tb.batch = B;
-  tb.depth = D;
-  tb.topk = s.topk;
-  tb.max_budget = R - 1;
-  tb.logp = logp_;
-  tb.tok = tok_;
-  tb.budget = state.round_budget;
-  tb.root_token = state.root_token;
-  tb.start_pos = state.cache_len;
-  tb.max_nodes = R - 1;
-  tb.vis_words = vis_words_;
-  tb.n_out = tree_n_;
-  tb.tokens = tree_tokens_;
-  tb.depth_out = tree_depth_;
-  tb.parent = tree_parent_;
-  tb.positions = tree_pos_;
-  tb.vis = tree_vis_;
-  check_kernel(tree_build(tb, stream));
+  TreeRequests requests;
+  requests.batch = B;
+  requests.depth = D;
+  requests.max_budget = R - 1;
+  requests.budget = state.round_budget;
+  requests.root_token = state.root_token;
+  requests.start_pos = state.cache_len;
+  const TreeArrays trees = tree_arrays(R);
+  check_kernel(tree_build(make_tree_build_params(requests, topk, trees), stream));
   VerifyInputsParams vi;
   vi.batch = B;
   vi.rows = R;
@@ -143,12 +147,7 @@ void DecodeRound::tree_body(const RoundShape& s, cudaStream_t stream, bool captu
   tbatch.features = true;
   target_->forward(tbatch, *tcache_, state.cache_len, stream);
   record(3, stream, capturing);
-  TreeAcceptParams ta;
-  ta.batch = B;
-  ta.rows = R;
-  ta.n = tree_n_;
-  ta.tokens = tree_tokens_;
-  ta.parent = tree_parent_;
+  TargetChoice target;
   if (s.sample) {
     ChooseTokensParams ct;
     ct.batch = B;
@@ -161,33 +160,20 @@ void DecodeRound::tree_body(const RoundShape& s, cudaStream_t stream, bool captu
     ct.draw = state.draw;
     ct.out = choice_;
     check_kernel(choose_tokens(ct, stream));
-    ta.choice = choice_;
+    target = target_tokens(choice_);
   } else if (merged_argmax(s)) {  // greedy on a split model: every row's argmax, merged from the parts
     head_->argmax(B * R, choice_, stream);
-    ta.choice = choice_;
+    target = target_tokens(choice_);
   } else {
-    ta.logits = target_->logits();  // greedy: the walk takes the argmax of the rows on its path
-    ta.vocab = vocab_;
+    target = target_argmax(target_->logits(), vocab_);  // greedy: the walk takes the argmax of the rows on its path
   }
-  ta.max_path = mp;
-  ta.accepted = accepted_;
-  ta.accept_len = accept_len_;
-  ta.bonus = bonus_;
-  check_kernel(tree_accept(ta, stream));
-  const int el = model_dtype_bytes(limits_.dtype);
-  CacheCompactParams cc;
-  cc.batch = B;
-  cc.layers = tcache_->layers();
-  cc.row_words = kVerifyQKDim * el / 4;
-  cc.row_stride = cc.row_words;
-  cc.batch_stride = tcache_->slot_stride() * el / 4;
-  cc.layer_stride = tcache_->layer_stride() * el / 4;
-  cc.cache = static_cast<uint32_t*>(tcache_->layer(0));
-  cc.past_len = state.cache_len;
-  cc.accepted = accepted_;
-  cc.accept_len = accept_len_;
-  cc.max_path = mp;
-  check_kernel(cache_compact(cc, stream));
+  AcceptedPaths paths;
+  paths.max_path = mp;
+  paths.accepted = accepted_;
+  paths.accept_len = accept_len_;
+  paths.bonus = bonus_;
+  check_kernel(tree_accept(make_tree_accept_params(B, trees, target, paths), stream));
+  check_kernel(cache_compact(make_cache_compact_params(B, tcache_->words(), state.cache_len, paths), stream));
   CommitTreeParams ct;
   ct.batch = B;
   ct.rows = R;

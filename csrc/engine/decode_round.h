@@ -20,6 +20,7 @@
 #include "engine/vocab_head.h"
 #include "engine/workspace.h"
 #include "kernels/round_ops.cuh"
+#include "kernels/tree_build.cuh"
 
 namespace kdtree::engine {
 
@@ -67,6 +68,7 @@ class DecodeRound {
   void tree_body(const RoundShape& s, cudaStream_t stream, bool capturing);
   void ar_body(const RoundShape& s, cudaStream_t stream, bool capturing);
   void record(int i, cudaStream_t stream, bool capturing);
+  TreeArrays tree_arrays(int rows) const;  // the workspace's trees at `rows` rows per slot
   // a split model's round reduces the logits per rank and merges (vocab_head.h)
   bool merged_topk(const RoundShape& s) const { return head_->merges_topk(s.topk); }
   bool merged_argmax(const RoundShape& s) const { return comm_->split() && !s.sample; }

@@ -422,20 +422,11 @@ void Engine::keep(int slot, const int32_t* accepted, int count) {
   KD_CUDA_CHECK(cudaMemcpyAsync(io_keep_, accepted, count * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
   const int32_t c = count;
   KD_CUDA_CHECK(cudaMemcpyAsync(io_counts_, &c, sizeof c, cudaMemcpyHostToDevice, stream_));
-  const int el = model_dtype_bytes(limits_.dtype);
-  CacheCompactParams cc;
-  cc.batch = 1;
-  cc.layers = tcache_->layers();
-  cc.row_words = kVerifyQKDim * el / 4;
-  cc.row_stride = cc.row_words;
-  cc.batch_stride = tcache_->slot_stride() * el / 4;
-  cc.layer_stride = tcache_->layer_stride() * el / 4;
-  cc.cache = static_cast<uint32_t*>(tcache_->layer(0, slot));
-  cc.past_len = slots_->device().cache_len + slot;
-  cc.accepted = io_keep_;
-  cc.accept_len = io_counts_;
-  cc.max_path = count;
-  check_kernel(cache_compact(cc, stream_));
+  AcceptedPaths kept;
+  kept.max_path = count;
+  kept.accepted = io_keep_;
+  kept.accept_len = io_counts_;
+  check_kernel(cache_compact(make_cache_compact_params(1, tcache_->words(slot), slots_->device().cache_len + slot, kept), stream_));
   comm_->wait(stream_);
   write_field(slots_->device().cache_len, slot, len + count);
 }

@@ -54,16 +54,18 @@ void VocabHead::topk(int rows, int k, float* logp, int32_t* tok, cudaStream_t st
   if (!merges_topk(k)) fail(KD_INTERNAL, "top-K " + std::to_string(k) + " cannot be merged from the parts");
   char* block = static_cast<char*>(send_);
   const size_t kk = static_cast<size_t>(rows) * k;
-  TopkLogprobsParams tk;  // this part's winners, with their logits and the part's lse
-  tk.rows = rows;
-  tk.vocab = t_.local_vocab();
-  tk.k = k;
-  tk.logits = part_;
-  tk.logp = gathered_;  // scratch: the part's own log-probabilities are not used
-  tk.raw = reinterpret_cast<float*>(block);
-  tk.tok = reinterpret_cast<int32_t*>(block + kk * 4);
-  tk.lse = reinterpret_cast<float*>(block + kk * 8);
-  check_kernel(topk_logprobs(tk, stream));
+  TopkLogits part;  // this part's logits
+  part.rows = rows;
+  part.vocab = t_.local_vocab();
+  part.logits = part_;
+  TopkRows winners;  // its winners, with their logits and the part's lse
+  winners.k = k;
+  winners.logp = gathered_;  // scratch: the part's own log-probabilities are not used
+  winners.tok = reinterpret_cast<int32_t*>(block + kk * 4);
+  TopkPartOutputs sent;
+  sent.raw = reinterpret_cast<float*>(block);
+  sent.lse = reinterpret_cast<float*>(block + kk * 8);
+  check_kernel(topk_logprobs(make_topk_logprobs_params(part, winners, sent), stream));
   comm_->all_gather(send_, gathered_, topk_part_bytes(rows, k), stream);
   MergeTopkParams m;
   m.rows = rows;

@@ -51,6 +51,82 @@ struct CacheCompactParams {
   int max_path = 0;                    // row stride of accepted
 };
 
+// What the accept walk compares the draft with: the target's token at each node, or its
+// logits (the walk takes their argmax). Build one with target_tokens or target_argmax.
+struct TargetChoice {
+  const int32_t* choice = nullptr;  // [B, R] the target's token at each node
+  const float* logits = nullptr;    // [B, R, vocab] when choice is null
+  int vocab = 0;
+};
+inline TargetChoice target_tokens(const int32_t* choice) {
+  TargetChoice t;
+  t.choice = choice;
+  return t;
+}
+inline TargetChoice target_argmax(const float* logits, int vocab) {
+  TargetChoice t;
+  t.logits = logits;
+  t.vocab = vocab;
+  return t;
+}
+
+// The accepted paths of B requests: tree_accept writes them, cache_compact reads them.
+struct AcceptedPaths {
+  int max_path = 0;                // row stride of accepted
+  int32_t* accepted = nullptr;     // [B, max_path] node indices, 0 first; -1 after
+  int32_t* accept_len = nullptr;   // [B] path length including the root; 0 if skipped
+  int32_t* bonus = nullptr;        // [B] the target's choice at the last accepted node (tree_accept's)
+};
+
+// A latent cache in 32-bit words, as cache_compact addresses it (CacheCompactParams).
+struct CacheWords {
+  uint32_t* cache = nullptr;
+  int layers = 1;
+  int row_words = 0;
+  int64_t row_stride = 0;
+  int64_t batch_stride = 0;
+  int64_t layer_stride = 0;
+};
+
+// The one place TreeAcceptParams are built: the walk of `batch` requests over `trees` (rows,
+// n, tokens, parent) against `target`, into `paths`.
+inline TreeAcceptParams make_tree_accept_params(int batch, const TreeArrays& trees, const TargetChoice& target,
+                                                const AcceptedPaths& paths) {
+  TreeAcceptParams p;
+  p.batch = batch;
+  p.rows = trees.rows;
+  p.n = trees.n;
+  p.tokens = trees.tokens;
+  p.parent = trees.parent;
+  p.choice = target.choice;
+  p.logits = target.logits;
+  p.vocab = target.vocab;
+  p.max_path = paths.max_path;
+  p.accepted = paths.accepted;
+  p.accept_len = paths.accept_len;
+  p.bonus = paths.bonus;
+  return p;
+}
+
+// The one place CacheCompactParams are built: keep the rows of `paths` in `cache` for
+// `batch` requests whose tree entries start at past_len[b].
+inline CacheCompactParams make_cache_compact_params(int batch, const CacheWords& cache, const int32_t* past_len,
+                                                    const AcceptedPaths& paths) {
+  CacheCompactParams p;
+  p.batch = batch;
+  p.layers = cache.layers;
+  p.row_words = cache.row_words;
+  p.row_stride = cache.row_stride;
+  p.batch_stride = cache.batch_stride;
+  p.layer_stride = cache.layer_stride;
+  p.cache = cache.cache;
+  p.past_len = past_len;
+  p.accepted = paths.accepted;
+  p.accept_len = paths.accept_len;
+  p.max_path = paths.max_path;
+  return p;
+}
+
 KernelResult tree_accept(const TreeAcceptParams& p, cudaStream_t stream);
 KernelResult cache_compact(const CacheCompactParams& p, cudaStream_t stream);
 

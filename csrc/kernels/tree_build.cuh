@@ -69,6 +69,96 @@ struct TopkLogprobsParams {
                                    //   (kern::kTopkDefaultVariant)
 };
 
+// The groups of arguments the launch parameters are built from (make_*_params below), so
+// that every caller names what it passes and two arrays of one type cannot trade places.
+
+// Rows of logits, [rows, vocab] row-major: topk_logprobs' input.
+struct TopkLogits {
+  int rows = 0;                   // R
+  int vocab = 0;                  // V
+  const float* logits = nullptr;  // [R, V]
+};
+
+// Top-K rows, [R, K]: topk_logprobs writes them; tree_build reads them as [B, D, K].
+struct TopkRows {
+  int k = 0;                // K columns per row
+  float* logp = nullptr;    // [R, K] log-probabilities, rows descending
+  int32_t* tok = nullptr;   // [R, K] their token ids
+};
+
+// What a vocabulary-split lm_head's part also takes from topk_logprobs (vocab_merge.cuh).
+struct TopkPartOutputs {
+  float* raw = nullptr;  // [R, K] each winner's logit
+  float* lse = nullptr;  // [R, 2] the row's log-sum-exp as a float pair
+};
+
+// The requests of one tree_build launch (device arrays of B entries).
+struct TreeRequests {
+  int batch = 0;                        // B requests
+  int depth = 0;                        // D top-K rows per request (drafted positions)
+  int max_budget = 0;                   // host-known bound on budget[b]
+  const int32_t* budget = nullptr;      // [B] node budget per request
+  const int32_t* root_token = nullptr;  // [B] token of node 0, or null (-1)
+  const int32_t* start_pos = nullptr;   // [B] sequence position of the root, or null (no positions)
+};
+
+// B draft trees of `rows` rows each (node 0 the root): tree_build writes them, tree_accept
+// (tree_accept.cuh) and the decode round read them.
+struct TreeArrays {
+  int rows = 0;                    // rows per request: the largest node count + 1
+  int vis_words = 0;               // uint32 words per visibility row (>= ceil(rows / 32))
+  int32_t* n = nullptr;            // [B] node count (root excluded)
+  int32_t* tokens = nullptr;       // [B, rows]
+  int32_t* depth = nullptr;        // [B, rows]
+  int32_t* parent = nullptr;       // [B, rows]
+  int32_t* positions = nullptr;    // [B, rows], or null
+  float* score = nullptr;          // [B, rows], or null
+  uint32_t* vis = nullptr;         // [B, rows, vis_words]
+};
+
+// The one place TopkLogprobsParams are built: the top K of every row of `logits` into `out`
+// (plus a vocabulary part's raw logits and lse when `part` names them). The test hooks
+// (force_exact_compaction, variant) keep their defaults.
+inline TopkLogprobsParams make_topk_logprobs_params(const TopkLogits& logits, const TopkRows& out,
+                                                    const TopkPartOutputs& part = {}) {
+  TopkLogprobsParams p;
+  p.rows = logits.rows;
+  p.vocab = logits.vocab;
+  p.k = out.k;
+  p.logits = logits.logits;
+  p.logp = out.logp;
+  p.tok = out.tok;
+  p.raw = part.raw;
+  p.lse = part.lse;
+  return p;
+}
+
+// The one place TreeBuildParams are built: the trees of `requests` from their top-K rows
+// `topk` ([B, D, K]) into `trees` (max_nodes = trees.rows - 1).
+inline TreeBuildParams make_tree_build_params(const TreeRequests& requests, const TopkRows& topk,
+                                              const TreeArrays& trees) {
+  TreeBuildParams p;
+  p.batch = requests.batch;
+  p.depth = requests.depth;
+  p.topk = topk.k;
+  p.max_budget = requests.max_budget;
+  p.logp = topk.logp;
+  p.tok = topk.tok;
+  p.budget = requests.budget;
+  p.root_token = requests.root_token;
+  p.start_pos = requests.start_pos;
+  p.max_nodes = trees.rows - 1;
+  p.vis_words = trees.vis_words;
+  p.n_out = trees.n;
+  p.tokens = trees.tokens;
+  p.depth_out = trees.depth;
+  p.parent = trees.parent;
+  p.positions = trees.positions;
+  p.score = trees.score;
+  p.vis = trees.vis;
+  return p;
+}
+
 // Dynamic shared memory a tree_build launch with these sizes takes on the current device
 // (~85 KB for the node pool, plus the staged logp rows when they fit; 0 on error).
 size_t tree_build_smem_bytes(int depth, int topk, int max_budget);

@@ -42,69 +42,21 @@ struct GpuAcceptRunner {
       ~StreamGuard() { cudaStreamDestroy(s); }
     } guard{stream};
     TreeBuildIO& t = io.tree;
-    AcceptIO& a = io.acc;
-    const size_t rows = static_cast<size_t>(t.batch) * t.rows();
     // topk's outputs are tree_build's inputs: one device copy of t.logp / t.tok serves both
     t.logp.assign(static_cast<size_t>(t.batch) * t.depth * t.topk, poison_f32());
     t.tok.assign(t.logp.size(), kPoisonI32);
-    DeviceCopies dev;
-    const TreeBuildParams bp = tree_build_params(t, dev);  // every upload before the first launch
-    DeviceBuffer<float> draft(io.draft_logits);
-    DeviceBuffer<float> bigram(io.bigram), embed(io.embed), cache(io.cache);
-    DeviceBuffer<float> logits(std::vector<float>(rows * io.vocab, poison_f32()));
-    DeviceBuffer<int32_t> past(io.past), accepted(a.accepted), len(a.accept_len), bonus(a.bonus);
+    DeviceCopies dev;  // every upload (in building the parameters) before the first launch
+    const TopkLogprobsParams tp = chain_topk_params(io, dev);
+    const TreeBuildParams bp = tree_build_params(t, dev);
+    const StandInVerifyParams v = chain_verify_params(io, dev);
+    const TreeAcceptParams ap = chain_accept_params(io, dev);
+    const CacheCompactParams cp = chain_compact_params(io, dev);
 
-    TopkLogprobsParams tp;
-    tp.rows = t.batch * t.depth;
-    tp.vocab = io.vocab;
-    tp.k = t.topk;
-    tp.logits = draft.get();
-    tp.logp = dev(t.logp);
-    tp.tok = dev(t.tok);
     if (KernelResult r = topk_logprobs(tp, stream); !r.ok()) return r;
-
     if (KernelResult r = tree_build(bp, stream); !r.ok()) return r;
-
-    StandInVerifyParams v;
-    v.batch = t.batch;
-    v.rows = t.rows();
-    v.vocab = io.vocab;
-    v.width = io.width;
-    v.cache_rows = io.cache_rows;
-    v.n = dev(t.n);
-    v.tokens = dev(t.tokens);
-    v.past = past.get();
-    v.bigram = bigram.get();
-    v.embed = embed.get();
-    v.logits = logits.get();
-    v.cache = cache.get();
     stand_in_verify_kernel<<<dim3(v.rows, v.batch), kStandInThreads, 0, stream>>>(v);
     KD_CHECK_LAUNCH();
-
-    TreeAcceptParams ap;
-    ap.batch = t.batch;
-    ap.rows = t.rows();
-    ap.n = dev(t.n);
-    ap.tokens = dev(t.tokens);
-    ap.parent = dev(t.parent);
-    ap.logits = logits.get();
-    ap.vocab = io.vocab;
-    ap.max_path = a.max_path;
-    ap.accepted = accepted.get();
-    ap.accept_len = len.get();
-    ap.bonus = bonus.get();
     if (KernelResult r = tree_accept(ap, stream); !r.ok()) return r;
-
-    CacheCompactParams cp;
-    cp.batch = t.batch;
-    cp.row_words = io.width;
-    cp.row_stride = io.width;
-    cp.batch_stride = static_cast<int64_t>(io.cache_rows) * io.width;
-    cp.cache = reinterpret_cast<uint32_t*>(cache.get());
-    cp.past_len = past.get();
-    cp.accepted = accepted.get();
-    cp.accept_len = len.get();
-    cp.max_path = a.max_path;
     if (KernelResult r = cache_compact(cp, stream); !r.ok()) return r;
 
     KD_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -114,10 +66,10 @@ struct GpuAcceptRunner {
     dev.download(t.tokens);
     dev.download(t.depth_out);
     dev.download(t.parent);
-    accepted.download(a.accepted);
-    len.download(a.accept_len);
-    bonus.download(a.bonus);
-    cache.download(io.cache);
+    dev.download(io.acc.accepted);
+    dev.download(io.acc.accept_len);
+    dev.download(io.acc.bonus);
+    dev.download(io.cache);
     return KernelResult::success();
   }
 };
@@ -155,12 +107,13 @@ KD_GPU_TEST(chain_topk_build_verify_accept_compact_on_device) {
 
 KD_TEST(launchers_reject_impossible_requests) {
   int32_t dummy[4] = {0, 0, 0, 0};
-  TreeAcceptParams p;
-  p.batch = 1;
-  p.rows = 4;
-  p.n = p.tokens = p.parent = p.choice = dummy;
-  p.max_path = 3;
-  p.accepted = p.accept_len = p.bonus = dummy;
+  TreeArrays trees;
+  trees.rows = 4;
+  trees.n = trees.tokens = trees.parent = dummy;
+  AcceptedPaths paths;
+  paths.max_path = 3;
+  paths.accepted = paths.accept_len = paths.bonus = dummy;
+  TreeAcceptParams p = make_tree_accept_params(1, trees, target_tokens(dummy), paths);
   KD_EXPECT(check_tree_accept_params(p).ok());
   p.batch = 0;
   KD_EXPECT_EQ(check_tree_accept_params(p).status, KernelStatus::kInvalidArgument);
@@ -170,13 +123,11 @@ KD_TEST(launchers_reject_impossible_requests) {
   p.max_path = 3;
   p.choice = nullptr;  // and no logits either
   KD_EXPECT_EQ(check_tree_accept_params(p).status, KernelStatus::kInvalidArgument);
-  CacheCompactParams c;
-  c.batch = 1;
-  c.row_words = 8;
-  c.row_stride = 4;  // rows overlap
-  c.cache = reinterpret_cast<uint32_t*>(dummy);
-  c.past_len = c.accepted = c.accept_len = dummy;
-  c.max_path = 3;
+  CacheWords cache;
+  cache.cache = reinterpret_cast<uint32_t*>(dummy);
+  cache.row_words = 8;
+  cache.row_stride = 4;  // rows overlap
+  CacheCompactParams c = make_cache_compact_params(1, cache, dummy, paths);
   KD_EXPECT_EQ(check_cache_compact_params(c).status, KernelStatus::kInvalidArgument);
   c.row_stride = 8;
   KD_EXPECT(check_cache_compact_params(c).ok());

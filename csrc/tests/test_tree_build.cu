@@ -115,22 +115,21 @@ TreeBuildParams valid_params() {
   static int32_t dummy_i[8];
   static float dummy_f[8];
   static uint32_t dummy_u[8];
-  TreeBuildParams p;
-  p.batch = 2;
-  p.depth = 4;
-  p.topk = 8;
-  p.max_budget = 16;
-  p.max_nodes = 16;
-  p.vis_words = 1;
-  p.logp = dummy_f;
-  p.tok = dummy_i;
-  p.budget = dummy_i;
-  p.n_out = dummy_i;
-  p.tokens = dummy_i;
-  p.depth_out = dummy_i;
-  p.parent = dummy_i;
-  p.vis = dummy_u;
-  return p;
+  TreeRequests requests;
+  requests.batch = 2;
+  requests.depth = 4;
+  requests.max_budget = 16;
+  requests.budget = dummy_i;
+  TopkRows topk;
+  topk.k = 8;
+  topk.logp = dummy_f;
+  topk.tok = dummy_i;
+  TreeArrays trees;
+  trees.rows = 17;  // max_nodes 16
+  trees.vis_words = 1;
+  trees.n = trees.tokens = trees.depth = trees.parent = dummy_i;
+  trees.vis = dummy_u;
+  return make_tree_build_params(requests, topk, trees);
 }
 }  // namespace
 
@@ -155,12 +154,15 @@ KD_TEST(launcher_rejects_impossible_requests) {
   p = valid_params();
   p.logp = nullptr;
   KD_EXPECT_EQ(check_tree_build_params(p).status, KernelStatus::kInvalidArgument);
-  TopkLogprobsParams t;
-  t.rows = 1;
-  t.vocab = 10;
-  t.k = 11;  // more columns than the vocabulary
-  t.logits = t.logp = reinterpret_cast<float*>(p.n_out);
-  t.tok = p.n_out;
+  TopkLogits logits;
+  logits.rows = 1;
+  logits.vocab = 10;
+  logits.logits = reinterpret_cast<float*>(p.n_out);
+  TopkRows out;
+  out.k = 11;  // more columns than the vocabulary
+  out.logp = reinterpret_cast<float*>(p.n_out);
+  out.tok = p.n_out;
+  TopkLogprobsParams t = make_topk_logprobs_params(logits, out);
   KD_EXPECT_EQ(check_topk_logprobs_params(t).status, KernelStatus::kOverLimit);
   t.k = kTreeMaxNodes + 1;
   t.vocab = 5000;

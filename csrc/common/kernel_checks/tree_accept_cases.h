@@ -14,6 +14,7 @@
 
 #include "kernel_test_util.h"
 #include "kernels/tree_accept.cuh"
+#include "stand_in_verify.cuh"
 #include "tree_build_cases.h"
 
 namespace kdtree::test {
@@ -47,44 +48,97 @@ struct ChainIO {
   int cache_rows = 0;            // rows per request in cache
   std::vector<float> cache;      // [B, cache_rows, width], modified in place
   std::vector<int32_t> past;     // [B]
-  AcceptIO acc;                  // outputs (batch, rows, max_path set by the caller)
+  AcceptIO acc;                  // outputs (batch, rows, max_path set by the caller); acc.logits:
+                                 //   the stand-in verify's logits, poisoned by the caller
 };
 
-// The launch parameters for io, each array at at(<its vector>) as in tree_build_params; the
-// optional choice/logits are nullptr when empty.
+// The launch parameters for io (through make_*_params), each array at at(<its vector>) as in
+// tree_build_params. io's outputs (the paths cache_compact keeps):
+template <class At>
+AcceptedPaths accepted_paths(AcceptIO& io, At&& at) {
+  AcceptedPaths paths;
+  paths.max_path = io.max_path;
+  paths.accepted = at(io.accepted);
+  paths.accept_len = at(io.accept_len);
+  paths.bonus = at(io.bonus);
+  return paths;
+}
+
+// The walk takes io.choice, or the argmax of io.logits when choice is empty.
 template <class At>
 TreeAcceptParams tree_accept_params(AcceptIO& io, At&& at) {
-  TreeAcceptParams p;
-  p.batch = io.batch;
-  p.rows = io.rows;
-  p.n = at(io.n);
-  p.tokens = at(io.tokens);
-  p.parent = at(io.parent);
-  p.choice = io.choice.empty() ? nullptr : at(io.choice);
-  p.logits = io.logits.empty() ? nullptr : at(io.logits);
-  p.vocab = io.vocab;
-  p.max_path = io.max_path;
-  p.accepted = at(io.accepted);
-  p.accept_len = at(io.accept_len);
-  p.bonus = at(io.bonus);
-  return p;
+  TreeArrays trees;
+  trees.rows = io.rows;
+  trees.n = at(io.n);
+  trees.tokens = at(io.tokens);
+  trees.parent = at(io.parent);
+  const TargetChoice target = io.choice.empty() ? target_argmax(io.logits.empty() ? nullptr : at(io.logits), io.vocab)
+                                                : target_tokens(at(io.choice));
+  return make_tree_accept_params(io.batch, trees, target, accepted_paths(io, at));
 }
 
 template <class At>
 CacheCompactParams cache_compact_params(CompactIO& io, At&& at) {
-  CacheCompactParams p;
-  p.batch = io.batch;
-  p.layers = io.layers;
-  p.row_words = io.row_words;
-  p.row_stride = io.row_stride;
-  p.batch_stride = io.batch_stride;
-  p.layer_stride = io.layer_stride;
-  p.cache = at(io.cache);
-  p.past_len = at(io.past_len);
-  p.accepted = at(io.accepted);
-  p.accept_len = at(io.accept_len);
-  p.max_path = io.max_path;
-  return p;
+  CacheWords cache;
+  cache.cache = at(io.cache);
+  cache.layers = io.layers;
+  cache.row_words = io.row_words;
+  cache.row_stride = io.row_stride;
+  cache.batch_stride = io.batch_stride;
+  cache.layer_stride = io.layer_stride;
+  AcceptedPaths kept;
+  kept.max_path = io.max_path;
+  kept.accepted = at(io.accepted);
+  kept.accept_len = at(io.accept_len);
+  return make_cache_compact_params(io.batch, cache, at(io.past_len), kept);
+}
+
+// The chain's stages on io.tree's arrays (at at(...) as above): topk_logprobs of the draft
+// logits into the tree's top-K arrays, the stand-in verify into io.acc.logits and io.cache,
+// the greedy walk over the tree's outputs, and the compaction of io.cache.
+template <class At>
+TopkLogprobsParams chain_topk_params(ChainIO& io, At&& at) {
+  TreeBuildIO& t = io.tree;
+  TopkLogits draft;
+  draft.rows = t.batch * t.depth;
+  draft.vocab = io.vocab;
+  draft.logits = at(io.draft_logits);
+  return make_topk_logprobs_params(draft, topk_rows(t.topk, t.logp, t.tok, at));
+}
+
+template <class At>
+StandInVerifyParams chain_verify_params(ChainIO& io, At&& at) {
+  TreeBuildIO& t = io.tree;
+  StandInVerifyParams v;
+  v.batch = t.batch;
+  v.rows = t.rows();
+  v.vocab = io.vocab;
+  v.width = io.width;
+  v.cache_rows = io.cache_rows;
+  v.n = at(t.n);
+  v.tokens = at(t.tokens);
+  v.past = at(io.past);
+  v.bigram = at(io.bigram);
+  v.embed = at(io.embed);
+  v.logits = at(io.acc.logits);
+  v.cache = at(io.cache);
+  return v;
+}
+
+template <class At>
+TreeAcceptParams chain_accept_params(ChainIO& io, At&& at) {
+  return make_tree_accept_params(io.tree.batch, tree_arrays(io.tree, at), target_argmax(at(io.acc.logits), io.vocab),
+                                 accepted_paths(io.acc, at));
+}
+
+template <class At>
+CacheCompactParams chain_compact_params(ChainIO& io, At&& at) {
+  CacheWords cache;  // the float rows as 32-bit words, one layer
+  cache.cache = reinterpret_cast<uint32_t*>(at(io.cache));
+  cache.row_words = io.width;
+  cache.row_stride = io.width;
+  cache.batch_stride = static_cast<int64_t>(io.cache_rows) * io.width;
+  return make_cache_compact_params(io.tree.batch, cache, at(io.past), accepted_paths(io.acc, at));
 }
 
 inline uint32_t f32_bits(float f) {
@@ -243,6 +297,7 @@ void run_chain_case(Runner& runner, const KdtrFile& f) {
   io.acc.max_path = static_cast<int>(f.get("accepted").shape[1]);
   t.poison_outputs();
   io.acc.poison_outputs();
+  io.acc.logits.assign(static_cast<size_t>(t.batch) * t.rows() * io.vocab, poison_f32());
   const KernelResult r = runner.chain(io);
   if (!r.ok()) report_failure(nullptr, 0, "chain: " + r.message);
   KD_CHECK(r.ok());

@@ -55,42 +55,53 @@ struct TopkIO {
   }
 };
 
-// The launch parameters for t and io, each array at at(<its vector>): the vector's own data
-// on the emulator, its device copy on the GPU (DeviceCopies).
+// The launch parameters of the IO structs above (through make_*_params), each array at
+// at(<its vector>): the vector's own data on the emulator, its device copy on the GPU
+// (DeviceCopies). Top-K arrays ([B, D, K] or [R, K]):
+template <class At>
+TopkRows topk_rows(int k, std::vector<float>& logp, std::vector<int32_t>& tok, At&& at) {
+  TopkRows r;
+  r.k = k;
+  r.logp = at(logp);
+  r.tok = at(tok);
+  return r;
+}
+
 template <class At>
 TopkLogprobsParams topk_params(TopkIO& t, At&& at) {
-  TopkLogprobsParams p;
-  p.rows = t.rows;
-  p.vocab = t.vocab;
-  p.k = t.k;
-  p.logits = at(t.logits);
-  p.logp = at(t.logp);
-  p.tok = at(t.tok);
-  return p;
+  TopkLogits logits;
+  logits.rows = t.rows;
+  logits.vocab = t.vocab;
+  logits.logits = at(t.logits);
+  return make_topk_logprobs_params(logits, topk_rows(t.k, t.logp, t.tok, at));
+}
+
+// io's output trees:
+template <class At>
+TreeArrays tree_arrays(TreeBuildIO& io, At&& at) {
+  TreeArrays t;
+  t.rows = io.rows();
+  t.vis_words = io.vis_words;
+  t.n = at(io.n);
+  t.tokens = at(io.tokens);
+  t.depth = at(io.depth_out);
+  t.parent = at(io.parent);
+  t.positions = at(io.positions);
+  t.score = at(io.score);
+  t.vis = at(io.vis);
+  return t;
 }
 
 template <class At>
 TreeBuildParams tree_build_params(TreeBuildIO& io, At&& at) {
-  TreeBuildParams p;
-  p.batch = io.batch;
-  p.depth = io.depth;
-  p.topk = io.topk;
-  p.max_budget = io.max_budget;
-  p.logp = at(io.logp);
-  p.tok = at(io.tok);
-  p.budget = at(io.budget);
-  p.root_token = at(io.root);
-  p.start_pos = at(io.start);
-  p.max_nodes = io.max_nodes;
-  p.vis_words = io.vis_words;
-  p.n_out = at(io.n);
-  p.tokens = at(io.tokens);
-  p.depth_out = at(io.depth_out);
-  p.parent = at(io.parent);
-  p.positions = at(io.positions);
-  p.score = at(io.score);
-  p.vis = at(io.vis);
-  return p;
+  TreeRequests requests;
+  requests.batch = io.batch;
+  requests.depth = io.depth;
+  requests.max_budget = io.max_budget;
+  requests.budget = at(io.budget);
+  requests.root_token = at(io.root);
+  requests.start_pos = at(io.start);
+  return make_tree_build_params(requests, topk_rows(io.topk, io.logp, io.tok, at), tree_arrays(io, at));
 }
 
 // Compare request b of io with a reference tree (n, tokens/depth/parent [>= n+1], vis rows

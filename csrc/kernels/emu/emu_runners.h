@@ -47,19 +47,20 @@ struct EmuTreeRunner {
 };
 
 struct EmuAcceptRunner {
-  KernelResult accept(AcceptIO& io) {
-    const TreeAcceptParams p = tree_accept_params(io, host_data);
+  KernelResult accept(AcceptIO& io) { return launch_accept(tree_accept_params(io, host_data)); }
+
+  KernelResult compact(CompactIO& io) {
+    return launch_compact(cache_compact_params(io, host_data));
+  }
+
+  // the launchers' plans, on the emulator
+  static KernelResult launch_accept(const TreeAcceptParams& p) {
     TreeAcceptPlan plan;
     if (KernelResult r = make_tree_accept_plan(p, &plan); !r.ok()) return r;
     ::kdemu::launch(dim3(plan.blocks), dim3(plan.threads), 0, kern::tree_accept_kernel, p);
     return KernelResult::success();
   }
 
-  KernelResult compact(CompactIO& io) {
-    return launch_compact(cache_compact_params(io, host_data));
-  }
-
-  // the launcher's plan, on the emulator
   static KernelResult launch_compact(const CacheCompactParams& p) {
     CacheCompactPlan plan;
     if (KernelResult r = make_cache_compact_plan(p, &plan); !r.ok()) return r;
@@ -80,40 +81,10 @@ struct EmuAcceptRunner {
     t.logp = topk.logp;
     t.tok = topk.tok;
     if (KernelResult r = trees.build(t); !r.ok()) return r;
-    StandInVerifyParams v;
-    v.batch = t.batch;
-    v.rows = t.rows();
-    v.vocab = io.vocab;
-    v.width = io.width;
-    v.cache_rows = io.cache_rows;
-    v.n = t.n.data();
-    v.tokens = t.tokens.data();
-    v.past = io.past.data();
-    v.bigram = io.bigram.data();
-    v.embed = io.embed.data();
-    std::vector<float> logits(static_cast<size_t>(t.batch) * t.rows() * io.vocab, poison_f32());
-    v.logits = logits.data();
-    v.cache = io.cache.data();
+    const StandInVerifyParams v = chain_verify_params(io, host_data);
     ::kdemu::launch(dim3(v.rows, v.batch), dim3(kStandInThreads), 0, stand_in_verify_kernel, v);
-    AcceptIO& a = io.acc;
-    a.n = t.n;
-    a.tokens = t.tokens;
-    a.parent = t.parent;
-    a.logits = std::move(logits);
-    if (KernelResult r = accept(a); !r.ok()) return r;
-    CacheCompactParams c;
-    c.batch = t.batch;
-    c.layers = 1;
-    c.row_words = io.width;
-    c.row_stride = io.width;
-    c.batch_stride = static_cast<int64_t>(io.cache_rows) * io.width;
-    c.layer_stride = 0;
-    c.cache = reinterpret_cast<uint32_t*>(io.cache.data());
-    c.past_len = io.past.data();
-    c.accepted = a.accepted.data();
-    c.accept_len = a.accept_len.data();
-    c.max_path = a.max_path;
-    return launch_compact(c);
+    if (KernelResult r = launch_accept(chain_accept_params(io, host_data)); !r.ok()) return r;
+    return launch_compact(chain_compact_params(io, host_data));
   }
 };
 
