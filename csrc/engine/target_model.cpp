@@ -103,24 +103,16 @@ size_t TargetModel::attention_workspace_bytes() const {
   // prefix-independent bound: the split count is not monotone in the prefix)
   const int capacity = limits_.cache_capacity();
   size_t most = 0;
-  alignas(256) static const int16_t dummy[8] = {};  // the plan checks pointers: any aligned address
   for (int batch = 1; batch <= limits_.slots; ++batch)
     for (int rows = 1; rows <= kVerifyMaxTreeLen && batch * rows <= limits_.forward_rows(); ++rows) {
       if (capacity - rows < 0) break;
-      VerifyAttnParams p;
-      p.dtype = attn_type(dt_);
-      p.batch = batch;
-      p.heads = dims_.local_heads();
-      p.tree_len = rows;
-      p.max_prefix = capacity - rows;
-      p.kv_row_stride = kVerifyQKDim;
-      p.kv_batch_stride = static_cast<int64_t>(capacity) * kVerifyQKDim;
-      p.vis_words = (rows + 31) / 32;
-      p.scale = dims_.softmax_scale;
-      p.q_lat = p.q_pe = p.kv = dummy;
-      p.out = const_cast<int16_t*>(dummy);
-      p.vis = reinterpret_cast<const uint32_t*>(dummy);
-      most = std::max(most, verify_attn_workspace_bound_bytes(p));
+      VerifyQueries q;
+      q.dtype = attn_type(dt_);
+      q.batch = batch;
+      q.tree_len = rows;
+      q.heads = dims_.local_heads();
+      q.scale = dims_.softmax_scale;
+      most = std::max(most, verify_attn_workspace_bound_bytes(make_verify_attn_plan_params(q, capacity)));
     }
   return most;
 }
@@ -380,25 +372,27 @@ void TargetModel::attention(const Layer& w, int layer, const TargetBatch& b, con
   const int64_t head_rows = static_cast<int64_t>(t.nope + t.v_head) * t.kv_lora;  // kv_b elements per head
   gemm_->batched(static_cast<int>(heads), rows, t.kv_lora, t.nope, mat(q, q_ld, dt_), qk, mat(w.kv_b, t.kv_lora, dt_), head_rows,
                  /*transpose_w=*/false, out(q_lat_, heads * kVerifyLatentDim, dt_), kVerifyLatentDim);
-  VerifyAttnParams a;
-  a.dtype = attn_type(dt_);
-  a.batch = b.batch;
-  a.heads = static_cast<int>(heads);
-  a.tree_len = b.tokens;
-  a.max_prefix = std::min(b.max_prefix, cache.capacity() - b.tokens);
-  a.prefix_len = cache_len + b.first_slot;
-  a.q_lat = q_lat_;
-  a.q_pe = q_pe_;
-  a.kv = cache.layer(layer, b.first_slot);
-  a.kv_row_stride = kVerifyQKDim;
-  a.kv_batch_stride = cache.slot_stride();
-  a.vis = b.vis;
-  a.vis_words = b.vis_words;
-  a.scale = t.softmax_scale;
-  a.out = o_lat_;
-  a.workspace = attn_workspace_;
-  a.workspace_bytes = attn_workspace_bytes_;
-  check_kernel(verify_attn(a, stream));
+  VerifyQueries queries;
+  queries.dtype = attn_type(dt_);
+  queries.batch = b.batch;
+  queries.tree_len = b.tokens;
+  queries.heads = static_cast<int>(heads);
+  queries.q_lat = q_lat_;
+  queries.q_pe = q_pe_;
+  queries.scale = t.softmax_scale;
+  VerifyKeys keys;
+  keys.kv = cache.layer(layer, b.first_slot);
+  keys.batch_stride = cache.slot_stride();
+  keys.max_prefix = std::min(b.max_prefix, cache.capacity() - b.tokens);
+  keys.prefix_len = cache_len + b.first_slot;
+  TreeMask mask;
+  mask.vis = b.vis;
+  mask.words = b.vis_words;
+  VerifyOutputs outputs;
+  outputs.out = o_lat_;
+  outputs.workspace = attn_workspace_;
+  outputs.workspace_bytes = attn_workspace_bytes_;
+  check_kernel(verify_attn(make_verify_attn_params(queries, keys, mask, outputs), stream));
   // o[:, h] = o_lat[:, h] @ w_vc[h]^T, w_vc[h] = kv_b rows h*(nope+v)+nope .. +v
   gemm_->batched(static_cast<int>(heads), rows, t.v_head, t.kv_lora, mat(o_lat_, heads * kVerifyLatentDim, dt_), kVerifyLatentDim,
                  mat(at(w.kv_b, static_cast<int64_t>(t.nope) * t.kv_lora, dt_), t.kv_lora, dt_), head_rows,

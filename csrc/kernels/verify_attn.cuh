@@ -64,6 +64,87 @@ struct VerifyAttnParams {
   int force_split_keys = 0;
 };
 
+// The groups of arguments VerifyAttnParams are built from (make_verify_attn_params), so that
+// every caller names what it passes and two arrays of one type cannot trade places.
+
+// The queries: T = 1 + n tree tokens x H heads of each of B requests.
+struct VerifyQueries {
+  AttnDType dtype = AttnDType::kBF16;  // of q_lat, q_pe, the cache rows and out
+  int batch = 0;                       // B
+  int tree_len = 0;                    // T
+  int heads = 0;                       // H
+  const void* q_lat = nullptr;         // [B, T, H, 512]
+  const void* q_pe = nullptr;          // [B, T, H, 64]
+  float scale = 0.0f;                  // softmax scale
+};
+
+// The latent cache rows they attend to: request b's at kv + b * batch_stride, its prefix
+// first, then the tree's own T rows.
+struct VerifyKeys {
+  const void* kv = nullptr;
+  int64_t row_stride = kVerifyQKDim;    // elements between rows
+  int64_t batch_stride = 0;             // elements between requests
+  int max_prefix = 0;                   // host-known bound on prefix_len[b]
+  const int32_t* prefix_len = nullptr;  // [B] device, or null -> max_prefix
+};
+
+// The tree's ancestor mask: bit i of row t = tree entry i visible to t.
+struct TreeMask {
+  const uint32_t* vis = nullptr;  // [B, T, words]
+  int words = 0;                  // >= ceil(T / 32)
+};
+
+// Where the results go.
+struct VerifyOutputs {
+  void* out = nullptr;         // [B, T, H, 512]
+  float* lse = nullptr;        // [B, T, H], or null
+  void* workspace = nullptr;   // split-KV partials (verify_attn_workspace_bytes), or null
+  size_t workspace_bytes = 0;
+};
+
+// The one place VerifyAttnParams are built. The test hooks (force_*) keep their defaults.
+inline VerifyAttnParams make_verify_attn_params(const VerifyQueries& queries, const VerifyKeys& keys,
+                                                const TreeMask& mask, const VerifyOutputs& outputs) {
+  VerifyAttnParams p;
+  p.dtype = queries.dtype;
+  p.batch = queries.batch;
+  p.heads = queries.heads;
+  p.tree_len = queries.tree_len;
+  p.max_prefix = keys.max_prefix;
+  p.prefix_len = keys.prefix_len;
+  p.q_lat = queries.q_lat;
+  p.q_pe = queries.q_pe;
+  p.kv = keys.kv;
+  p.kv_row_stride = keys.row_stride;
+  p.kv_batch_stride = keys.batch_stride;
+  p.vis = mask.vis;
+  p.vis_words = mask.words;
+  p.scale = queries.scale;
+  p.out = outputs.out;
+  p.lse = outputs.lse;
+  p.workspace = outputs.workspace;
+  p.workspace_bytes = outputs.workspace_bytes;
+  return p;
+}
+
+// Parameters for planning alone (verify_attn_plan, the workspace bounds): the sizes of
+// `queries` over caches of `capacity` rows a request, with the longest prefix that leaves room
+// for the tree. Every pointer leads to one aligned dummy (the plan checks their alignment).
+inline VerifyAttnParams make_verify_attn_plan_params(VerifyQueries queries, int capacity) {
+  alignas(256) static const int16_t dummy[8] = {};
+  queries.q_lat = queries.q_pe = dummy;
+  VerifyKeys keys;
+  keys.kv = dummy;
+  keys.batch_stride = static_cast<int64_t>(capacity) * kVerifyQKDim;
+  keys.max_prefix = capacity - queries.tree_len;
+  TreeMask mask;
+  mask.vis = reinterpret_cast<const uint32_t*>(dummy);
+  mask.words = (queries.tree_len + 31) / 32;
+  VerifyOutputs outputs;
+  outputs.out = const_cast<int16_t*>(dummy);
+  return make_verify_attn_params(queries, keys, mask, outputs);
+}
+
 // How verify_attn divides one launch (a pure function of the sizes and the device).
 struct VerifyAttnPlan {
   int tile_rows = 0;    // query rows (t, h) per CTA

@@ -43,25 +43,15 @@ struct GpuAttnRunner {
     DeviceBuffer<int32_t> prefix(io.prefix);
     DeviceBuffer<uint32_t> vis(io.vis);
     DeviceBuffer<float> lse(io.lse);
-    VerifyAttnParams p;
-    p.dtype = io.dtype;
-    p.batch = io.batch;
-    p.heads = io.heads;
-    p.tree_len = io.tree_len;
-    p.max_prefix = io.max_prefix;
-    p.prefix_len = io.with_prefix_array ? prefix.get() : nullptr;
-    p.q_lat = f32 ? static_cast<const void*>(q_lat_f.get()) : q_lat_b.get();
-    p.q_pe = f32 ? static_cast<const void*>(q_pe_f.get()) : q_pe_b.get();
-    p.kv = f32 ? static_cast<const void*>(kv_f.get()) : kv_b.get();
-    p.kv_row_stride = kVerifyQKDim;
-    p.kv_batch_stride = static_cast<int64_t>(io.kv_rows) * kVerifyQKDim;
-    p.vis = vis.get();
-    p.vis_words = io.vis_words;
-    p.scale = io.scale;
-    p.out = f32 ? static_cast<void*>(out_f.get()) : out_b.get();
-    p.lse = lse.get();
-    p.force_config = io.force_config;
-    p.force_split_keys = io.force_split_keys;
+    AttnIOArrays at;
+    at.q_lat = f32 ? static_cast<const void*>(q_lat_f.get()) : q_lat_b.get();
+    at.q_pe = f32 ? static_cast<const void*>(q_pe_f.get()) : q_pe_b.get();
+    at.kv = f32 ? static_cast<const void*>(kv_f.get()) : kv_b.get();
+    at.prefix = prefix.get();
+    at.vis = vis.get();
+    at.out = f32 ? static_cast<void*>(out_f.get()) : out_b.get();
+    at.lse = lse.get();
+    VerifyAttnParams p = verify_attn_params(io, at);
     if (KernelResult r = verify_attn_plan(p, &last_plan); !r.ok()) return r;
     DeviceBuffer<uint8_t> workspace(last_plan.workspace_bytes);
     p.workspace = workspace.get();
@@ -247,18 +237,32 @@ KD_GPU_TEST(large_cases_from_env) {
   }
 }
 
-KD_TEST(launcher_rejects_impossible_requests) {
+namespace {
+// The sizes of `queries` over `max_prefix` prefix rows, for the checks and plans alone: the
+// pointers lead to one aligned dummy, the scale is 0.07, the mask is one word a row, and
+// requests are 0 elements apart.
+VerifyAttnParams params_for_checks(VerifyQueries queries, int max_prefix) {
   alignas(16) static uint16_t dummy[64];
-  VerifyAttnParams p;
-  p.batch = 1;
-  p.heads = 8;
-  p.tree_len = 9;
-  p.max_prefix = 100;
-  p.q_lat = p.q_pe = p.kv = p.out = dummy;
-  p.kv_batch_stride = 0;
-  p.vis = reinterpret_cast<const uint32_t*>(dummy);
-  p.vis_words = 1;
-  p.scale = 0.07f;
+  queries.q_lat = queries.q_pe = dummy;
+  queries.scale = 0.07f;
+  VerifyKeys keys;
+  keys.kv = dummy;
+  keys.max_prefix = max_prefix;
+  TreeMask mask;
+  mask.vis = reinterpret_cast<const uint32_t*>(dummy);
+  mask.words = 1;
+  VerifyOutputs outputs;
+  outputs.out = dummy;
+  return make_verify_attn_params(queries, keys, mask, outputs);
+}
+}  // namespace
+
+KD_TEST(launcher_rejects_impossible_requests) {
+  VerifyQueries queries;
+  queries.batch = 1;
+  queries.tree_len = 9;
+  queries.heads = 8;
+  const VerifyAttnParams p = params_for_checks(queries, 100);
   KD_EXPECT(check_verify_attn_params(p).ok());
   VerifyAttnParams q = p;
   q.batch = 0;
@@ -397,16 +401,12 @@ KD_TEST(launcher_rejects_impossible_requests) {
 }
 
 KD_GPU_TEST(launcher_reports_missing_workspace) {
-  alignas(16) static uint16_t dummy[64];
-  VerifyAttnParams p;
-  p.batch = 1;
-  p.heads = 64;
-  p.tree_len = 65;
-  p.max_prefix = 32768;
-  p.q_lat = p.q_pe = p.kv = p.out = dummy;
-  p.vis = reinterpret_cast<const uint32_t*>(dummy);
+  VerifyQueries queries;
+  queries.batch = 1;
+  queries.tree_len = 65;
+  queries.heads = 64;
+  VerifyAttnParams p = params_for_checks(queries, 32768);
   p.vis_words = 3;
-  p.scale = 0.07f;
   if (verify_attn_workspace_bytes(p) == 0) KD_SKIP("this device plans a single split here");
   const KernelResult r = verify_attn(p, nullptr);
   KD_EXPECT_EQ(r.status, KernelStatus::kInvalidArgument);

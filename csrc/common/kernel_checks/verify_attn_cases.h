@@ -48,6 +48,45 @@ struct AttnIO {
   }
 };
 
+// Where a runner holds io's arrays (its own copies: widened to float32, on the device, ...).
+struct AttnIOArrays {
+  const void* q_lat = nullptr;
+  const void* q_pe = nullptr;
+  const void* kv = nullptr;
+  const int32_t* prefix = nullptr;
+  const uint32_t* vis = nullptr;
+  void* out = nullptr;
+  float* lse = nullptr;
+};
+
+// The launch parameters for io with its arrays at `at` (the prefix array only when
+// io.with_prefix_array), and io's forced plan choices.
+inline VerifyAttnParams verify_attn_params(const AttnIO& io, const AttnIOArrays& at) {
+  VerifyQueries queries;
+  queries.dtype = io.dtype;
+  queries.batch = io.batch;
+  queries.tree_len = io.tree_len;
+  queries.heads = io.heads;
+  queries.q_lat = at.q_lat;
+  queries.q_pe = at.q_pe;
+  queries.scale = io.scale;
+  VerifyKeys keys;
+  keys.kv = at.kv;
+  keys.batch_stride = static_cast<int64_t>(io.kv_rows) * kVerifyQKDim;
+  keys.max_prefix = io.max_prefix;
+  keys.prefix_len = io.with_prefix_array ? at.prefix : nullptr;
+  TreeMask mask;
+  mask.vis = at.vis;
+  mask.words = io.vis_words;
+  VerifyOutputs outputs;
+  outputs.out = at.out;
+  outputs.lse = at.lse;
+  VerifyAttnParams p = make_verify_attn_params(queries, keys, mask, outputs);
+  p.force_config = io.force_config;
+  p.force_split_keys = io.force_split_keys;
+  return p;
+}
+
 inline AttnIO load_attn_case(const KdtrFile& f, const std::string& c) {
   AttnIO io;
   const KdtrTensor& q = tensor(f, c + ".q_lat", 4);

@@ -127,21 +127,13 @@ KD_TEST(verify_attn_decode_tiles_long_prefixes) {
 // `tree_len` query rows over caches of `capacity` rows, the longest prefix that leaves room for
 // the tree.
 VerifyAttnParams params_to_plan(AttnDType dtype, int batch, int heads, int tree_len, int capacity) {
-  alignas(256) static const int16_t dummy[8] = {};
-  VerifyAttnParams p;
-  p.dtype = dtype;
-  p.batch = batch;
-  p.heads = heads;
-  p.tree_len = tree_len;
-  p.kv_row_stride = kVerifyQKDim;
-  p.kv_batch_stride = static_cast<int64_t>(capacity) * kVerifyQKDim;
-  p.vis_words = (tree_len + 31) / 32;
-  p.scale = 0.1f;
-  p.q_lat = p.q_pe = p.kv = dummy;
-  p.out = const_cast<int16_t*>(dummy);
-  p.vis = reinterpret_cast<const uint32_t*>(dummy);
-  p.max_prefix = capacity - tree_len;
-  return p;
+  VerifyQueries q;
+  q.dtype = dtype;
+  q.batch = batch;
+  q.tree_len = tree_len;
+  q.heads = heads;
+  q.scale = 0.1f;
+  return make_verify_attn_plan_params(q, capacity);
 }
 
 // A random tree of `tree` tokens (token 0 the root, each later one a child of a random earlier
