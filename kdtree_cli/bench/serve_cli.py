@@ -68,13 +68,13 @@ def serve_bench(
               f"{server.get('device', '?')}); {requests} requests per level, max_tokens {max_tokens}")
     same_prompts = [prompt_list[i % len(prompt_list)] for i in range(requests)]
     results, runs = [], []
-    if compare_run:
-        runs.append(_kdtree_run(same_prompts, model, drafter, budget, ar, max_tokens, server, err))
     for c in levels:
+        before = _kdtree_run(same_prompts, model, drafter, budget, ar, max_tokens, server, c, err) \
+            if compare_run else None
         r = asyncio.run(run_level(url, served_model, prompt_list, c, requests, max_tokens, api_key))
         ratio = ""
         if compare_run:  # a run before and after each level: on a shared machine both see its load
-            runs.append(_kdtree_run(same_prompts, model, drafter, budget, ar, max_tokens, server, err))
+            runs += [before, _kdtree_run(same_prompts, model, drafter, budget, ar, max_tokens, server, c, err)]
             around = (runs[-2]["tokens_per_s"] + runs[-1]["tokens_per_s"]) / 2
             r["kdtree_run_tokens_per_s"] = around
             r["over_kdtree_run"] = r["output_throughput"] / around if around else None
@@ -144,9 +144,11 @@ def _prompts(path: Optional[Path], seed: int, count: int) -> list:
 
 
 def _kdtree_run(prompt_list: list, model: Path, drafter: Optional[Path], budget: Optional[int], ar: bool,
-                max_tokens: int, server: dict, err) -> dict:
+                max_tokens: int, server: dict, concurrency: int, err) -> dict:
     """`kdtree run --prompts` on the same prompts, with the server's engine and dtype (from its
-    run_start event; `kdtree run` alone defaults to the torch engine); tokens/s over its
+    run_start event; `kdtree run` alone defaults to the torch engine) and, on the native
+    engine, as many requests at once as the level's concurrency (--max-slots), so that each
+    level is compared with the engine batching the same number of requests; tokens/s over its
     decoding time (prefill and decode of every request: the torch engine runs them one after
     the other, the native engine batches them and reports its wall time)."""
     with tempfile.TemporaryDirectory(prefix="kdtree-bench-serve-") as tmp:
@@ -159,6 +161,7 @@ def _kdtree_run(prompt_list: list, model: Path, drafter: Optional[Path], budget:
         cmd += ["--ar"] if ar else (["--drafter", str(drafter)] if drafter else [])
         cmd += ["--budget", str(budget)] if budget is not None and not ar else []
         cmd += [x for key in ("engine", "dtype") if server.get(key) for x in (f"--{key}", str(server[key]))]
+        cmd += ["--max-slots", str(concurrency)] if server.get("engine") == "native" else []
         err.print("running: kdtree " + " ".join(cmd[3:]))
         done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
@@ -209,7 +212,7 @@ def _markdown(report: dict) -> str:
         k = report["kdtree_run"]
         each = ", ".join(f"{x['tokens_per_s']:.1f}" for x in report["kdtree_runs"])
         lines += ["", f"`{k['command']}` (the same {k['requests']} prompts, run before and after each level, "
-                      f"the ratio against the mean of the two, so that both see the same machine): {k['tokens']} tokens, {each} tokens/s ({k['engine']} engine, "
+                      f"on the native engine with --max-slots = the level's concurrency; the ratio against the mean of the two, so that both see the same machine): {k['tokens']} tokens, {each} tokens/s ({k['engine']} engine, "
                       "prefill and decode time of every request)."]
     return "\n".join(lines) + "\n"
 
