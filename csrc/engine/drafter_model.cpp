@@ -51,6 +51,32 @@ int DrafterModel::max_context_rows() const {
   return std::max(limits_.slots * limits_.max_path(), limits_.prefill_chunk);
 }
 
+// The attention's launch for a draft call's sizes (pointers set by draft).
+DrafterAttnParams DrafterModel::attention_params(int batch, int block) const {
+  DrafterAttnParams a;
+  a.dtype = dt_;
+  a.batch = batch;
+  a.q_len = block;
+  a.heads = dims_.heads;
+  a.kv_heads = dims_.kv_heads;
+  a.head_dim = dims_.head_dim;
+  a.max_ctx = limits_.cache_capacity();
+  a.scale = 1.0f / std::sqrt(static_cast<float>(dims_.head_dim));
+  return a;
+}
+
+size_t DrafterModel::attention_workspace_bytes() const {
+  size_t most = 0;
+  for (int batch = 1; batch <= limits_.slots; ++batch)
+    for (int block = 1; block <= limits_.max_block; ++block) {
+      DrafterAttnPlan plan;
+      if (KernelResult r = drafter_attn_plan(attention_params(batch, block), &plan); !r.ok())
+        fail(KD_INVALID_ARGUMENT, "the drafter's attention cannot run here: " + r.message);
+      most = std::max(most, plan.workspace_bytes);
+    }
+  return most;
+}
+
 void DrafterModel::declare(Workspace* ws) {
   const size_t el = static_cast<size_t>(model_dtype_bytes(dt_));
   const size_t H = dims_.hidden, kvw = static_cast<size_t>(dims_.kv_heads) * dims_.head_dim;
@@ -76,6 +102,8 @@ void DrafterModel::declare(Workspace* ws) {
   ws->declare(&hs_, std::max<size_t>(Nd, 1) * H * el);
   ws->declare(&logits_, std::max<size_t>(Nd, 1) * vocab_ * sizeof(float));
   ws->declare(&inv_freq_, inv_freq_host_.size() * sizeof(float));
+  attn_workspace_bytes_ = attention_workspace_bytes();
+  ws->declare(&attn_workspace_, std::max<size_t>(attn_workspace_bytes_, 1));
 }
 
 void DrafterModel::upload_constants(cudaStream_t stream) {
@@ -218,13 +246,7 @@ void DrafterModel::draft(int first_slot, int batch, int block, const SlotTable& 
     void* k = static_cast<char*>(qkv_) + qw * model_dtype_bytes(dt_);
     void* v = static_cast<char*>(qkv_) + (qw + kvw) * model_dtype_bytes(dt_);
     norm_rope_heads(k, qkv, rows, dims_.kv_heads, w.k_norm, blk_pos_, stream);
-    DrafterAttnParams a;
-    a.dtype = dt_;
-    a.batch = batch;
-    a.q_len = block;
-    a.heads = dims_.heads;
-    a.kv_heads = dims_.kv_heads;
-    a.head_dim = dims_.head_dim;
+    DrafterAttnParams a = attention_params(batch, block);
     a.q = qkv_;
     a.q_stride = qkv;
     a.ctx_k = cache.keys(l, first_slot);
@@ -234,8 +256,9 @@ void DrafterModel::draft(int first_slot, int batch, int block, const SlotTable& 
     a.blk_k = k;
     a.blk_v = v;
     a.blk_stride = qkv;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(dims_.head_dim));
     a.out = attn_;
+    a.workspace = attn_workspace_;
+    a.workspace_bytes = attn_workspace_bytes_;
     check_kernel(drafter_attn(a, stream));
     gemm_->linear(rows, dims_.hidden, static_cast<int>(qw), mat(attn_, qw, dt_), mat(w.o, qw, dt_), out(o_, H, dt_));
     check_kernel(add_inplace(add, stream));

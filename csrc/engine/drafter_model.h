@@ -13,6 +13,7 @@
 #include "engine/vocab_head.h"
 #include "engine/weights.h"
 #include "engine/workspace.h"
+#include "kernels/drafter_attn.cuh"
 
 namespace kdtree::engine {
 
@@ -47,6 +48,10 @@ class DrafterModel {
     // q, k, v: rows of one [q | k | v] matrix; gate, up: rows of one [2I, H] matrix (weights.cpp)
     const void *input_norm, *post_norm, *q, *k, *v, *o, *q_norm, *k_norm, *gate, *up, *down;
   };
+  // The attention's split-KV partials: the most any draft call (any batch up to the slots,
+  // any block up to max_block) needs at a context up to the cache capacity.
+  size_t attention_workspace_bytes() const;
+  DrafterAttnParams attention_params(int batch, int block) const;
   void norm_rope_heads(void* x, int64_t stride, int rows, int heads, const void* norm_weight,
                        const int32_t* positions, cudaStream_t stream);
 
@@ -68,6 +73,8 @@ class DrafterModel {
   void *x_ = nullptr, *h_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *o_ = nullptr;
   void *gate_up_ = nullptr, *act_ = nullptr, *hs_ = nullptr;
   float* logits_ = nullptr;
+  void* attn_workspace_ = nullptr;
+  size_t attn_workspace_bytes_ = 0;
 };
 
 }  // namespace kdtree::engine

@@ -50,8 +50,8 @@ EMU_PROGRAM_DIR = Path("kernels") / "emu"  # emu_*.cpp: kernel tests and tools o
 EMU_PROGRAM_PREFIX = "emu_"
 EMU_CAPI_SUFFIX = "_capi"  # csrc/kernels/emu/<name>_capi.cpp -> lib/emu/lib<name>_emu.so
 # Native programs whose emulated build CI runs: their kernels have no emu_* twin of their own
-# (the tree and attention kernels do), and they use only what the stand-in runtime provides.
-EMU_TWINS = (Path("tests") / "test_moe_w4a16.cu", Path("bench") / "bench_moe.cu")
+# (the tree and verify_attn kernels do), and they use only what the stand-in runtime provides.
+EMU_TWINS = (Path("tests") / "test_moe_w4a16.cu", Path("tests") / "test_drafter_attn.cu", Path("bench") / "bench_moe.cu")
 EMU_ARCHIVE = "lib/emu/libkd_emu.a"
 ENGINE_EXPORTS = Path("engine") / "exports.map"
 # What the emulated kernel libraries (lib/emu/lib*_emu.so) export: their kd_* entry points

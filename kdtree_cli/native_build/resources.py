@@ -29,9 +29,10 @@ from .ninja_file import CXX_STANDARD
 from .toolchain import find_cuda, find_cublas, find_cxx
 
 # The sources of the kernels the plans select (verify_attn's tiles and merge, top-K and
-# tree_build, tree_accept and the cache compaction): what CI checks, kept small.
+# tree_build, tree_accept and the cache compaction, the drafter's attention and merge): what
+# CI checks, kept small.
 PLANNED_KERNEL_SOURCES = ("kernels/verify_attn_bf16.cu", "kernels/verify_attn_f32.cu", "kernels/topk_logprobs.cu",
-                          "kernels/tree_build.cu", "kernels/tree_accept.cu")
+                          "kernels/tree_build.cu", "kernels/tree_accept.cu", "kernels/drafter_attn.cu")
 # The device profile whose limits an architecture's kernels are held to.
 # (sm_90a is not held to it yet: tree_build's two-blocks-a-SM instance spills there by design.)
 ARCH_PROFILE = {"120": "rtx-pro-6000"}

@@ -8,8 +8,8 @@ in the compute dtype, for every rank (MLA's cache is per token, not per head); t
 drafter's holds K and V of its layers. Each slot's capacity is its tokens plus one
 uncommitted tree (EngineLimits::cache_capacity). The workspace is an estimate from the
 buffers the engine declares for the largest forward (TargetModel, DrafterModel, VocabHead,
-DecodeRound ::declare), the attention kernel's split-KV partials bounded as its plan
-bounds them.
+DecodeRound ::declare), the attention kernels' split-KV partials bounded as their plans
+bound them.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from python_engine.decode.memory import largest_fitting
+from python_engine.device_profiles import PROFILES
 from python_engine.model.config import TargetConfig
 from python_engine.model.drafter_config import DrafterConfig
 from python_engine.plan.weights import DTYPE_BYTES, WeightParts, aligned, drafter_weights, target_weights
@@ -25,6 +26,11 @@ LATENT_ROW = 576  # csrc/kernels/verify_attn.cuh kVerifyQKDim: the cache row, wh
 PREFILL_CHUNK = 256  # the engine's default prompt tokens per forward (model_config.cpp)
 ATTN_SPLIT_KEYS = 64  # the smallest key split verify_attn plans: the partials' upper bound per row
 ATTN_MAX_SPLITS = 257  # the most splits its plans use (results/h200/bench/all-bench.md: 257 x 512 keys at 128k)
+# The drafter attention's split-KV partials (csrc/kernels/drafter_attn.cuh): its plan aims at
+# DRAFTER_CTAS_PER_SM CTAs an SM (kDrafterCtasPerSm) and splits only contexts longer than
+# DRAFTER_SPLIT_KEYS keys (kDrafterMinSplitKeys); bounded here on the device with the most SMs.
+DRAFTER_CTAS_PER_SM = 2
+DRAFTER_SPLIT_KEYS = 256
 CUBLAS_WORKSPACE = 32 << 20  # csrc/engine/gemm.cpp kCublasWorkspaceBytes
 MAX_STOP_IDS = 16  # csrc/kernels/round_ops.cuh kMaxStopIds
 
@@ -117,6 +123,10 @@ def workspace_bytes(cfg: TargetConfig, d: DrafterConfig | None, world: int, slot
         total += slots * (B - 1) * (H * el + V * f32)
         K = min(budget, V)
         total += slots * (B - 1) * K * 8
+        if cap + B > DRAFTER_SPLIT_KEYS:  # its partials: (splits x CTAs) <= the SMs' share + one a group
+            sms = max(int(p.sm_count.value) for p in PROFILES.values())
+            group_rows = d.num_attention_heads // d.num_key_value_heads * B
+            total += (DRAFTER_CTAS_PER_SM * sms + slots * d.num_key_value_heads) * group_rows * (d.head_dim + 2) * f32
     return aligned(total) + CUBLAS_WORKSPACE
 
 

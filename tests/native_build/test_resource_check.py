@@ -71,7 +71,7 @@ def test_sm120_planned_kernels_do_not_spill():
     """The sources of the planned kernels compiled for sm_120 alone (about a minute on two
     cores): no planned kernel spills or asks for more than sm_120 has, and the ones the plans
     pick there (the 8-row float32 tile, bf16 config 12, the merges, tree_build's one-block
-    instances) are among those checked, and no verify_attn baseline (csrc/dev/) is compiled."""
+    instances, the drafter's attention and merge) are among those checked, and no verify_attn baseline (csrc/dev/) is compiled."""
     try:
         from kdtree_cli.native_build.toolchain import find_cuda
 
@@ -87,7 +87,8 @@ def test_sm120_planned_kernels_do_not_spill():
     for wanted in ("F32AttnTile<8>",  # config 13
                    "Bf16DecodeConfig<32, 2, 1, true, 2>",  # config 12 (Bf16DecodeNarrowPair): sm_120's tile
                    "verify_merge_kernel<float, 8>", "verify_merge_rows_kernel", "tree_build_kernel<true, false, 1>",
-                   "topk_logprobs_kernel<true, 512, true>", "tree_accept_kernel"):
+                   "topk_logprobs_kernel<true, 512, true>", "tree_accept_kernel",
+                   "drafter_attn_kernel<__nv_bfloat16>", "drafter_merge_kernel<float>"):
         assert any(wanted in n for n in planned), f"{wanted} not among the planned kernels checked"
     names = {v.kernel.name for v in verdicts}
     for baseline in ("verify_attn_bf16_kernel", "Bf16DecodeConfig<32, 1, 2, false, 1>"):  # configs 0 and 1, 4
