@@ -82,6 +82,21 @@ def code_text_prompts(rng: np.random.Generator, count: int, max_lines: int = 3) 
     return code_texts(count, rng, max_lines)
 
 
+PROMPT_DRAWS = 20  # prompts drawn before a test gives up finding one that makes a round
+
+
+def completion_with_rounds(openai_client, rng: np.random.Generator, **create):
+    """A greedy completion of the first drawn prompt that makes at least one DDTree round. A
+    prompt whose prefill already yields the end of text makes none (so no round event to
+    follow); a round adds at least one token, so one completion token means no round ran."""
+    for _ in range(PROMPT_DRAWS):
+        done = openai_client.completions.create(model="demo-target", prompt=code_text_prompts(rng, 1)[0],
+                                                temperature=0, **create)
+        if done.usage.completion_tokens > 1:
+            return done
+    raise AssertionError(f"{PROMPT_DRAWS} prompts all ended at the prefill")
+
+
 def wait_idle(serving: Serving, timeout_s: float = 30.0) -> dict:
     """Wait until no request runs or waits; the loop's counts then."""
     deadline = time.monotonic() + timeout_s

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from conftest import CHAT_TEMPLATE, code_text_prompts, served, wait_idle
+from conftest import CHAT_TEMPLATE, code_text_prompts, completion_with_rounds, served, wait_idle
 from reference import ar_reference
 
 from python_engine.events import parse
@@ -146,7 +146,6 @@ def test_events_stream_and_metrics(demo_server, rng):
     under the events contract); /metrics counts the same rounds."""
     url, serving = demo_server
     wait_idle(serving)  # the rounds that follow are this test's request's only
-    prompt = code_text_prompts(rng, 1)[0]
     before = _drafts(httpx.get(f"{url}/metrics").text)
     events = []
     with httpx.stream("GET", f"{url}/v1/kdtree/events", timeout=60) as r:
@@ -154,7 +153,7 @@ def test_events_stream_and_metrics(demo_server, rng):
         lines = r.iter_lines()
         first = next(line for line in lines if line.startswith("data: "))
         events.append(parse(first.removeprefix("data: "))[0])
-        got = client(url).completions.create(model="demo-target", prompt=prompt, max_tokens=24, temperature=0)
+        got = completion_with_rounds(client(url), rng, max_tokens=24)
         for line in lines:
             if line.startswith("data: "):
                 event, problems = parse(line.removeprefix("data: "))

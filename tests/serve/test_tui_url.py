@@ -9,14 +9,13 @@ import queue
 import time
 
 import openai
-from conftest import code_text_prompts, served, wait_idle
+from conftest import completion_with_rounds, served, wait_idle
 
 from kdtree_cli.tui.messages import SourceBatch, SourceState, SourceStatus
 from kdtree_cli.tui.sources.server_url import ServerSource
 from python_engine.events import parse
 
 WAIT_S = 60.0
-PROMPT_DRAWS = 20
 
 
 def _follow(source: ServerSource) -> queue.Queue:
@@ -48,16 +47,7 @@ def test_url_source_follows_a_request(demo_server, rng):
     try:
         _next_status(got, {SourceState.STREAMING})
         c = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
-        # a prompt whose first token (from the prefill) is already the end of text makes no
-        # round, so there is nothing to follow: such a prompt is redrawn (a round adds at
-        # least one token, so one completion token means no round ran)
-        for _ in range(PROMPT_DRAWS):
-            done = c.completions.create(model="demo-target", prompt=code_text_prompts(rng, 1)[0],
-                                        max_tokens=int(rng.integers(4, 40)), temperature=0)
-            if done.usage.completion_tokens > 1:
-                break
-        else:
-            raise AssertionError(f"{PROMPT_DRAWS} prompts all ended at the prefill")
+        done = completion_with_rounds(c, rng, max_tokens=int(rng.integers(4, 40)))
         lines: list[str] = []
         deadline = time.monotonic() + WAIT_S
         while not any(json.loads(x).get("done") for x in lines[1:]) and time.monotonic() < deadline:
