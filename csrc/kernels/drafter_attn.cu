@@ -210,11 +210,6 @@ KernelResult drafter_attn_plan(const DrafterAttnParams& p, DrafterAttnPlan* plan
   return KernelResult::success();
 }
 
-size_t drafter_attn_workspace_bytes(const DrafterAttnParams& p) {
-  DrafterAttnPlan plan;
-  return drafter_attn_plan(p, &plan).ok() ? plan.workspace_bytes : 0;
-}
-
 KernelResult drafter_attn(const DrafterAttnParams& p, cudaStream_t stream) {
   if (KernelResult r = check_drafter_attn_params(p); !r.ok()) return r;
   DrafterAttnPlan plan;
@@ -223,7 +218,7 @@ KernelResult drafter_attn(const DrafterAttnParams& p, cudaStream_t stream) {
   if (plan.workspace_bytes > 0 && (p.workspace_bytes < plan.workspace_bytes || !p.workspace))
     return KernelResult::invalid("drafter_attn: needs " + std::to_string(plan.workspace_bytes) +
                                  " bytes of workspace for " + std::to_string(plan.splits) + " key splits, got " +
-                                 std::to_string(p.workspace_bytes) + " (ask drafter_attn_workspace_bytes)");
+                                 std::to_string(p.workspace_bytes) + " (ask drafter_attn_plan)");
   if (plan.workspace_bytes > 0 && reinterpret_cast<uintptr_t>(p.workspace) % kDrafterWorkspaceAlign != 0)
     return KernelResult::invalid("drafter_attn: workspace must be 256-byte aligned (cudaMalloc memory is)");
   kern::DrafterLaunch a;

@@ -58,7 +58,7 @@ struct DrafterAttnParams {
   int64_t blk_stride = 0;               // elements between tokens (0: kv_heads * head_dim)
   float scale = 0.0f;                   // 1 / sqrt(head_dim)
   void* out = nullptr;                  // [batch, q_len, heads, head_dim]
-  void* workspace = nullptr;            // the partials: drafter_attn_workspace_bytes, 256-byte aligned
+  void* workspace = nullptr;            // the partials: drafter_attn_plan's workspace_bytes, 256-byte aligned
   size_t workspace_bytes = 0;
 };
 
@@ -133,9 +133,6 @@ KD_HOST_DEVICE inline DrafterWorkspaceLayout drafter_workspace_layout(int batch,
 DrafterAttnPlan make_drafter_attn_plan(const DrafterAttnParams& p, int sms);
 // The plan on the current device (KDTREE_DEVICE_PROFILE applies); errors if it cannot launch there.
 KernelResult drafter_attn_plan(const DrafterAttnParams& p, DrafterAttnPlan* plan);
-// Bytes of workspace drafter_attn needs for these sizes (p.max_ctx) on the current device
-// (0 on error or when one split serves): a context up to max_ctx never needs more.
-size_t drafter_attn_workspace_bytes(const DrafterAttnParams& p);
 KernelResult drafter_attn(const DrafterAttnParams& p, cudaStream_t stream);
 
 // The sizes alone (what a plan needs; no pointers).
