@@ -262,6 +262,11 @@ REQUIRED: dict[str, dict[str, Check]] = {
     },
     "run_end": {"tokens": count, "decode_s": seconds, "tokens_per_s": finite, "tau": finite,
                 "rounds": count},
+    "request_end": {
+        "request": ident,  # request id, as in its rounds
+        "tokens": count,  # tokens generated for it
+        "reason": name,  # "stop" | "length" | "cancelled" | "error"
+    },
     "error": {"message": message},
     "warning": {"message": message},
 }
@@ -270,6 +275,7 @@ OPTIONAL: dict[str, dict[str, Check]] = {
                   "collectives": name, "weights": name},
     "round": {"tree": tree, "budget": count},
     "run_end": {"ttft_s": seconds},
+    "request_end": {"rounds": count, "ttft_s": seconds, "e2e_s": seconds},
 }
 ON_ANY_EVENT: dict[str, Check] = {"gpus": gpus}
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {k: tuple(v) for k, v in REQUIRED.items()}

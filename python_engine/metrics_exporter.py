@@ -11,7 +11,10 @@ vLLM's and SGLang's speculative-decoding metrics where one exists (prefix kdtree
   kdtree_generation_tokens_total                   generated tokens (vLLM: generation_tokens)
   kdtree_gen_throughput                            tokens/s over the last few seconds (SGLang)
   kdtree_round_stage_seconds{stage}                draft, tree_build, verify, commit per round
-  kdtree_requests_finished_total                   (from the `done` field of round events)
+  kdtree_requests_finished_total{reason}           requests ended: stop, length, abort, error
+                                                   (vLLM: request_success{finished_reason})
+  kdtree_time_to_first_token_seconds               histogram, where the writer knows it (vLLM)
+  kdtree_e2e_request_latency_seconds               histogram, arrival to end (vLLM)
 
 `kdtree serve` keeps the same metrics without a port of their own (port None) and answers
 them at its `GET /metrics`.
@@ -31,6 +34,9 @@ ACCEPT_LENGTH_BUCKETS = tuple(range(1, 34))  # 1 .. block size 33
 # far above what runs at once (KD_MAX_BATCH slots and a bounded queue).
 TRACKED_REQUESTS_MAX = 4096
 STAGE_BUCKETS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
+# a request's time to first token and end to end: milliseconds (a short prompt on an idle
+# server) to minutes (a long generation behind a full queue)
+LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0, 120.0, 300.0)
 
 
 class PrometheusExporter:
@@ -54,7 +60,11 @@ class PrometheusExporter:
         self.throughput = Gauge("kdtree_gen_throughput", "Generated tokens per second, last few seconds", registry=r)
         self.stage = Histogram("kdtree_round_stage_seconds", "Time of a round's stage", ["stage"],
                                buckets=STAGE_BUCKETS, registry=r)
-        self.finished = Counter("kdtree_requests_finished", "Requests finished", registry=r)
+        self.finished = Counter("kdtree_requests_finished", "Requests ended, by why", ["reason"], registry=r)
+        self.ttft = Histogram("kdtree_time_to_first_token_seconds", "Request arrival to its first token",
+                              buckets=LATENCY_BUCKETS, registry=r)
+        self.e2e = Histogram("kdtree_e2e_request_latency_seconds", "Request arrival to its end",
+                             buckets=LATENCY_BUCKETS, registry=r)
         self._last_tokens: collections.OrderedDict = collections.OrderedDict()
         self._recent: collections.deque = collections.deque()
         self.server = self.thread = None
@@ -69,9 +79,12 @@ class PrometheusExporter:
         kind = event.get("event")
         if kind == "round":
             self._round(event)
-            if event.get("done") is True:
-                self.finished.inc()
-                self._last_tokens.pop(event.get("request"), None)  # a server sees requests without end
+        elif kind == "request_end":
+            self.finished.labels(reason=str(event["reason"])).inc()
+            for key, histogram in (("ttft_s", self.ttft), ("e2e_s", self.e2e)):
+                if event.get(key) is not None:
+                    histogram.observe(float(event[key]))
+            self._last_tokens.pop(event.get("request"), None)
 
     def _round(self, e: dict) -> None:
         accept, depth = int(e["accept_len"]), int(e.get("tree_depth", 0))

@@ -60,6 +60,12 @@ def finish_tokens(tokens: list[int], new: list[int], max_new: int, stop_ids) -> 
     return tokens, len(tokens) >= max_new
 
 
+def finish_reason(tokens: list[int], stop_ids) -> str:
+    """Why a request that ran to its end stopped, as OpenAI and vLLM name it: "stop" when its
+    last token is a stop id, else "length" (its max_new_tokens, or its slot's capacity)."""
+    return "stop" if tokens and int(tokens[-1]) in stop_ids else "length"
+
+
 def run_to_end(steps: Generator[object, None, Generation]) -> Generation:
     """Drive a decode loop written as steps (ar_steps, ddtree_steps: one `yield` after the
     first token and after every round) to its end; its Generation."""

@@ -14,7 +14,7 @@ from python_engine.decode.ar import ar_generate
 from python_engine.decode.budget_auto import AUTO_MAX_BUDGET, AutoBudget, measure_verify_costs
 from python_engine.decode.ddtree_loop import ddtree_generate
 from python_engine.decode.memory import check_round_fits
-from python_engine.decode.result import Generation, RoundInfo, tau
+from python_engine.decode.result import Generation, RoundInfo, finish_reason, tau
 from python_engine.errors import KdtreeError
 from python_engine.events import EventWriter
 from python_engine.model.drafter_base import Drafter
@@ -129,6 +129,8 @@ def run_requests(
             gen = ddtree_generate(target, drafter, prompt, budget=policy or settings.budget,
                                   block_size=block_size, **common)
         generations.append(gen)
+        events.emit("request_end", request=r, tokens=len(gen.tokens), reason=finish_reason(gen.tokens, settings.stop_ids),
+                    rounds=len(gen.rounds), ttft_s=round(gen.prefill_s, 6), e2e_s=round(gen.prefill_s + gen.decode_s, 6))
         if on_request_done:
             on_request_done(r, gen)
     summary = summarize(generations)

@@ -25,6 +25,7 @@ from python_engine.native.model_desc import describe
 
 ERROR_BUFFER_BYTES = 4096
 REQUEST_STATES = {0: "waiting", 1: "running", 2: "done", 3: "cancelled"}
+FINISHED_STATES = ("done", "cancelled")  # a request in one of these has ended
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Decoding many requests on the native engine: submit them all, step the engine until every
 one finishes (continuous batching happens inside the engine), and report as the torch
 engine does: one `round` metrics event per request per target forward, the sampled `tree`
-of a round now and then, `run_end`; the per-request results with their timings."""
+of a round now and then, a `request_end` as each request finishes (also one that ends at its
+prefill, with no round); the per-request results with their timings."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from python_engine.decode.result import tau_of
+from python_engine.decode.result import finish_reason, tau_of
 from python_engine.events import EventWriter
-from python_engine.native.engine import NativeEngine, StepReport
+from python_engine.native.engine import FINISHED_STATES, NativeEngine, StepReport
 from python_engine.native.gpu_stats import GpuSampler
 
 STAGE_KEYS = ("draft", "tree_build", "verify", "commit")
@@ -94,6 +95,7 @@ def run_native(engine: NativeEngine, prompts: list[list[int]], settings: NativeR
                          temperature=s.temperature, seed=s.seed + i, stop_ids=s.stop_ids)
            for i, p in enumerate(prompts)]
     index = {rid: i for i, rid in enumerate(ids)}
+    unfinished = set(ids)
     stage_us = {k: 0.0 for k in (*STAGE_KEYS, "host")}
     rounds = graph_steps = steps = 0
     collective_us, collectives = 0.0, 0
@@ -102,6 +104,7 @@ def run_native(engine: NativeEngine, prompts: list[list[int]], settings: NativeR
         report = engine.step(want_tree=want_tree)
         steps += 1
         if report.rounds == 0 and report.waiting == 0 and report.running == 0:
+            _request_ends(engine, events, report, unfinished, index, s.stop_ids, time.perf_counter() - t0)
             break
         rounds += report.rounds
         graph_steps += int(report.graph_replayed)
@@ -130,6 +133,7 @@ def run_native(engine: NativeEngine, prompts: list[list[int]], settings: NativeR
                         accept_len=rec.accept_len, tree_size=rec.tree_size, tree_depth=rec.tree_depth,
                         times_us=times, tokens=rec.tokens, batch=report.batch, done=rec.done,
                         host_us=round(report.stage_us["host"], 1), **extra)
+        _request_ends(engine, events, report, unfinished, index, s.stop_ids, time.perf_counter() - t0)
         if on_step:
             on_step(report)
     wall = time.perf_counter() - t0
@@ -140,3 +144,21 @@ def run_native(engine: NativeEngine, prompts: list[list[int]], settings: NativeR
                                     info.prefill_s, info.decode_s, info.state))
         engine.release(rid)
     return NativeRunSummary(results, wall, rounds, stage_us, graph_steps, collective_us, collectives)
+
+
+def _request_ends(engine: NativeEngine, events: EventWriter, report: StepReport, unfinished: set[int],
+                  index: dict[int, int], stop_ids: tuple[int, ...], elapsed_s: float) -> None:
+    """A `request_end`, after its rounds, for each request the step finished: those whose round
+    said done, and, when the step finished more (a request whose prefill ended it), the rest
+    found by asking."""
+    if not report.finished:
+        return
+    ended = [rec.request for rec in report.records if rec.done and rec.request in unfinished]
+    if report.finished > len(ended):
+        ended += [rid for rid in sorted(unfinished - set(ended)) if engine.request(rid).state in FINISHED_STATES]
+    for rid in ended:
+        info = engine.request(rid)
+        unfinished.discard(rid)
+        reason = "abort" if info.state == "cancelled" else finish_reason(info.tokens, stop_ids)
+        events.emit("request_end", request=index[rid], tokens=len(info.tokens), reason=reason, rounds=info.rounds,
+                    e2e_s=round(elapsed_s, 6))

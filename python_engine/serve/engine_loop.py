@@ -14,10 +14,18 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from python_engine.decode.result import finish_reason
 from python_engine.events import EventWriter
 from python_engine.serve.backend import Backend, Progress, SamplingParams
 
 SHUTDOWN_MESSAGE = "the server is shutting down"
+CANCELLED = "cancelled"  # the error a cancelled request ends with
+
+
+def _ended_by(error: str) -> str:
+    """A failed request's `request_end` reason: "abort" when it was cancelled or the server
+    shut down, else "error"."""
+    return "abort" if error == CANCELLED or error.startswith(SHUTDOWN_MESSAGE) else "error"
 
 
 class QueueFull(Exception):
@@ -37,9 +45,23 @@ class Ticket:
     aloop: asyncio.AbstractEventLoop
     updates: asyncio.Queue = field(default_factory=asyncio.Queue)
     submitted_at: float = field(default_factory=time.perf_counter)
+    produced: int = 0                     # tokens delivered so far
+    last_token: int | None = None
+    first_token_at: float | None = None
 
     def deliver(self, progress: Progress) -> None:
         """From the engine thread."""
+        self.count(progress)
+        self.hand_over(progress)
+
+    def count(self, progress: Progress) -> None:
+        if progress.new_tokens:
+            if self.first_token_at is None:
+                self.first_token_at = time.perf_counter()
+            self.produced += len(progress.new_tokens)
+            self.last_token = progress.new_tokens[-1]
+
+    def hand_over(self, progress: Progress) -> None:
         try:
             self.aloop.call_soon_threadsafe(self.updates.put_nowait, progress)
         except RuntimeError:  # the event loop is closed: nobody is listening any more
@@ -54,7 +76,7 @@ class EngineLoop:
         self._cond = threading.Condition()
         self._waiting: deque[Ticket] = deque()
         self._running: dict[int, Ticket] = {}
-        self._cancels: set[int] = set()
+        self._cancels: dict[int, str] = {}  # rid -> its request_end reason
         self._stop = False
         self._drain_deadline: float | None = None
         self.failure: str | None = None  # the engine broke: every request since then fails
@@ -77,9 +99,10 @@ class EngineLoop:
             self._cond.notify()
             return ticket
 
-    def cancel(self, ticket: Ticket) -> None:
+    def cancel(self, ticket: Ticket, reason: str = "abort") -> None:
+        """End a request early: "abort" (its client went away) or "stop" (a stop string matched)."""
         with self._cond:
-            self._cancels.add(ticket.rid)
+            self._cancels[ticket.rid] = reason
             self._cond.notify()
 
     def begin_drain(self, drain_s: float) -> None:
@@ -129,8 +152,11 @@ class EngineLoop:
                 if self._stop:
                     self._end_all(SHUTDOWN_MESSAGE)
                     return
-                cancels, self._cancels = self._cancels, set()
+                cancels, self._cancels = self._cancels, {}
                 if self._waiting and cancels:
+                    for t in self._waiting:
+                        if t.rid in cancels:
+                            self._request_end(t, cancels[t.rid])
                     self._waiting = deque(t for t in self._waiting if t.rid not in cancels)
                 if self._drain_expired():
                     self._end_all(SHUTDOWN_MESSAGE)
@@ -140,8 +166,8 @@ class EngineLoop:
                     admit.append(self._waiting.popleft())
                 for t in admit:
                     self._running[t.rid] = t
-            for rid in cancels & set(self._running):
-                self._finish(rid, Progress(rid, done=True, error="cancelled"), cancel=True)
+            for rid in cancels.keys() & self._running.keys():
+                self._finish(rid, Progress(rid, done=True, error=CANCELLED), cancel=True, reason=cancels[rid])
             for t in admit:
                 self._start(t)
             if self._running:
@@ -174,9 +200,9 @@ class EngineLoop:
             else:
                 ticket.deliver(p)
 
-    def _finish(self, rid: int, progress: Progress, cancel: bool = False) -> None:
-        with self._cond:
-            ticket = self._running.pop(rid, None)
+    def _finish(self, rid: int, progress: Progress, cancel: bool = False, reason: str | None = None) -> None:
+        # (the engine thread is the only one that changes _running)
+        ticket = self._running.get(rid)
         if ticket is None:
             return
         if cancel:
@@ -184,11 +210,28 @@ class EngineLoop:
                 self.backend.cancel(rid)
             except Exception:  # a broken engine cannot cancel: the slot goes with it
                 pass
-        ticket.deliver(progress)
+        # its request_end before it stops counting as running and before its last tokens: a
+        # reader that sees the server idle, or a client that has its answer, finds it counted
+        ticket.count(progress)
+        if reason is None and progress.error is None:
+            reason = finish_reason([] if ticket.last_token is None else [ticket.last_token], ticket.params.stop_ids)
+        self._request_end(ticket, reason or _ended_by(progress.error))
+        with self._cond:
+            del self._running[rid]
+        ticket.hand_over(progress)
+
+    def _request_end(self, ticket: Ticket, reason: str) -> None:
+        """The request's `request_end` event: every request gets one, however it ended."""
+        now = time.perf_counter()
+        ttft = {} if ticket.first_token_at is None else {"ttft_s": round(ticket.first_token_at - ticket.submitted_at, 6)}
+        self.events.emit("request_end", request=ticket.rid, tokens=ticket.produced, reason=reason,
+                         e2e_s=round(now - ticket.submitted_at, 6), **ttft)
 
     def _end_all(self, reason: str) -> None:
         """(holding the lock) End every waiting and running request."""
+        ended = _ended_by(reason)
         for t in self._waiting:
+            self._request_end(t, ended)
             t.deliver(Progress(t.rid, done=True, error=reason))
         self._waiting.clear()
         for rid, t in list(self._running.items()):
@@ -196,6 +239,7 @@ class EngineLoop:
                 self.backend.cancel(rid)
             except Exception:
                 pass
+            self._request_end(t, ended)
             t.deliver(Progress(rid, done=True, error=reason))
         self._running.clear()
 

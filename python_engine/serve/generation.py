@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer
 
+from python_engine.decode.result import finish_reason
 from python_engine.serve.api_error import ApiError
 from python_engine.serve.backend import SamplingParams
-from python_engine.serve.engine_loop import Draining, EngineLoop, QueueFull
+from python_engine.serve.engine_loop import CANCELLED, Draining, EngineLoop, QueueFull
 from python_engine.serve.text_stream import TextStream
 
 RETRY_AFTER_S = 1  # what a 429 asks the client to wait
@@ -48,13 +49,14 @@ async def generate(loop: EngineLoop, ticket, tokenizer: Tokenizer, stop_strings:
     params: SamplingParams = ticket.params
     text = TextStream(tokenizer, stop_strings)
     produced = 0
+    last_token = None  # the final Progress may bring no token: the stop id can come a step before it
     finished = False
     try:
         while True:
             p = await ticket.updates.get()
             if p.error is not None:
                 finished = True
-                if p.error == "cancelled":
+                if p.error == CANCELLED:
                     return
                 shutdown = p.error.startswith("the server is shutting down")
                 yield Delta(text.finish() if shutdown else "", "abort" if shutdown else None, produced,
@@ -62,8 +64,10 @@ async def generate(loop: EngineLoop, ticket, tokenizer: Tokenizer, stop_strings:
                 return
             tokens = p.new_tokens
             produced += len(tokens)
-            ended_by_stop_id = p.done and bool(tokens) and tokens[-1] in params.stop_ids
-            piece = text.feed(tokens[:-1] if ended_by_stop_id else tokens)
+            last_token = tokens[-1] if tokens else last_token
+            ended_by_stop_id = p.done and finish_reason([] if last_token is None else [last_token],
+                                                        params.stop_ids) == "stop"
+            piece = text.feed(tokens[:-1] if tokens and ended_by_stop_id else tokens)
             if text.stopped:
                 yield Delta(piece, "stop", produced)
                 return  # `finished` stays False: the engine's request is cancelled below
@@ -76,4 +80,4 @@ async def generate(loop: EngineLoop, ticket, tokenizer: Tokenizer, stop_strings:
                 yield Delta(piece, None, produced)
     finally:
         if not finished:
-            loop.cancel(ticket)
+            loop.cancel(ticket, "stop" if text.stopped else "abort")

@@ -8,11 +8,10 @@ from __future__ import annotations
 import socket
 
 from python_engine.events import EventWriter
-from python_engine.native.engine import NativeEngine
+from python_engine.native.engine import FINISHED_STATES, NativeEngine
 from python_engine.native.generate import STAGE_KEYS
 from python_engine.serve.backend import Progress, SamplingParams
 
-FINISHED_STATES = ("done", "cancelled")
 
 
 class NativeBackend:

@@ -62,6 +62,23 @@ def test_run_prints_the_loops_tokens_and_writes_valid_metrics(decode_models, tmp
     for req in (0, 1):
         rs = [e for e in rounds if e["request"] == req]
         assert rs[-1]["tokens"] == 10
+        end = [e for e in events if e["event"] == "request_end" and e["request"] == req]
+        assert len(end) == 1 and (end[0]["tokens"], end[0]["reason"], end[0]["rounds"]) == (10, "length", len(rs))
+        assert events.index(end[0]) > events.index(rs[-1])
+        assert 0 < end[0]["ttft_s"] <= end[0]["e2e_s"]
+
+
+def test_a_request_its_prefill_ends_has_a_request_end_and_no_round(decode_models, tmp_path, seed):
+    """--max-tokens 1: the prefill's token is the whole answer; no round, one request_end."""
+    tdir, _ = decode_models["no_q_lora"]
+    prompt = torch.randint(0, 96, (5,), generator=torch.Generator().manual_seed(seed)).tolist()
+    metrics = tmp_path / "m.jsonl"
+    result = invoke("--model", tdir, "--ar", "--max-tokens", 1, "--ignore-eos", "--metrics", metrics,
+                    "--prompt-ids", ",".join(map(str, prompt)))
+    assert result.exit_code == 0, result.output
+    events = [p.event for p in iter_events(metrics.read_text().splitlines())]
+    assert [e["event"] for e in events] == ["run_start", "request_end", "run_end"]
+    assert (events[1]["request"], events[1]["tokens"], events[1]["reason"], events[1]["rounds"]) == (0, 1, "length", 0)
 
 
 def test_text_prompt_through_tokenizer_and_metrics_on_stdout(decode_models, tmp_path):

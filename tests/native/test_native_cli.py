@@ -58,6 +58,28 @@ def test_run_engine_native_writes_the_contract(native_variant, tmp_path, monkeyp
             assert len(t["parent"]) == e["tree_size"] + 1 and t["parent"][0] == -1
             assert len(t["accepted"]) == e["accept_len"]
     assert events[-1]["tokens"] == 3 * 12
+    ends = {e["request"]: (i, e) for i, e in enumerate(events) if e["event"] == "request_end"}
+    assert sorted(ends) == [0, 1, 2] and len(ends) == kinds.count("request_end")
+    for r, (at, end) in ends.items():
+        own = [i for i, e in enumerate(events) if e["event"] == "round" and e["request"] == r]
+        assert (end["tokens"], end["reason"], end["rounds"]) == (12, "length", len(own))
+        assert at > max(own), "a request_end before its request's last round"
+
+
+def test_requests_that_their_prefill_ends_have_a_request_end(native_variant, tmp_path, monkeypatch, capsys):
+    """--max-tokens 1: every request ends at its prefill, with no round; each still gets its
+    request_end (what counts it for the Prometheus exporter and the server's readers)."""
+    monkeypatch.setenv(L.ENV_LIBRARY, str(L.library_path(native_variant)))
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text('def add(a, b):\nimport os\n{"ids": [5, 6, 7, 8]}\n')
+    metrics = tmp_path / "m.jsonl"
+    run_cli(["run", "--engine", "native", "--model", str(DEMO_TARGET), "--drafter", str(DEMO_DRAFTER),
+             "--prompts", str(prompts), "--max-tokens", "1", "--dtype", "float32", "--metrics", str(metrics),
+             "--ignore-eos"], monkeypatch, capsys)
+    events = [p.event for p in iter_events(metrics.read_text().splitlines())]
+    assert [e["event"] for e in events if e["event"] == "round"] == []
+    ends = sorted((e["request"], e["tokens"], e["reason"], e["rounds"]) for e in events if e["event"] == "request_end")
+    assert ends == [(0, 1, "length", 0), (1, 1, "length", 0), (2, 1, "length", 0)]
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -80,6 +102,8 @@ def test_prometheus_endpoint_follows_the_events():
         for req, acc, depth, tokens in rounds:
             w.emit("round", request=req, round=0, accept_len=acc, tree_size=8, tree_depth=depth, times_us=times,
                    tokens=tokens, done=tokens == 7)
+        w.emit("request_end", request=1, tokens=7, reason="length", rounds=2, ttft_s=0.03, e2e_s=0.4)
+        w.emit("request_end", request=2, tokens=1, reason="stop", rounds=0, e2e_s=0.02)  # its prefill ended it
         m = scrape(port)
     finally:
         exporter.close()
@@ -92,7 +116,11 @@ def test_prometheus_endpoint_follows_the_events():
     assert m["kdtree_spec_accept_length_count"] == 4 and m["kdtree_spec_accept_length_sum"] == 11
     # tokens: first round of a request counts its accept_len; later ones the growth
     assert m["kdtree_generation_tokens_total"] == 3 + 1 + 5 + 2
-    assert m["kdtree_requests_finished_total"] == 1
+    assert m['kdtree_requests_finished_total{reason="length"}'] == 1
+    assert m['kdtree_requests_finished_total{reason="stop"}'] == 1
+    assert m["kdtree_time_to_first_token_seconds_count"] == 1 and m["kdtree_time_to_first_token_seconds_sum"] == 0.03
+    assert m["kdtree_e2e_request_latency_seconds_count"] == 2
+    assert m['kdtree_e2e_request_latency_seconds_bucket{le="0.02"}'] == 1
     assert m['kdtree_round_stage_seconds_count{stage="verify"}'] == 4
 
 

@@ -97,6 +97,24 @@ def completion_with_rounds(openai_client, rng: np.random.Generator, **create):
     raise AssertionError(f"{PROMPT_DRAWS} prompts all ended at the prefill")
 
 
+def ended_request_rounds(events: list[dict]) -> list[dict] | None:
+    """The rounds of the first request in `events` that made rounds and then ended (its
+    `request_end` seen); None while there is none. The requests before it that
+    completion_with_rounds drew and their prefill ended have a request_end and no round."""
+    with_rounds = {e["request"] for e in events if e["event"] == "round"}
+    end = next((e for e in events if e["event"] == "request_end" and e["request"] in with_rounds), None)
+    return None if end is None else [e for e in events if e["event"] == "round" and e["request"] == end["request"]]
+
+
+def finished_by_reason(metrics_text: str) -> dict[str, float]:
+    """/metrics' kdtree_requests_finished_total by its reason label."""
+    out = {}
+    for line in metrics_text.splitlines():
+        if line.startswith('kdtree_requests_finished_total{reason="'):
+            out[line.split('"')[1]] = float(line.split()[-1])
+    return out
+
+
 def wait_idle(serving: Serving, timeout_s: float = 30.0) -> dict:
     """Wait until no request runs or waits; the loop's counts then."""
     deadline = time.monotonic() + timeout_s

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from conftest import DEMO_DRAFTER, code_text_prompts, free_port, served, wait_idle
+from conftest import DEMO_DRAFTER, code_text_prompts, finished_by_reason, free_port, served, wait_idle
 from reference import ar_reference
 
 from python_engine.demo.defaults import DEFAULT_TARGET
@@ -32,8 +32,11 @@ def client(url: str, key: str = "unused") -> openai.OpenAI:
 
 def test_concurrent_streams_with_disconnects_free_every_slot(demo_server, rng):
     """16 streams at once; a random half of them hang up after a few chunks. The others
-    get the AR text; afterwards no request runs or waits, and the server still answers."""
+    get the AR text; afterwards no request runs or waits, the server still answers, and
+    /metrics counted each request's end once (those hung up on as abort, unless they ended first)."""
     url, serving = demo_server
+    wait_idle(serving)
+    before = finished_by_reason(httpx.get(f"{url}/metrics").text)
     prompts = code_text_prompts(rng, 16)
     quits = set(rng.choice(16, size=8, replace=False).tolist())
     after = {i: int(rng.integers(1, 4)) for i in quits}
@@ -67,6 +70,9 @@ def test_concurrent_streams_with_disconnects_free_every_slot(demo_server, rng):
         assert texts[i] == ar_reference(serving, serving.state.codec.encode(prompts[i]), max_tokens[i])[0]
     again = client(url).completions.create(model="demo-target", prompt=prompts[0], max_tokens=8, temperature=0)
     assert again.choices[0].text == ar_reference(serving, serving.state.codec.encode(prompts[0]), 8)[0]
+    after = finished_by_reason(httpx.get(f"{url}/metrics").text)
+    ended = {r: after.get(r, 0) - before.get(r, 0) for r in after}
+    assert sum(ended.values()) == 17 and ended.get("abort", 0) <= len(quits) and not ended.get("error"), ended
 
 
 BAD_REQUESTS = [

@@ -10,7 +10,8 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from conftest import CHAT_TEMPLATE, code_text_prompts, completion_with_rounds, served, wait_idle
+from conftest import (CHAT_TEMPLATE, code_text_prompts, completion_with_rounds, ended_request_rounds,
+                      finished_by_reason, served, wait_idle)
 from reference import ar_reference
 
 from python_engine.events import parse
@@ -66,8 +67,12 @@ def test_stream_ends_with_done(demo_server, rng):
 
 def test_stop_string_across_tokens(demo_server, rng):
     """A stop string taken from inside the reference text (so it spans token boundaries more
-    often than not) cuts the text right before its first occurrence."""
+    often than not) cuts the text right before its first occurrence; /metrics counts both
+    requests' ends, as "stop" (or "length" where the engine reached max_tokens before the
+    cancel that the stop string sends), never "abort"."""
     url, serving = demo_server
+    wait_idle(serving)
+    before = finished_by_reason(httpx.get(f"{url}/metrics").text)
     for prompt in code_text_prompts(rng, 5):
         want_text, _ = ar_reference(serving, serving.state.codec.encode(prompt), 40)
         if len(want_text) >= 8:
@@ -87,6 +92,9 @@ def test_stop_string_across_tokens(demo_server, rng):
             text, finish = out.choices[0].text, out.choices[0].finish_reason
         assert (text, finish) == (cut, "stop"), f"stop={stop!r}"
     assert wait_idle(serving)["running"] == 0  # the stopped requests left their slots
+    after = finished_by_reason(httpx.get(f"{url}/metrics").text)
+    ended = {r: n - before.get(r, 0) for r, n in after.items() if n != before.get(r, 0)}
+    assert set(ended) <= {"stop", "length"} and sum(ended.values()) == 2, ended
 
 
 def test_models_and_health(demo_server):
@@ -142,8 +150,8 @@ def test_seeded_sampling_repeats(demo_server, rng):
 
 
 def test_events_stream_and_metrics(demo_server, rng):
-    """/v1/kdtree/events hands on run_start then the round events of a request (valid
-    under the events contract); /metrics counts the same rounds."""
+    """/v1/kdtree/events hands on run_start then the round events of a request and its
+    request_end (valid under the events contract); /metrics counts the same rounds."""
     url, serving = demo_server
     wait_idle(serving)  # the rounds that follow are this test's request's only
     before = _drafts(httpx.get(f"{url}/metrics").text)
@@ -159,13 +167,41 @@ def test_events_stream_and_metrics(demo_server, rng):
                 event, problems = parse(line.removeprefix("data: "))
                 assert not problems
                 events.append(event)
-                if json.loads(line.removeprefix("data: ")).get("done"):
+                if ended_request_rounds(events):
                     break
     assert events[0]["event"] == "run_start" and events[0]["engine"] == "torch"
-    rounds = [e for e in events if e["event"] == "round"]
+    rounds = ended_request_rounds(events)
     assert rounds and rounds[-1]["tokens"] == got.usage.completion_tokens
+    end = events[-1]
+    assert end["event"] == "request_end" and end["request"] == rounds[-1]["request"]
+    assert (end["tokens"], end["reason"]) == (got.usage.completion_tokens, got.choices[0].finish_reason)
+    assert 0 < end["ttft_s"] <= end["e2e_s"]
     after = _drafts(httpx.get(f"{url}/metrics").text)
     assert after - before == len(rounds)
+
+
+def test_a_request_its_prefill_ends_is_counted(demo_server, rng):
+    """max_tokens 1: the prefill's token is the answer, so the request makes no round; its
+    request_end still reaches the events stream and /metrics counts it as finished."""
+    url, serving = demo_server
+    wait_idle(serving)
+    before = finished_by_reason(httpx.get(f"{url}/metrics").text)
+    with httpx.stream("GET", f"{url}/v1/kdtree/events", timeout=60) as r:
+        lines = (line.removeprefix("data: ") for line in r.iter_lines() if line.startswith("data: "))
+        assert parse(next(lines))[0]["event"] == "run_start"
+        got = client(url).completions.create(model="demo-target", prompt=code_text_prompts(rng, 1)[0], max_tokens=1,
+                                             temperature=0)
+        events = []
+        for line in lines:
+            events.append(parse(line)[0])
+            if events[-1]["event"] == "request_end":
+                break
+    assert got.usage.completion_tokens == 1
+    assert [e["event"] for e in events] == ["request_end"]
+    reason = "stop" if got.choices[0].finish_reason == "stop" else "length"
+    assert (events[0]["tokens"], events[0]["reason"]) == (1, reason)
+    after = finished_by_reason(httpx.get(f"{url}/metrics").text)
+    assert {r: n - before.get(r, 0) for r, n in after.items() if n != before.get(r, 0)} == {reason: 1}
 
 
 def _drafts(metrics_text: str) -> float:

@@ -4,12 +4,11 @@ events parser accepts; a server with a key refuses it without one."""
 
 from __future__ import annotations
 
-import json
 import queue
 import time
 
 import openai
-from conftest import completion_with_rounds, served, wait_idle
+from conftest import completion_with_rounds, ended_request_rounds, served, wait_idle
 
 from kdtree_cli.tui.messages import SourceBatch, SourceState, SourceStatus
 from kdtree_cli.tui.sources.server_url import ServerSource
@@ -50,13 +49,13 @@ def test_url_source_follows_a_request(demo_server, rng):
         done = completion_with_rounds(c, rng, max_tokens=int(rng.integers(4, 40)))
         lines: list[str] = []
         deadline = time.monotonic() + WAIT_S
-        while not any(json.loads(x).get("done") for x in lines[1:]) and time.monotonic() < deadline:
+        events: list[dict] = []
+        while ended_request_rounds(events) is None and time.monotonic() < deadline:
             m = got.get(timeout=WAIT_S)
             if isinstance(m, SourceBatch):
-                lines += m.lines
-        events = [parse(line)[0] for line in lines]
+                events += [parse(line)[0] for line in m.lines]
         assert events[0]["event"] == "run_start" and events[0]["model"] == "demo-target"
-        rounds = [e for e in events if e["event"] == "round"]
+        rounds = ended_request_rounds(events)
         assert rounds and rounds[-1]["tokens"] == done.usage.completion_tokens
         assert [r["round"] for r in rounds] == list(range(len(rounds)))
     finally:
