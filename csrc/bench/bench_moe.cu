@@ -331,43 +331,47 @@ int main(int argc, char** argv) {
         most = std::max(most, routes.back().most);
       }
       distinct /= sets;
-      // the fields both params structs share: rows, and the gate/up (x gathered -> act) or down
-      // (act -> out) projection's shapes and buffers
-      auto fill = [&](auto& p, const DeviceRouting& r, bool gate_up) {
-        p.experts = experts;
-        p.rows = r.rows;
-        p.offsets = r.offsets.p;
-        p.n = gate_up ? inter : hidden;
-        p.k = gate_up ? hidden : inter;
-        p.x = gate_up ? x.p : act.p;
-        p.x_stride = p.k;
-        p.x_row = gate_up ? r.row_token.p : nullptr;
-        p.out = gate_up ? act.p : out.p;
-        p.out_stride = p.n;
+      // the operands both params structs share: the routing's rows, and the gate/up (x gathered
+      // -> act) or down (act -> out) projection's input and output rows
+      auto routed_rows = [&](const DeviceRouting& r) {
+        MoeRoutedRows rows;
+        rows.experts = experts;
+        rows.rows = r.rows;
+        rows.offsets = r.offsets.p;
+        rows.active_experts = r.active.p;  // as the engine passes moe_group's list
+        rows.max_rows_per_expert = n;
+        return rows;
       };
-      auto int4_params = [&](const DeviceRouting& r, bool gate_up, W4RowTile tile, int slices, bool overlap,
-                             W4XSource x_source) {
-        MoeW4a16Params p;
-        fill(p, r, gate_up);
-        p.max_rows_per_expert = n;
-        p.row_tile = tile;
-        p.k_slices = slices;
-        p.x_source = x_source;
-        p.overlap_previous = overlap && !gate_up;  // as the engine launches the down GEMM
-        p.active_experts = r.active.p;  // as the engine passes moe_group's list
-        p.w = gate_up ? q_gate.p : q_down.p;
-        p.w_up = gate_up ? q_up.p : nullptr;
-        p.w_expert_stride = gate_up ? gate_words : down_words;
-        return p;
+      auto input_rows = [&](const DeviceRouting& r, bool gate_up) {
+        MoeInputRows in;
+        in.x = gate_up ? x.p : act.p;
+        in.x_stride = gate_up ? hidden : inter;
+        in.x_row = gate_up ? r.row_token.p : nullptr;
+        return in;
+      };
+      auto output_rows = [&](bool gate_up) {
+        MoeOutputRows o;
+        o.out = gate_up ? act.p : out.p;
+        o.out_stride = gate_up ? inter : hidden;
+        return o;
+      };
+      auto int4_params = [&](const DeviceRouting& r, bool gate_up) {
+        MoeW4a16Weights w;
+        w.w = gate_up ? q_gate.p : q_down.p;
+        w.w_up = gate_up ? q_up.p : nullptr;
+        w.w_expert_stride = gate_up ? gate_words : down_words;
+        w.n = gate_up ? inter : hidden;
+        w.k = gate_up ? hidden : inter;
+        return make_moe_w4a16_params(routed_rows(r), input_rows(r, gate_up), w, output_rows(gate_up));
       };
       auto bf16_params = [&](const DeviceRouting& r, bool gate_up) {
-        MoeGemmParams p;
-        fill(p, r, gate_up);
-        p.dtype = ModelDType::kBF16;
-        p.w = gate_up ? b_gate.p : b_down.p;
-        p.w_up = gate_up ? b_up.p : nullptr;
-        p.w_expert_stride = bf16_elems;
-        return p;
+        MoeExpertWeights w;
+        w.w = gate_up ? b_gate.p : b_down.p;
+        w.w_up = gate_up ? b_up.p : nullptr;
+        w.w_expert_stride = bf16_elems;
+        w.n = gate_up ? inter : hidden;
+        w.k = gate_up ? hidden : inter;
+        return make_moe_gemm_params(ModelDType::kBF16, routed_rows(r), input_rows(r, gate_up), w, output_rows(gate_up));
       };
       const DeviceRouting* cur = nullptr;
       auto pick = [&](int i) { cur = &routes[i % sets]; };
@@ -410,9 +414,12 @@ int main(int argc, char** argv) {
           {"int4_gridwait", kAutoTile, 0, 0, true, kAutoX, kAutoX, 0, false, false}};
       for (const Int4Variant& v : variants) {
         auto launch = [&, v](bool gate_up, bool pair) {
-          MoeW4a16Params p = int4_params(*cur, gate_up, v.tile, gate_up ? v.slices_gate_up : v.slices_down, v.overlap,
-                                         gate_up ? v.x_gate_up : v.x_down);
+          MoeW4a16Params p = int4_params(*cur, gate_up);
+          p.row_tile = v.tile;
+          p.k_slices = gate_up ? v.slices_gate_up : v.slices_down;
+          p.x_source = gate_up ? v.x_gate_up : v.x_down;
           p.cta_warps = v.cta_warps;
+          p.overlap_previous = v.overlap && !gate_up;  // as the engine launches the down GEMM
           if (v.scan_offsets) p.active_experts = nullptr;
           if (v.slot_sync && pair) p.slot_sync = slot_sync.p;  // a launch alone has no partner to hand off to
           check(moe_gemm_w4a16(p, nullptr));

@@ -440,118 +440,98 @@ void TargetModel::moe_ffn(const Layer& w, int rows, const void* hn, void* out_ro
   }
   gemm_->linear(rows, t.experts, t.hidden, mat(h32, H, ModelDType::kF32), mat(w.router, H, ModelDType::kF32),
                 out(router_logits_, t.experts, ModelDType::kF32));
-  MoeRouteParams r;
-  r.tokens = rows;
-  r.experts = t.experts;
-  r.groups = t.n_group;
-  r.topk_group = t.topk_group;
-  r.topk = t.topk;
-  r.norm_topk = t.norm_topk;
-  r.scaling = t.scaling;
-  r.logits = router_logits_;
-  r.bias = w.router_bias;
-  r.topk_ids = topk_ids_;
-  r.topk_weights = topk_weights_;
-  check_kernel(moe_route(r, stream));
-  MoeGroupParams g;
-  g.tokens = rows;
-  g.experts = t.experts;
-  g.topk = t.topk;
-  g.topk_ids = topk_ids_;
-  g.offsets = expert_offsets_;
-  g.row_token = row_token_;
-  g.pair_row = pair_row_;
+  MoeTopk topk;  // the router's picks: moe_route writes them, moe_group and moe_combine read them
+  topk.tokens = rows;
+  topk.topk = t.topk;
+  topk.ids = topk_ids_;
+  topk.weights = topk_weights_;
+  MoeRouter router;
+  router.experts = t.experts;
+  router.groups = t.n_group;
+  router.topk_group = t.topk_group;
+  router.norm_topk = t.norm_topk;
+  router.scaling = t.scaling;
+  router.bias = w.router_bias;
+  check_kernel(moe_route(make_moe_route_params(router, router_logits_, topk), stream));
+  MoeGroupOutputs grouped;
+  grouped.offsets = expert_offsets_;
+  grouped.row_token = row_token_;
+  grouped.pair_row = pair_row_;
   // this rank's experts own the grouped rows offsets[e0] .. offsets[e0 + El]: the GEMMs see
   // only them (their weights are stacked from the rank's first expert)
   const int El = t.local_experts();
+  MoeExpertRange local;
+  local.begin = t.expert_begin();
+  local.end = t.expert_begin() + El;
+  MoeActiveList active;
   if (int4_packed()) {  // the W4A16 GEMMs' slot -> expert list, relative to e0
-    g.active_experts = active_experts_;
-    g.active_begin = t.expert_begin();
-    g.active_end = t.expert_begin() + El;
+    active.experts = active_experts_;
+    active.begin = local.begin;
+    active.end = local.end;
   }
-  check_kernel(moe_group(g, stream));
-  const int pairs = rows * t.topk;
-  const int32_t* local_offsets = expert_offsets_ + t.expert_begin();
+  check_kernel(moe_group(make_moe_group_params(topk, t.experts, grouped, active), stream));
+  MoeRoutedRows routed;
+  routed.experts = El;
+  routed.rows = rows * t.topk;
+  routed.offsets = expert_offsets_ + local.begin;
+  routed.active_experts = active.experts;
+  routed.max_rows_per_expert = rows;  // an expert is picked at most once per token
+  MoeInputRows tokens_in;  // gate/up: each grouped row reads its token's hidden state
+  tokens_in.x = hn;
+  tokens_in.x_stride = H;
+  tokens_in.x_row = row_token_;
+  MoeOutputRows act_out;
+  act_out.out = expert_act_;
+  act_out.out_stride = t.moe_inter;
+  MoeInputRows act_in;  // down: grouped row r reads row r of the gate/up output
+  act_in.x = expert_act_;
+  act_in.x_stride = t.moe_inter;
+  MoeOutputRows down_out;
+  down_out.out = expert_out_;
+  down_out.out_stride = H;
   if (int4_packed()) {  // W4A16: the experts stay packed, dequantized in registers
-    MoeW4a16Params up;
-    up.experts = El;
-    up.rows = pairs;
-    up.n = t.moe_inter;
-    up.k = t.hidden;
-    up.max_rows_per_expert = rows;  // an expert is picked at most once per token
-    up.x = hn;
-    up.x_stride = H;
-    up.x_row = row_token_;
-    up.offsets = local_offsets;
-    up.active_experts = active_experts_;
-    up.w = static_cast<const uint32_t*>(w.experts_gate);
-    up.w_up = static_cast<const uint32_t*>(w.experts_up);
-    up.w_expert_stride = moe_w4a16_expert_words(t.moe_inter, t.hidden);
-    up.out = expert_act_;
-    up.out_stride = t.moe_inter;
+    MoeW4a16Weights gate_up;
+    gate_up.w = static_cast<const uint32_t*>(w.experts_gate);
+    gate_up.w_up = static_cast<const uint32_t*>(w.experts_up);
+    gate_up.w_expert_stride = moe_w4a16_expert_words(t.moe_inter, t.hidden);
+    gate_up.n = t.moe_inter;
+    gate_up.k = t.hidden;
+    MoeW4a16Params up = make_moe_w4a16_params(routed, tokens_in, gate_up, act_out);
     up.slot_sync = moe_slot_sync_;  // decode sizes: the down CTAs wait per expert slot, not for the grid
     check_kernel(moe_gemm_w4a16(up, stream));
-    MoeW4a16Params down = up;
-    down.n = t.hidden;
-    down.k = t.moe_inter;
-    down.x = expert_act_;
-    down.x_stride = t.moe_inter;
-    down.x_row = nullptr;
-    down.w = static_cast<const uint32_t*>(w.experts_down);
-    down.w_up = nullptr;
-    down.w_expert_stride = moe_w4a16_expert_words(t.hidden, t.moe_inter);
-    down.out = expert_out_;
-    down.out_stride = H;
-    down.overlap_previous = true;  // the gate/up launch just above wrote only its x
+    MoeW4a16Weights down_w;
+    down_w.w = static_cast<const uint32_t*>(w.experts_down);
+    down_w.w_expert_stride = moe_w4a16_expert_words(t.hidden, t.moe_inter);
+    down_w.n = t.hidden;
+    down_w.k = t.moe_inter;
+    MoeW4a16Params down = make_moe_w4a16_params(routed, act_in, down_w, down_out);
+    down.slot_sync = moe_slot_sync_;  // the pair's words, as on the gate/up launch
+    down.overlap_previous = true;     // the gate/up launch just above wrote only its x
     check_kernel(moe_gemm_w4a16(down, stream));
   } else {
-    MoeGemmParams up;
-    up.dtype = dt_;
-    up.experts = El;
-    up.rows = pairs;
-    up.n = t.moe_inter;
-    up.k = t.hidden;
-    up.x = hn;
-    up.x_stride = H;
-    up.x_row = row_token_;
-    up.offsets = local_offsets;
-    up.w = w.experts_gate;
-    up.w_up = w.experts_up;
-    up.w_expert_stride = static_cast<int64_t>(t.moe_inter) * H;
-    up.out = expert_act_;
-    up.out_stride = t.moe_inter;
-    check_kernel(moe_gemm(up, stream));
-    MoeGemmParams down;
-    down.dtype = dt_;
-    down.experts = El;
-    down.rows = pairs;
-    down.n = t.hidden;
-    down.k = t.moe_inter;
-    down.x = expert_act_;
-    down.x_stride = t.moe_inter;
-    down.offsets = local_offsets;
-    down.w = w.experts_down;
-    down.w_expert_stride = static_cast<int64_t>(t.moe_inter) * H;
-    down.out = expert_out_;
-    down.out_stride = H;
-    check_kernel(moe_gemm(down, stream));
+    MoeExpertWeights gate_up;
+    gate_up.w = w.experts_gate;
+    gate_up.w_up = w.experts_up;
+    gate_up.w_expert_stride = static_cast<int64_t>(t.moe_inter) * H;
+    gate_up.n = t.moe_inter;
+    gate_up.k = t.hidden;
+    check_kernel(moe_gemm(make_moe_gemm_params(dt_, routed, tokens_in, gate_up, act_out), stream));
+    MoeExpertWeights down_w;
+    down_w.w = w.experts_down;
+    down_w.w_expert_stride = static_cast<int64_t>(t.moe_inter) * H;
+    down_w.n = t.hidden;
+    down_w.k = t.moe_inter;
+    check_kernel(moe_gemm(make_moe_gemm_params(dt_, routed, act_in, down_w, down_out), stream));
   }
   if (t.shared_experts > 0)
     dense_ffn(w.shared_gate, w.shared_down, t.local_shared_inter(), rows, hn, shared_out_, stream);
-  MoeCombineParams c;
-  c.dtype = dt_;
-  c.tokens = rows;
-  c.hidden = t.hidden;
-  c.topk = t.topk;
-  c.expert_out = expert_out_;
-  c.pair_row = pair_row_;
-  c.topk_weights = topk_weights_;
-  c.topk_ids = topk_ids_;  // pairs routed to another rank's experts add nothing here
-  c.expert_begin = t.expert_begin();
-  c.expert_end = t.expert_begin() + El;
-  c.shared_out = t.shared_experts > 0 ? shared_out_ : nullptr;
-  c.out = out_rows;
-  check_kernel(moe_combine(c, stream));
+  MoeCombineInputs summed;
+  summed.hidden = t.hidden;
+  summed.expert_out = expert_out_;
+  summed.pair_row = pair_row_;
+  summed.shared_out = t.shared_experts > 0 ? shared_out_ : nullptr;
+  // pairs routed to another rank's experts add nothing here
+  check_kernel(moe_combine(make_moe_combine_params(dt_, topk, summed, local, out_rows), stream));
 }
 
 }  // namespace kdtree::engine

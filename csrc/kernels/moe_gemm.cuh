@@ -15,6 +15,7 @@
 
 #include "kernel_status.h"
 #include "model_dtype.cuh"
+#include "moe_gemm_operands.cuh"
 
 namespace kdtree {
 
@@ -33,6 +34,25 @@ struct MoeGemmParams {
   void* out = nullptr;             // [rows, n] at out + r * out_stride
   int64_t out_stride = 0;
 };
+
+// The experts' weights of one projection: expert e's [n, k] at w + e * w_expert_stride.
+struct MoeExpertWeights {
+  const void* w = nullptr;       // [experts, n, k] (nn.Linear layout per expert)
+  const void* w_up = nullptr;    // as w, or null; non-null selects the SwiGLU form
+  int64_t w_expert_stride = 0;   // elements between experts (>= n * k)
+  int n = 0, k = 0;              // out features, in features
+};
+
+// The one place MoeGemmParams are built: `weights` applied to the `in` rows of `rows`, into
+// `out`, with x, the weights and out in `dtype` (rows.active_experts and max_rows_per_expert
+// are not read).
+inline MoeGemmParams make_moe_gemm_params(ModelDType dtype, const MoeRoutedRows& rows, const MoeInputRows& in,
+                                          const MoeExpertWeights& weights, const MoeOutputRows& out) {
+  MoeGemmParams p;
+  p.dtype = dtype;
+  set_moe_gemm_operands(p, rows, in, weights, out);
+  return p;
+}
 
 KernelResult moe_gemm(const MoeGemmParams& p, cudaStream_t stream);
 

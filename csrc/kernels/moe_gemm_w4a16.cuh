@@ -31,6 +31,7 @@
 #include <string>
 
 #include "kernel_status.h"
+#include "moe_gemm_operands.cuh"
 
 namespace kdtree {
 
@@ -132,6 +133,26 @@ struct MoeW4a16Params {
   void* out = nullptr;             // bf16 [rows, n] at out + r * out_stride
   int64_t out_stride = 0;
 };
+
+// The experts' repacked weights of one projection: expert e's [n, k] at w + e * w_expert_stride.
+struct MoeW4a16Weights {
+  const uint32_t* w = nullptr;     // repacked (16-byte aligned)
+  const uint32_t* w_up = nullptr;  // as w, or null; non-null selects the SwiGLU form
+  int64_t w_expert_stride = 0;     // words between experts: >= moe_w4a16_expert_words(n, k), a multiple of 4
+  int n = 0, k = 0;                // out features, in features (k % 32 == 0)
+};
+
+// The one place MoeW4a16Params are built: `weights` applied to the `in` rows of `rows`, into
+// `out`. The tuning knobs (row_tile, k_slices, x_source, cta_warps) keep their defaults
+// (automatic), as do overlap_previous and slot_sync: a caller that forces one sets it after.
+inline MoeW4a16Params make_moe_w4a16_params(const MoeRoutedRows& rows, const MoeInputRows& in,
+                                            const MoeW4a16Weights& weights, const MoeOutputRows& out) {
+  MoeW4a16Params p;
+  set_moe_gemm_operands(p, rows, in, weights, out);
+  p.max_rows_per_expert = rows.max_rows_per_expert;
+  p.active_experts = rows.active_experts;
+  return p;
+}
 
 // plain:  out[r] = bf16(x[r] W_e^T)
 // SwiGLU: out[r] = bf16(bf16(silu(bf16(x[r] W_e^T))) * bf16(x[r] U_e^T))   (as moe_gemm rounds)

@@ -61,6 +61,110 @@ struct MoeCombineParams {
   void* out = nullptr;                // [tokens, hidden]
 };
 
+// The groups of arguments the three params structs are built from (make_moe_route_params,
+// make_moe_group_params, make_moe_combine_params), so that every caller names what it passes
+// and two arrays of one type cannot trade places.
+
+// The router's picks for `tokens` tokens: moe_route writes them, moe_group and moe_combine read them.
+struct MoeTopk {
+  int tokens = 0, topk = 1;
+  int32_t* ids = nullptr;      // [tokens, topk] by descending s + bias
+  float* weights = nullptr;    // [tokens, topk]
+};
+
+// One layer's router (noaux_tc): the model's routing constants and its correction bias.
+struct MoeRouter {
+  int experts = 0, groups = 1, topk_group = 1;  // n_routed_experts, n_group, topk_group
+  bool norm_topk = true;
+  float scaling = 1.0f;                         // routed_scaling_factor
+  const float* bias = nullptr;                  // [experts] e_score_correction_bias
+};
+
+// What moe_group writes (besides the optional active list).
+struct MoeGroupOutputs {
+  int32_t* offsets = nullptr;    // [experts + 1]
+  int32_t* row_token = nullptr;  // [tokens * topk] the token of each grouped row
+  int32_t* pair_row = nullptr;   // [tokens * topk] the grouped row of pair (t, j)
+};
+
+// moe_group's optional slot -> expert list over [begin, end) (MoeGroupParams::active_experts);
+// experts null (the default): none.
+struct MoeActiveList {
+  int32_t* experts = nullptr;
+  int begin = 0, end = 0;  // end 0: all experts
+};
+
+// What moe_combine sums per token: its pairs' grouped rows and the shared experts' output.
+struct MoeCombineInputs {
+  int hidden = 0;
+  const void* expert_out = nullptr;   // [tokens * topk, hidden] grouped rows (down projections)
+  const int32_t* pair_row = nullptr;  // [tokens * topk] (moe_group's)
+  const void* shared_out = nullptr;   // [tokens, hidden], or null
+};
+
+// Expert parallelism: this rank's experts [begin, end). Empty (the default): every pair counts.
+struct MoeExpertRange {
+  int begin = 0, end = 0;
+};
+
+// The one place MoeRouteParams are built: `router` over the [topk.tokens, router.experts]
+// float32 `logits`, its picks into `topk`.
+inline MoeRouteParams make_moe_route_params(const MoeRouter& router, const float* logits, const MoeTopk& topk) {
+  MoeRouteParams p;
+  p.tokens = topk.tokens;
+  p.experts = router.experts;
+  p.groups = router.groups;
+  p.topk_group = router.topk_group;
+  p.topk = topk.topk;
+  p.norm_topk = router.norm_topk;
+  p.scaling = router.scaling;
+  p.logits = logits;
+  p.bias = router.bias;
+  p.topk_ids = topk.ids;
+  p.topk_weights = topk.weights;
+  return p;
+}
+
+// The one place MoeGroupParams are built: the pairs of `topk` grouped over `experts` into
+// `out`, and the active list when `active` has one.
+inline MoeGroupParams make_moe_group_params(const MoeTopk& topk, int experts, const MoeGroupOutputs& out,
+                                            const MoeActiveList& active) {
+  MoeGroupParams p;
+  p.tokens = topk.tokens;
+  p.experts = experts;
+  p.topk = topk.topk;
+  p.topk_ids = topk.ids;
+  p.offsets = out.offsets;
+  p.row_token = out.row_token;
+  p.pair_row = out.pair_row;
+  p.active_experts = active.experts;
+  p.active_begin = active.begin;
+  p.active_end = active.end;
+  return p;
+}
+
+// The one place MoeCombineParams are built: the pairs of `topk` (those of `range` alone when
+// it is not empty) summed from `in`, in `dtype`, into out [topk.tokens, in.hidden].
+inline MoeCombineParams make_moe_combine_params(ModelDType dtype, const MoeTopk& topk, const MoeCombineInputs& in,
+                                                const MoeExpertRange& range, void* out) {
+  MoeCombineParams p;
+  p.dtype = dtype;
+  p.tokens = topk.tokens;
+  p.hidden = in.hidden;
+  p.topk = topk.topk;
+  p.expert_out = in.expert_out;
+  p.pair_row = in.pair_row;
+  p.topk_weights = topk.weights;
+  if (range.end > range.begin) {
+    p.topk_ids = topk.ids;
+    p.expert_begin = range.begin;
+    p.expert_end = range.end;
+  }
+  p.shared_out = in.shared_out;
+  p.out = out;
+  return p;
+}
+
 KernelResult moe_route(const MoeRouteParams& p, cudaStream_t stream);
 KernelResult moe_group(const MoeGroupParams& p, cudaStream_t stream);
 KernelResult moe_combine(const MoeCombineParams& p, cudaStream_t stream);

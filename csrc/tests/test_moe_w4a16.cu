@@ -166,6 +166,16 @@ std::vector<int32_t> active_list_of(const std::vector<int32_t>& offsets) {
   return list;
 }
 
+// The kernel's view of experts `w` uploaded to `device` (the plain form: set w_up for SwiGLU).
+MoeW4a16Weights device_weights(const Int4Experts& w, const DeviceBuffer<uint32_t>& device) {
+  MoeW4a16Weights d;
+  d.w = device.get();
+  d.w_expert_stride = w.words;
+  d.n = w.n;
+  d.k = w.k;
+  return d;
+}
+
 // Runs the kernel; the output rows [rows, out_stride] as bf16 bits.
 std::vector<uint16_t> run_gpu(const Problem& pb) {
   const Int4Experts& w = *pb.w;
@@ -176,26 +186,26 @@ std::vector<uint16_t> run_gpu(const Problem& pb) {
   DeviceBuffer<uint32_t> du(pb.u ? pb.u->repacked : std::vector<uint32_t>{});
   std::vector<uint16_t> host_out(static_cast<size_t>(rt.rows()) * pb.out_stride, kPoisonBf16);
   DeviceBuffer<uint16_t> out(host_out);
-  MoeW4a16Params p;
-  p.experts = w.experts;
-  p.rows = rt.rows();
-  p.n = w.n;
-  p.k = w.k;
-  p.max_rows_per_expert = pb.max_rows_per_expert;
+  MoeRoutedRows routed;
+  routed.experts = w.experts;
+  routed.rows = rt.rows();
+  routed.offsets = offsets.get();
+  routed.active_experts = pb.active_list ? active.get() : nullptr;
+  routed.max_rows_per_expert = pb.max_rows_per_expert;
+  MoeInputRows in;
+  in.x = x.get();
+  in.x_stride = pb.x_stride;
+  in.x_row = x_row.get();
+  MoeW4a16Weights weights = device_weights(w, dw);
+  if (pb.u) weights.w_up = du.get();
+  MoeOutputRows rows_out;
+  rows_out.out = out.get();
+  rows_out.out_stride = pb.out_stride;
+  MoeW4a16Params p = make_moe_w4a16_params(routed, in, weights, rows_out);
   p.row_tile = pb.row_tile;
   p.k_slices = pb.k_slices;
   p.x_source = pb.x_source;
   p.cta_warps = pb.cta_warps;
-  p.x = x.get();
-  p.x_stride = pb.x_stride;
-  p.x_row = x_row.get();
-  p.offsets = offsets.get();
-  p.active_experts = pb.active_list ? active.get() : nullptr;
-  p.w = dw.get();
-  p.w_up = pb.u ? du.get() : nullptr;
-  p.w_expert_stride = w.words;
-  p.out = out.get();
-  p.out_stride = pb.out_stride;
   const KernelResult r = moe_gemm_w4a16(p, nullptr);
   if (!r.ok()) throw std::runtime_error(r.message);
   KD_CUDA_CHECK(cudaDeviceSynchronize());
@@ -426,35 +436,32 @@ KD_GPU_TEST(pair_slot_handoff_matches_the_grid_wait) {
     DeviceBuffer<uint16_t> act(std::vector<uint16_t>(static_cast<size_t>(rows) * inter, kPoisonBf16));
     DeviceBuffer<uint16_t> out(std::vector<uint16_t>(static_cast<size_t>(rows) * hidden, kPoisonBf16));
     DeviceBuffer<uint32_t> sync(std::vector<uint32_t>(moe_w4a16_slot_sync_words(experts, rows), 0));
+    MoeRoutedRows routed;
+    routed.experts = experts;
+    routed.rows = rows;
+    routed.offsets = offsets.get();
+    routed.active_experts = active.get();
+    routed.max_rows_per_expert = tokens;
+    MoeInputRows x_in;
+    x_in.x = x.get();
+    x_in.x_stride = hidden;
+    x_in.x_row = x_row.get();
+    MoeOutputRows act_out;
+    act_out.out = act.get();
+    act_out.out_stride = inter;
+    MoeInputRows act_in;
+    act_in.x = act.get();
+    act_in.x_stride = inter;
+    MoeOutputRows down_out;
+    down_out.out = out.get();
+    down_out.out_stride = hidden;
+    MoeW4a16Weights gate_up = device_weights(gate, dg);
+    gate_up.w_up = du.get();
     auto pair = [&](bool handoff) {
-      MoeW4a16Params g;
-      g.experts = experts;
-      g.rows = rows;
-      g.n = inter;
-      g.k = hidden;
-      g.max_rows_per_expert = tokens;
-      g.x = x.get();
-      g.x_stride = hidden;
-      g.x_row = x_row.get();
-      g.offsets = offsets.get();
-      g.active_experts = active.get();
-      g.w = dg.get();
-      g.w_up = du.get();
-      g.w_expert_stride = gate.words;
-      g.out = act.get();
-      g.out_stride = inter;
+      MoeW4a16Params g = make_moe_w4a16_params(routed, x_in, gate_up, act_out);
       g.slot_sync = handoff ? sync.get() : nullptr;
-      MoeW4a16Params d = g;
-      d.n = hidden;
-      d.k = inter;
-      d.x = act.get();
-      d.x_stride = inter;
-      d.x_row = nullptr;
-      d.w = dd.get();
-      d.w_up = nullptr;
-      d.w_expert_stride = down.words;
-      d.out = out.get();
-      d.out_stride = hidden;
+      MoeW4a16Params d = make_moe_w4a16_params(routed, act_in, device_weights(down, dd), down_out);
+      d.slot_sync = g.slot_sync;
       d.overlap_previous = true;  // as the engine launches it
       for (const MoeW4a16Params* q : {&g, &d})
         if (const KernelResult r = moe_gemm_w4a16(*q, nullptr); !r.ok()) throw std::runtime_error(r.message);
@@ -500,18 +507,19 @@ KD_GPU_TEST(moe_group_lists_the_experts_that_own_rows) {
       DeviceBuffer<int32_t> d_ids(ids), off(std::vector<int32_t>(experts + 1, -7)),
           row_token(std::vector<int32_t>(ids.size(), -7)), pair_row(std::vector<int32_t>(ids.size(), -7)),
           active(std::vector<int32_t>(listed, -7));
-      MoeGroupParams g;
-      g.tokens = tokens;
-      g.experts = experts;
-      g.topk = topk;
-      g.topk_ids = d_ids.get();
-      g.offsets = off.get();
-      g.row_token = row_token.get();
-      g.pair_row = pair_row.get();
-      g.active_experts = active.get();
-      g.active_begin = begin;
-      g.active_end = end;
-      const KernelResult r = moe_group(g, nullptr);
+      MoeTopk picks;
+      picks.tokens = tokens;
+      picks.topk = topk;
+      picks.ids = d_ids.get();
+      MoeGroupOutputs grouped;
+      grouped.offsets = off.get();
+      grouped.row_token = row_token.get();
+      grouped.pair_row = pair_row.get();
+      MoeActiveList listed_experts;
+      listed_experts.experts = active.get();
+      listed_experts.begin = begin;
+      listed_experts.end = end;
+      const KernelResult r = moe_group(make_moe_group_params(picks, experts, grouped, listed_experts), nullptr);
       if (!r.ok()) throw std::runtime_error(r.message);
       KD_CUDA_CHECK(cudaDeviceSynchronize());
       std::vector<int32_t> got_off(experts + 1), got_active(listed);
@@ -531,14 +539,18 @@ KD_GPU_TEST(moe_group_lists_the_experts_that_own_rows) {
 }
 
 KD_GPU_TEST(bad_arguments_are_reported) {
-  MoeW4a16Params p;
-  p.experts = 4;
-  p.rows = 8;
-  p.n = 64;
-  p.k = 100;  // not a multiple of 32
-  p.x_stride = 128;
-  p.out_stride = 64;
-  p.w_expert_stride = moe_w4a16_expert_words(64, 128);
+  MoeRoutedRows routed;
+  routed.experts = 4;
+  routed.rows = 8;
+  MoeInputRows in;
+  in.x_stride = 128;
+  MoeW4a16Weights weights;
+  weights.n = 64;
+  weights.k = 100;  // not a multiple of 32
+  weights.w_expert_stride = moe_w4a16_expert_words(64, 128);
+  MoeOutputRows rows_out;
+  rows_out.out_stride = 64;
+  MoeW4a16Params p = make_moe_w4a16_params(routed, in, weights, rows_out);
   KernelResult r = moe_gemm_w4a16(p, nullptr);
   KD_EXPECT(r.status == KernelStatus::kInvalidArgument && r.message.find("group size") != std::string::npos);
   p.k = 128;

@@ -34,26 +34,30 @@ int kd_w4a16_gemm(int experts, int rows, int n, int k, int max_rows_per_expert, 
                   const uint32_t* w,
                   const uint32_t* w_up, int64_t w_expert_stride, void* out, int64_t out_stride, char* err,
                   int err_len) {
-  kdtree::MoeW4a16Params p;
-  p.experts = experts;
-  p.rows = rows;
-  p.n = n;
-  p.k = k;
-  p.max_rows_per_expert = max_rows_per_expert;
+  kdtree::MoeRoutedRows routed;
+  routed.experts = experts;
+  routed.rows = rows;
+  routed.offsets = offsets;
+  routed.active_experts = active_experts;
+  routed.max_rows_per_expert = max_rows_per_expert;
+  kdtree::MoeInputRows in;
+  in.x = x;
+  in.x_stride = x_stride;
+  in.x_row = x_row;
+  kdtree::MoeW4a16Weights weights;
+  weights.w = w;
+  weights.w_up = w_up;
+  weights.w_expert_stride = w_expert_stride;
+  weights.n = n;
+  weights.k = k;
+  kdtree::MoeOutputRows rows_out;
+  rows_out.out = out;
+  rows_out.out_stride = out_stride;
+  kdtree::MoeW4a16Params p = kdtree::make_moe_w4a16_params(routed, in, weights, rows_out);
   p.row_tile = static_cast<kdtree::W4RowTile>(row_tile);
   p.k_slices = k_slices;
   p.x_source = static_cast<kdtree::W4XSource>(x_source);
   p.cta_warps = cta_warps;
-  p.x = x;
-  p.x_stride = x_stride;
-  p.x_row = x_row;
-  p.offsets = offsets;
-  p.active_experts = active_experts;
-  p.w = w;
-  p.w_up = w_up;
-  p.w_expert_stride = w_expert_stride;
-  p.out = out;
-  p.out_stride = out_stride;
   return report(kdtree::moe_gemm_w4a16(p, nullptr), err, err_len);
 }
 
