@@ -18,7 +18,10 @@ WAIT_S = 10.0  # a rank that waits longer for its peers' pid files fails its tes
 
 
 def _started(rank, folder: str) -> None:
-    Path(folder, f"{rank.rank}.pid").write_text(str(os.getpid()))
+    # written whole or not at all: the test reads the pid files while ranks start
+    tmp = Path(folder, f"{rank.rank}.pid.partial")
+    tmp.write_text(str(os.getpid()))
+    os.replace(tmp, Path(folder, f"{rank.rank}.pid"))
     rank.post(("started", rank.rank))
 
 
