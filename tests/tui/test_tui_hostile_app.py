@@ -128,6 +128,13 @@ def test_follow_notices_a_file_rewritten_past_its_old_size_within_one_poll(tmp_p
     run(scenario())
 
 
+def until(cond, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert cond()
+
+
 def test_follow_source_reports_truncation_and_replacement_as_restarts(tmp_path):
     path = tmp_path / "live.jsonl"
     path.write_text("\n".join(CLEAN[:50]) + "\n")
@@ -135,11 +142,6 @@ def test_follow_source_reports_truncation_and_replacement_as_restarts(tmp_path):
     got = Collector()
     source.start(got)
     try:
-        def until(cond):
-            deadline = time.monotonic() + 10
-            while not cond() and time.monotonic() < deadline:
-                time.sleep(0.02)
-            assert cond()
         until(lambda: len(got.lines) == 50)
         path.write_text("\n".join(CLEAN[:10]) + "\n")  # shorter: truncated
         until(lambda: len(got.restarts) == 1 and len(got.lines) == 60)
@@ -150,6 +152,35 @@ def test_follow_source_reports_truncation_and_replacement_as_restarts(tmp_path):
     finally:
         source.stop()
     assert "was truncated" in got.restarts[0] and "was replaced" in got.restarts[1]
+
+
+def test_a_truncation_between_the_poll_and_the_head_check_is_called_one(tmp_path, monkeypatch):
+    """The writer truncates the file just after the follower's stat saw its old size: the first
+    bytes then differ (none left), and that is still a truncation, not a rewrite."""
+    from kdtree_cli.tui.sources import file_follow
+
+    path = tmp_path / "live.jsonl"
+    path.write_text("\n".join(CLEAN[:50]) + "\n")
+    real_stat, armed = os.stat, threading.Event()
+
+    def stat_then_truncate(p, *args, **kwargs):
+        st = real_stat(p, *args, **kwargs)
+        if armed.is_set() and str(p) == str(path):
+            armed.clear()
+            os.truncate(path, 0)  # what the writer's open(O_TRUNC) does, after the stat
+        return st
+
+    monkeypatch.setattr(file_follow.os, "stat", stat_then_truncate)
+    source = FollowSource(path, poll_s=0.02)
+    got = Collector()
+    source.start(got)
+    try:
+        until(lambda: len(got.lines) == 50)
+        armed.set()
+        until(lambda: len(got.restarts) == 1)
+    finally:
+        source.stop()
+    assert "was truncated" in got.restarts[0], got.restarts
 
 
 # ------------------------------------------------------------------------------ the command

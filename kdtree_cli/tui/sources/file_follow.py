@@ -91,7 +91,10 @@ class FollowSource(EventSource):
             if st.st_size < f.tell():
                 head = self._start_over(f, lines, "was truncated")
             elif head and os.pread(fd, len(head), 0) != head:
-                head = self._start_over(f, lines, "was rewritten")
+                # the file changed after the stat above: shorter now than what was read is a
+                # truncation (still refilling, or not yet), else a rewrite past the old size
+                shorter = os.fstat(fd).st_size < f.tell()
+                head = self._start_over(f, lines, "was truncated" if shorter else "was rewritten")
 
     def _start_over(self, f, lines: LineSplitter, what: str) -> bytes:
         self.restart(f"{self.path} {what} (a new run?); reading it from the start")
