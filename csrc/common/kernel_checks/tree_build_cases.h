@@ -268,28 +268,32 @@ inline double reference_lse(const float* x, int vocab) {
 //   - copies of its largest logits (exact ties) and neighbours a few float32 ulps away;
 //   - kTopkHalfwayPlants logits near 0 (ulps of ~2^-43) whose x - lse lies 2^-38 off halfway
 //     between two float32 (iterated with the lse they move to a fixed point), so that only an
-//     lse within 2^-38 of float64's rounds them as the reference does (a float32 lse does not),
+//     lse within 2^-39 of float64's rounds them as the reference does (a float32 lse does not),
 //     each with a neighbour 1-2 ulps away (the same logp: a tie ordered by id).
+// The plants near 0 are the row's largest logits and weigh most in its lse, so the iteration
+// can end in a cycle with a plant much nearer halfway than 2^-38: such a planting is drawn
+// again (kTopkHalfwayDraws times at most), so every row asks the kernel for the same margin.
 constexpr int kTopkHalfwayPlants = 4;
 constexpr double kTopkHalfwayOffset = 0x1p-38;
-inline void plant_near_ties(float* x, int vocab, int k, std::mt19937_64& rng) {
-  const float shift = *std::max_element(x, x + vocab) + 0.5f;
-  for (int i = 0; i < vocab; ++i) x[i] -= shift;
-  std::vector<float> sorted(x, x + vocab);
-  const int top = std::min(vocab, 4 * k + 8);
-  std::nth_element(sorted.begin(), sorted.begin() + (vocab - top), sorted.end());
-  const float floor_top = sorted[vocab - top];
-  std::vector<int> anchors;
-  for (int i = 0; i < vocab; ++i)
-    if (x[i] >= floor_top) anchors.push_back(i);
-  std::uniform_int_distribution<int> pos(0, vocab - 1), steps(-3, 3);
-  const int plants = std::min<int>(static_cast<int>(anchors.size()), 64);
+constexpr int kTopkHalfwayIterations = 64;  // fixed-point passes; the lse settles in ~15 when it does
+constexpr int kTopkHalfwayDraws = 16;       // plantings tried before a row's case fails to set up
+
+// |v - the nearest point halfway between two float32|
+inline double distance_from_float_halfway(double v) {
+  const float f = static_cast<float>(v);
+  const float other = std::nextafter(f, v < static_cast<double>(f) ? -INFINITY : INFINITY);
+  return std::fabs(v - 0.5 * (static_cast<double>(f) + static_cast<double>(other)));
+}
+
+// One try at the halfway plants on x (ties already planted); true when, under the final
+// lse, each plant lies at least kTopkHalfwayOffset / 2 from halfway and its neighbour rounds
+// to the same logp.
+inline bool plant_halfway_pairs(float* x, int vocab, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> pos(0, vocab - 1);
   auto step_ulps = [](float v, int n) {
     for (; n != 0; n += n > 0 ? -1 : 1) v = std::nextafter(v, n > 0 ? INFINITY : -INFINITY);
     return v;
   };
-  for (int p = 0; p < plants; ++p) x[pos(rng)] = step_ulps(x[anchors[rng() % anchors.size()]], steps(rng));
-  if (vocab < 4 * kTopkHalfwayPlants) return;
   std::vector<int> at(2 * kTopkHalfwayPlants);  // the plants, then their neighbours: distinct positions
   for (size_t p = 0; p < at.size(); ++p) {
     do at[p] = pos(rng);
@@ -308,7 +312,7 @@ inline void plant_near_ties(float* x, int vocab, int k, std::mt19937_64& rng) {
     target[p] = 0.5 * (static_cast<double>(std::nextafter(g, -INFINITY)) + g) +
                 (rng() % 2 ? kTopkHalfwayOffset : -kTopkHalfwayOffset);
   }
-  for (int iter = 0; iter < 64; ++iter) {  // each pass moves the lse by a fraction of the last move
+  for (int iter = 0; iter < kTopkHalfwayIterations; ++iter) {  // each pass moves the lse by a fraction of the last move
     const double lse = reference_lse(x, vocab);
     bool moved = false;
     for (int p = 0; p < kTopkHalfwayPlants; ++p) {
@@ -319,6 +323,40 @@ inline void plant_near_ties(float* x, int vocab, int k, std::mt19937_64& rng) {
     }
     if (!moved) break;
   }
+  const double lse = reference_lse(x, vocab);
+  for (int p = 0; p < kTopkHalfwayPlants; ++p) {
+    const double d = static_cast<double>(x[at[p]]) - lse, e = static_cast<double>(x[at[kTopkHalfwayPlants + p]]) - lse;
+    if (distance_from_float_halfway(d) < 0.5 * kTopkHalfwayOffset || static_cast<float>(d) != static_cast<float>(e))
+      return false;
+  }
+  return true;
+}
+
+inline void plant_near_ties(float* x, int vocab, int k, std::mt19937_64& rng) {
+  const float shift = *std::max_element(x, x + vocab) + 0.5f;
+  for (int i = 0; i < vocab; ++i) x[i] -= shift;
+  std::vector<float> sorted(x, x + vocab);
+  const int top = std::min(vocab, 4 * k + 8);
+  std::nth_element(sorted.begin(), sorted.begin() + (vocab - top), sorted.end());
+  const float floor_top = sorted[vocab - top];
+  std::vector<int> anchors;
+  for (int i = 0; i < vocab; ++i)
+    if (x[i] >= floor_top) anchors.push_back(i);
+  std::uniform_int_distribution<int> pos(0, vocab - 1), steps(-3, 3);
+  const int plants = std::min<int>(static_cast<int>(anchors.size()), 64);
+  auto step_ulps = [](float v, int n) {
+    for (; n != 0; n += n > 0 ? -1 : 1) v = std::nextafter(v, n > 0 ? INFINITY : -INFINITY);
+    return v;
+  };
+  for (int p = 0; p < plants; ++p) x[pos(rng)] = step_ulps(x[anchors[rng() % anchors.size()]], steps(rng));
+  if (vocab < 4 * kTopkHalfwayPlants) return;
+  const std::vector<float> tied(x, x + vocab);
+  for (int draw = 0; draw < kTopkHalfwayDraws; ++draw) {
+    if (plant_halfway_pairs(x, vocab, rng)) return;
+    std::copy(tied.begin(), tied.end(), x);
+  }
+  report_failure(__FILE__, __LINE__, "plant_near_ties: no planting of the halfway pairs settled in " +
+                                         std::to_string(kTopkHalfwayDraws) + " draws");
 }
 
 // topk_logprobs on fresh random rows against a host reference formed like
