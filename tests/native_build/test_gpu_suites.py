@@ -113,8 +113,8 @@ def test_counts_logs_and_summary_come_from_pytest(tmp_path, rng):
     for suite, counts in drawn:
         result = run_gpu_suite(suite, logs, env, cwd=tests)
         assert {k: getattr(result, k) for k in counts} == counts
-        assert result.ok == (counts["failed"] == 0 and counts["errors"] == 0)
-        total = sum(counts.values())
+        total = sum(counts.values())  # 0 in 1 draw of 256: a suite that collects nothing is not ok
+        assert result.ok == (counts["failed"] == 0 and counts["errors"] == 0 and total > 0)
         assert result.problem == ("no test collected" if total == 0 else "")
         log = Path(result.log).read_text()
         assert log.startswith(f"$ {result.command}\n") and suite.paths[0] in result.command
