@@ -153,11 +153,14 @@ def _request_ends(engine: NativeEngine, events: EventWriter, report: StepReport,
     found by asking."""
     if not report.finished:
         return
-    ended = [rec.request for rec in report.records if rec.done and rec.request in unfinished]
+    ended = {rec.request: engine.request(rec.request) for rec in report.records
+             if rec.done and rec.request in unfinished}
     if report.finished > len(ended):
-        ended += [rid for rid in sorted(unfinished - set(ended)) if engine.request(rid).state in FINISHED_STATES]
-    for rid in ended:
-        info = engine.request(rid)
+        for rid in sorted(unfinished - ended.keys()):
+            info = engine.request(rid)
+            if info.state in FINISHED_STATES:
+                ended[rid] = info
+    for rid, info in ended.items():
         unfinished.discard(rid)
         reason = "abort" if info.state == "cancelled" else finish_reason(info.tokens, stop_ids)
         events.emit("request_end", request=index[rid], tokens=len(info.tokens), reason=reason, rounds=info.rounds,
